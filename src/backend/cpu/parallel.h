@@ -1,0 +1,36 @@
+// Parallel loops on the one OpenMP thread pool that OpenBLAS (OpenMP build) also uses, so BLAS
+// and our kernels never oversubscribe the cores. Small loops run inline: on 2 cores a fork/join
+// costs more than a few thousand elements of work.
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace cstorch::cpu {
+
+// Calls f(begin, end) over [0, n) in chunks; parallel when n >= 2 * grain and threads > 1.
+template <class F>
+inline void parallel_for(int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  int threads = omp_get_max_threads();
+  if (threads <= 1 || n < 2 * grain || omp_in_parallel()) {
+    f(int64_t{0}, n);
+    return;
+  }
+  int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
+    f(b, e);
+  }
+}
+
+// Default grain for simple elementwise loops (elements per chunk).
+inline constexpr int64_t kElementwiseGrain = 32768;
+
+// Sets the thread count of the shared pool (OpenMP and OpenBLAS); n <= 0 keeps the default.
+void set_num_threads(int n);
+int get_num_threads();
+
+}  // namespace cstorch::cpu

@@ -1,0 +1,52 @@
+// Internals shared by the op families, autograd, tracing and the runtime: the TensorImpl, the
+// one dispatch entry point that either runs an op (eager) or records it (traced), and helpers.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cstorch/tensor.h"
+#include "ir/node.h"
+
+namespace cstorch {
+
+struct TensorImpl {
+  ir::NodePtr node;
+  bool requires_grad = false;  // set by the user on leaves (parameters)
+  std::shared_ptr<TensorImpl> grad;
+  std::string name;
+};
+
+Tensor make_tensor(ir::NodePtr node);
+
+namespace detail {
+
+// Runs (eager) or records (traced) `op` on `inputs`. The single entry point for every op.
+Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& inputs);
+
+// Replaces the value of `self` with `value` (same shape; value is cast to self's dtype).
+// Eager: writes into self's buffer. Traced: rebinds self to the new node (a state write).
+void assign_inplace(const Tensor& self, const Tensor& value, const char* op);
+
+// A leaf node holding `buffer` (no inputs). Inside a trace it is a constant of the program.
+ir::NodePtr make_constant_node(std::shared_ptr<ir::Buffer> buffer, const Shape& s, DType t);
+
+// Host pointer of a tensor's value: waits for pending executor work; an error in a trace.
+const void* host_data(const Tensor& t, const char* what);
+
+// Broadcast result shape; error names `op` and both shapes.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+// Normalises reduction dims for rank `ndim` (negative allowed; empty = all), sorted unique.
+ir::Dims normalize_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* op);
+
+// Shape after reducing `dims` of `s`.
+Shape reduced_shape(const Shape& s, const ir::Dims& dims, bool keepdim);
+
+// A 0-d tensor holding `v`, of `like`'s dtype (f32 if `like` is integral and v is not whole).
+Tensor scalar_like(double v, const Tensor& like);
+
+bool in_trace();
+
+}  // namespace detail
+}  // namespace cstorch

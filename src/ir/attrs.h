@@ -1,0 +1,125 @@
+// Typed attributes: one struct per kind of op parameter, never a bag of integers. Each struct
+// has equality and a hash so CSE can compare nodes structurally.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "cstorch/core/dtype.h"
+
+namespace cstorch::ir {
+
+using Dims = std::vector<int64_t>;
+
+inline size_t hash_mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); }
+inline size_t hash_dims(size_t h, const Dims& d) {
+  for (auto x : d) h = hash_mix(h, std::hash<int64_t>{}(x));
+  return h;
+}
+
+struct NoAttrs {
+  bool operator==(const NoAttrs&) const = default;
+  size_t hash() const { return 0; }
+};
+// Where an Input node's value comes from at each execution.
+enum class InputKind : uint8_t { Batch, State };
+struct InputAttrs {
+  InputKind kind = InputKind::Batch;
+  int index = 0;  // position among the program's batch inputs or state slots
+  bool operator==(const InputAttrs&) const = default;
+  size_t hash() const { return hash_mix(static_cast<size_t>(kind), index); }
+};
+struct FullAttrs {
+  double value = 0;
+  bool operator==(const FullAttrs&) const = default;
+  size_t hash() const { return std::hash<double>{}(value); }
+};
+struct ArangeAttrs {
+  double start = 0, step = 1;
+  bool operator==(const ArangeAttrs&) const = default;
+  size_t hash() const { return hash_mix(std::hash<double>{}(start), std::hash<double>{}(step)); }
+};
+// Random draws: uniform [a, b), normal (mean a, std b), bernoulli (probability a).
+struct RandomAttrs {
+  double a = 0, b = 1;
+  bool operator==(const RandomAttrs&) const = default;
+  size_t hash() const { return hash_mix(std::hash<double>{}(a), std::hash<double>{}(b)); }
+};
+struct GeluAttrs {
+  bool tanh_approx = false;
+  bool operator==(const GeluAttrs&) const = default;
+  size_t hash() const { return tanh_approx; }
+};
+// Reduction axes (already normalised to non-negative, sorted, unique; empty means all).
+struct AxesAttrs {
+  Dims dims;
+  bool keepdim = false;
+  bool operator==(const AxesAttrs&) const = default;
+  size_t hash() const { return hash_dims(keepdim, dims); }
+};
+struct VarAttrs {
+  Dims dims;
+  bool keepdim = false;
+  double correction = 1;  // Bessel's correction: divide by N - correction
+  bool operator==(const VarAttrs&) const = default;
+  size_t hash() const { return hash_dims(hash_mix(keepdim, std::hash<double>{}(correction)), dims); }
+};
+struct NormAttrs {
+  Dims dims;
+  bool keepdim = false;
+  double p = 2;  // p-norm; 0 < p < inf
+  bool operator==(const NormAttrs&) const = default;
+  size_t hash() const { return hash_dims(hash_mix(keepdim, std::hash<double>{}(p)), dims); }
+};
+// C = op(A) @ op(B); trans_x means the last two dims of that input are read transposed.
+struct MatmulAttrs {
+  bool trans_a = false, trans_b = false;
+  bool operator==(const MatmulAttrs&) const = default;
+  size_t hash() const { return trans_a * 2 + trans_b; }
+};
+struct DimAttrs {
+  int64_t dim = 0;
+  bool operator==(const DimAttrs&) const = default;
+  size_t hash() const { return std::hash<int64_t>{}(dim); }
+};
+enum class Reduction : uint8_t { None, Mean, Sum };
+struct LossAttrs {
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::Mean;
+  int64_t num_classes = 0;  // used by NllLossGrad to shape its output
+  bool operator==(const LossAttrs&) const = default;
+  size_t hash() const { return hash_mix(hash_mix(ignore_index, static_cast<size_t>(reduction)), num_classes); }
+};
+struct ShapeAttrs {
+  Dims shape;
+  bool operator==(const ShapeAttrs&) const = default;
+  size_t hash() const { return hash_dims(1, shape); }
+};
+struct PermuteAttrs {
+  Dims perm;
+  bool operator==(const PermuteAttrs&) const = default;
+  size_t hash() const { return hash_dims(2, perm); }
+};
+struct SliceAttrs {
+  int64_t dim = 0, start = 0, end = 0, step = 1;  // normalised: 0 <= start <= end <= size
+  bool operator==(const SliceAttrs&) const = default;
+  size_t hash() const { return hash_dims(3, {dim, start, end, step}); }
+};
+struct TriAttrs {
+  int64_t diagonal = 0;
+  bool upper = false;  // triu when true, tril when false
+  bool operator==(const TriAttrs&) const = default;
+  size_t hash() const { return hash_mix(std::hash<int64_t>{}(diagonal), upper); }
+};
+
+using Attrs = std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, GeluAttrs,
+                           AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs, LossAttrs,
+                           ShapeAttrs, PermuteAttrs, SliceAttrs, TriAttrs>;
+
+inline size_t hash_attrs(const Attrs& a) {
+  return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));
+}
+
+}  // namespace cstorch::ir

@@ -1,0 +1,91 @@
+// The graph node: the one representation behind every tensor, eager or traced.
+// An eager node carries a buffer (its value); a traced node carries only op, attributes and
+// inputs until a compiled program computes it. Inputs are kept while a node is traced or
+// while it requires grad (so backward() can walk them); other eager nodes drop them.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "attrs.h"
+#include "cstorch/core/dtype.h"
+#include "cstorch/core/shape.h"
+
+namespace cstorch {
+struct TensorImpl;
+}
+
+namespace cstorch::ir {
+
+enum class OpCode : uint16_t {
+#define OP(Name, str, Attr, traits) Name,
+#include "ops.def"
+#undef OP
+  NumOps
+};
+inline constexpr int kNumOps = static_cast<int>(OpCode::NumOps);
+
+enum OpTraits : uint32_t {
+  kElementwise = 1u << 0,
+  kReduction = 1u << 1,
+  kAlias = 1u << 2,
+  kNoGrad = 1u << 3,
+  kRandom = 1u << 4,
+  kLeaf = 1u << 5,
+};
+
+// Host memory, 64-byte aligned. `owned` buffers are freed with the Buffer.
+struct Buffer {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  bool owned = true;
+  static std::shared_ptr<Buffer> alloc(size_t nbytes);
+  static std::shared_ptr<Buffer> wrap(void* data, size_t nbytes);  // not owned
+  ~Buffer();
+};
+
+struct Node;
+using NodePtr = std::shared_ptr<Node>;
+
+struct Node {
+  OpCode op = OpCode::Constant;
+  Attrs attrs;
+  std::vector<NodePtr> inputs;
+  Shape shape;
+  DType dtype = DType::f32;
+  std::shared_ptr<Buffer> buffer;  // the value, when it exists on this host
+  bool requires_grad = false;
+  std::weak_ptr<TensorImpl> leaf;  // set for leaf tensors that accumulate .grad
+  uint64_t trace_id = 0;           // nonzero while recorded in that trace
+  int64_t pending_job = -1;        // value will be written by executor job N
+  uint32_t id = 0;                 // unique, for dumps and error messages
+
+  int64_t numel() const { return cstorch::numel(shape); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(dtype); }
+  template <class A>
+  const A& attr() const { return std::get<A>(attrs); }
+  const char* name() const;
+  static NodePtr make(OpCode op, Attrs attrs, std::vector<NodePtr> inputs);
+};
+
+// Static facts about an op, from ops.def and the op family files.
+using InferFn = void (*)(Node&);  // validates inputs, sets shape and dtype; throws cstorch::Error
+struct OpInfo {
+  const char* name;
+  uint32_t traits;
+  InferFn infer;
+};
+const OpInfo& op_info(OpCode op);
+inline bool has_trait(OpCode op, uint32_t t) { return (op_info(op).traits & t) != 0; }
+
+// A CPU (or other host-visible backend) kernel: reads inputs, writes the output buffer.
+// Shapes, dtypes and attributes come from the node.
+using Kernel = void (*)(const Node& n, const void* const* in, void* out);
+struct KernelTable {
+  Kernel kernels[kNumOps];
+};
+// The kernels of a backend compiled into this build; error if that backend is not built.
+const KernelTable& kernels_for(DeviceType t);
+
+}  // namespace cstorch::ir

@@ -1,0 +1,16 @@
+// The points where the client waits for the asynchronous executor.
+#pragma once
+#include <cstdint>
+
+namespace cstorch::runtime {
+
+// True on the executor's own thread (step closures run there; they never wait on themselves).
+bool on_executor_thread();
+// Waits until every queued job has run; rethrows a failure of an earlier step.
+void synchronize();
+// Waits until job `job` has run (or fails as synchronize does).
+void wait_for_job(int64_t job);
+// True if jobs are queued or running.
+bool executor_busy();
+
+}  // namespace cstorch::runtime

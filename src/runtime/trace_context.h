@@ -1,0 +1,51 @@
+// The recording context of one cstorch::trace call. While it is active (thread-local), ops
+// record nodes instead of running. Tensors from outside the trace are captured as state
+// inputs, read afresh at every execution; in-place updates of captured tensors become state
+// writes.
+#pragma once
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/internal.h"
+
+namespace cstorch::runtime {
+
+struct Capture {
+  std::shared_ptr<TensorImpl> impl;
+  ir::NodePtr original;    // the impl's node before the trace (holds the state buffer)
+  ir::NodePtr input_node;  // the Input(State) node that reads it
+};
+
+class TraceContext {
+ public:
+  TraceContext();
+  ~TraceContext();
+  uint64_t id() const { return id_; }
+
+  // The node an op should use for `impl` inside this trace (captures external values).
+  ir::NodePtr resolve(const std::shared_ptr<TensorImpl>& impl);
+  // Registers a node created by an op in this trace.
+  void record(const ir::NodePtr& n);
+  // A new batch input placeholder.
+  Tensor add_batch_input(const Shape& s, DType t);
+
+  std::vector<ir::NodePtr>& nodes() { return nodes_; }
+  std::vector<ir::NodePtr>& batch_inputs() { return batch_inputs_; }
+  std::vector<Capture>& captures() { return captures_; }
+  // Adds a capture slot for an impl created inside the trace whose value must persist (a new
+  // .grad); `original` is the persistent leaf that will hold it.
+  size_t add_persistent(const std::shared_ptr<TensorImpl>& impl, ir::NodePtr original);
+
+  static TraceContext* current();
+
+ private:
+  uint64_t id_;
+  TraceContext* prev_;
+  std::vector<ir::NodePtr> nodes_;
+  std::vector<ir::NodePtr> batch_inputs_;
+  std::vector<Capture> captures_;
+  std::unordered_map<TensorImpl*, size_t> capture_index_;
+};
+
+}  // namespace cstorch::runtime
