@@ -71,8 +71,12 @@ ir::NodePtr make_constant_node(std::shared_ptr<ir::Buffer> buffer, const Shape& 
   return n;
 }
 
+// Waits until the executor has produced (or finished writing) this node's value. Only values
+// a compiled step writes need it, so data tensors are read without stalling the pipeline.
 static void wait_ready(const ir::Node& n) {
-  if (n.pending_job >= 0 && !runtime::on_executor_thread()) runtime::wait_for_job(n.pending_job);
+  if (runtime::on_executor_thread()) return;
+  if (n.async_written) runtime::synchronize();
+  else if (n.pending_job >= 0) runtime::wait_for_job(n.pending_job);
 }
 
 const void* host_data(const Tensor& t, const char* what) {
@@ -89,7 +93,6 @@ const void* host_data(const Tensor& t, const char* what) {
         "its outputs; return it from the step function or read it in a step closure",
         what, n->name(), n->id);
   }
-  if (runtime::executor_busy() && !runtime::on_executor_thread()) runtime::synchronize();
   wait_ready(*n);
   CS_CHECK(n->buffer != nullptr, "{}: tensor (op '{}') has no value", what, n->name());
   return n->buffer->data;
@@ -133,10 +136,7 @@ Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& input
     ir::NodePtr n = ctx ? ctx->resolve(t.impl_ptr()) : impl->node;
     if (!ctx) {
       if (n->trace_id != 0) host_data(t, info.name);  // raises the "computed in a trace" error
-      if (!runtime::on_executor_thread()) {
-        if (runtime::executor_busy()) runtime::synchronize();
-        wait_ready(*n);
-      }
+      wait_ready(*n);
     }
     any_grad = any_grad || n->requires_grad;
     in_nodes.push_back(std::move(n));
@@ -173,6 +173,7 @@ void assign_inplace(const Tensor& self, const Tensor& value_in, const char* op) 
     return;
   }
   // Eager: write into the existing buffer so every holder of this storage sees the update.
+  wait_ready(*impl->node);  // a queued step may still read or write it
   const void* src = host_data(value, op);
   std::memcpy(impl->node->buffer->data, src, impl->node->nbytes());
 }

@@ -59,6 +59,7 @@ struct Node {
   std::weak_ptr<TensorImpl> leaf;  // set for leaf tensors that accumulate .grad
   uint64_t trace_id = 0;           // nonzero while recorded in that trace
   int64_t pending_job = -1;        // value will be written by executor job N
+  bool async_written = false;      // a compiled step writes this buffer (state): sync to read
   uint32_t id = 0;                 // unique, for dumps and error messages
 
   int64_t numel() const { return cstorch::numel(shape); }

@@ -37,7 +37,7 @@ ir::NodePtr TraceContext::resolve(const std::shared_ptr<TensorImpl>& impl) {
     if (impl->requires_grad) in->leaf = impl;
   }
   capture_index_[impl.get()] = captures_.size();
-  captures_.push_back(Capture{impl, n, in});
+  captures_.push_back(Capture{impl, n, in, impl->grad != nullptr});
   nodes_.push_back(in);
   return in;
 }
@@ -61,8 +61,11 @@ Tensor TraceContext::add_batch_input(const Shape& s, DType t) {
 size_t TraceContext::add_persistent(const std::shared_ptr<TensorImpl>& impl, ir::NodePtr original) {
   // No Input node: the slot is written, never read.
   capture_index_[impl.get()] = captures_.size();
-  captures_.push_back(Capture{impl, std::move(original), nullptr});
+  captures_.push_back(Capture{impl, std::move(original), nullptr, false});
   return captures_.size() - 1;
 }
+
+SuspendTrace::SuspendTrace() : saved_(t_current) { t_current = nullptr; }
+SuspendTrace::~SuspendTrace() { t_current = saved_; }
 
 }  // namespace cstorch::runtime

@@ -15,6 +15,7 @@ struct Capture {
   std::shared_ptr<TensorImpl> impl;
   ir::NodePtr original;    // the impl's node before the trace (holds the state buffer)
   ir::NodePtr input_node;  // the Input(State) node that reads it
+  bool had_grad = false;   // whether it had a .grad when the trace captured it
 };
 
 class TraceContext {
@@ -46,6 +47,19 @@ class TraceContext {
   std::vector<ir::NodePtr> batch_inputs_;
   std::vector<Capture> captures_;
   std::unordered_map<TensorImpl*, size_t> capture_index_;
+};
+
+// Runs ops eagerly inside a trace for its lifetime (creating persistent state, such as
+// optimizer buffers in preinitialize(), while the step is being traced).
+class SuspendTrace {
+ public:
+  SuspendTrace();
+  ~SuspendTrace();
+  SuspendTrace(const SuspendTrace&) = delete;
+  SuspendTrace& operator=(const SuspendTrace&) = delete;
+
+ private:
+  TraceContext* saved_;
 };
 
 }  // namespace cstorch::runtime

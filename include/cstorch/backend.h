@@ -1,0 +1,79 @@
+// Backends and compile(). One backend type per process (CPU, GPU or CSX); the same backend
+// object may be fetched again and reused. compile() prepares a model for tracing; compilation
+// itself happens on the first traced call, when shapes are known.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cstorch/nn/module.h"
+
+namespace cstorch {
+
+// Cluster settings of the CSX backend (seed 001 table); validated, recorded in run metadata.
+struct ClusterConfig {
+  int num_csx = 1;
+  int max_wgt_servers = 24;
+  int max_act_per_csx = 1;
+  int num_workers_per_csx = 1;
+  std::vector<std::string> mount_dirs;
+  std::vector<std::string> python_paths;
+  int transfer_processes = 5;
+  std::vector<std::string> job_labels;
+  std::string mgmt_address;
+};
+
+struct BackendOptions {
+  std::string artifact_dir = "./cerebras_logs";
+  std::string compile_dir;    // CSX: where compile artefacts go
+  bool compile_only = false;  // compile, write artefacts, do not run
+  bool validate_only = false; // trace and check only
+  ClusterConfig cluster_config;
+};
+
+class Backend {
+ public:
+  Backend(DeviceType type, BackendOptions opts);
+  DeviceType type() const { return type_; }
+  Device device() const { return Device{type_ == DeviceType::CSX ? DeviceType::CPU : type_, 0}; }
+  const BackendOptions& options() const { return opts_; }
+  BackendOptions& options() { return opts_; }
+  std::string type_name() const { return device_type_name(type_); }
+
+ private:
+  DeviceType type_;
+  BackendOptions opts_;
+};
+
+// Creates (or returns) the process's backend. `type` is "CPU", "GPU" or "CSX", any case.
+// A second backend of another type fails with exactly:
+//   Cannot instantiate multiple backends. A backend with type CPU has already been instantiated.
+// Calling it again with the same type returns the existing backend (new options replace the
+// old ones only for cluster_config; other differing options are an error naming them).
+std::shared_ptr<Backend> backend(const std::string& type, BackendOptions opts = {});
+// The current backend; error if none was created.
+std::shared_ptr<Backend> backend();
+
+// A model prepared for the backend: call it like the module.
+class CompiledModel {
+ public:
+  CompiledModel(std::shared_ptr<nn::Module> m, std::shared_ptr<Backend> b) : m_(std::move(m)), b_(std::move(b)) {}
+  Tensor operator()(const Tensor& x) const { return m_->forward(x); }
+  nn::Module* operator->() const { return m_.get(); }
+  const std::shared_ptr<nn::Module>& module() const { return m_; }
+  const std::shared_ptr<Backend>& backend() const { return b_; }
+
+ private:
+  std::shared_ptr<nn::Module> m_;
+  std::shared_ptr<Backend> b_;
+};
+
+// Moves parameters to the backend's device and returns a callable wrapper. `b` must be the
+// current backend (or null for the current one).
+CompiledModel compile(std::shared_ptr<nn::Module> model, std::shared_ptr<Backend> b = nullptr);
+template <class Holder>
+CompiledModel compile(const Holder& model, std::shared_ptr<Backend> b = nullptr) {
+  return compile(model.module(), std::move(b));
+}
+
+}  // namespace cstorch

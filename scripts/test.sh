@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets up (Debian packages), builds with warnings as errors, and runs the whole test suite
+# (unit, PyTorch reference, allocation and end-to-end tests) through CTest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+JOBS=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCSTORCH_WERROR=ON -DCSTORCH_PYTHON=/usr/bin/python3
+cmake --build build -j "$JOBS"
+ctest --test-dir build --output-on-failure -j "$JOBS" --timeout 900

@@ -1,0 +1,59 @@
+// The graph a traced step compiles from: nodes in topological order plus the roots that must
+// be computed (step outputs and state writes). Passes rewrite it in place.
+#pragma once
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/internal.h"
+
+namespace cstorch::compiler {
+
+// One persistent tensor the step reads and/or writes.
+struct StateSlot {
+  std::shared_ptr<TensorImpl> impl;  // holder of the persistent buffer
+  ir::NodePtr input;                 // Input(State) node reading it (null: write-only)
+  ir::NodePtr write;                 // its new value (null: read-only)
+  Shape shape;
+  DType dtype = DType::f32;
+};
+
+struct Graph {
+  std::vector<ir::NodePtr> nodes;  // topological order
+  std::vector<ir::NodePtr> batch_inputs;
+  std::vector<StateSlot> state;
+  std::vector<ir::NodePtr> outputs;
+
+  // Rewrites every use (node inputs, outputs, state writes) through `repl` (old -> new).
+  void replace_uses(const std::unordered_map<ir::Node*, ir::NodePtr>& repl);
+  // Drops nodes no root depends on (inputs are kept: their slots stay in the signature).
+  size_t prune();
+  size_t count_ops() const;  // nodes that run a kernel (not leaves)
+  std::string dump() const;  // text form, one node per line
+  std::string dot() const;   // Graphviz
+};
+
+// Checks structure: inputs defined before use, shapes and dtypes re-inferred unchanged,
+// roots present. Throws cstorch::Error naming the node on failure.
+void verify(const Graph& g, const char* after_pass);
+
+// A compiler pass: small, named, independently tested. Returns true if it changed the graph.
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual const char* name() const = 0;
+  virtual bool run(Graph& g) = 0;
+};
+
+std::unique_ptr<Pass> make_dce_pass();
+std::unique_ptr<Pass> make_cse_pass();
+std::unique_ptr<Pass> make_constant_fold_pass(size_t max_bytes = 1 << 20);
+std::unique_ptr<Pass> make_simplify_pass();
+
+// Runs the standard pipeline: verify, dce, cse, fold, simplify, dce, verify. If the
+// CSTORCH_DUMP_GRAPHS environment variable names a directory, the graph is written there
+// before and after every pass (`<prefix>-NN-<pass>.txt` and `.dot`).
+void optimize(Graph& g, const std::string& prefix);
+
+}  // namespace cstorch::compiler

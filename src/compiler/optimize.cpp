@@ -1,0 +1,32 @@
+// The standard pass pipeline, with optional graph dumps before and after every pass.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "compiler/graph.h"
+
+namespace cstorch::compiler {
+
+static void dump(const Graph& g, const std::string& prefix, int idx, const char* stage) {
+  const char* dir = std::getenv("CSTORCH_DUMP_GRAPHS");
+  if (!dir || !*dir) return;
+  std::filesystem::create_directories(dir);
+  std::string base = fmt::format("{}/{}-{:02d}-{}", dir, prefix, idx, stage);
+  std::ofstream(base + ".txt") << g.dump();
+  std::ofstream(base + ".dot") << g.dot();
+}
+
+void optimize(Graph& g, const std::string& prefix) {
+  int idx = 0;
+  dump(g, prefix, idx++, "traced");
+  verify(g, "tracing");
+  std::unique_ptr<Pass> passes[] = {make_dce_pass(), make_cse_pass(), make_constant_fold_pass(),
+                                    make_simplify_pass(), make_cse_pass(), make_dce_pass()};
+  for (auto& p : passes) {
+    p->run(g);
+    dump(g, prefix, idx++, p->name());
+    verify(g, p->name());
+  }
+}
+
+}  // namespace cstorch::compiler

@@ -1,0 +1,246 @@
+// Program construction (memory planning) and execution.
+//
+// Memory plan: every computed value gets a place. Batch inputs, state and constants live in
+// their own buffers; step outputs are written straight into per-execution output buffers; a
+// state's new value is computed directly into the state buffer when no later op reads the old
+// value (otherwise it is copied in at the end); reshapes alias their input; everything else
+// shares one arena, packed greedily by size over liveness intervals (values whose lifetimes
+// do not overlap reuse the same bytes). The arena is allocated once per program.
+#include "compiler/program.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+namespace cstorch::compiler {
+
+namespace {
+constexpr size_t kAlign = 64;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+double node_flops(const ir::Node& n) {
+  if (n.op == ir::OpCode::Matmul) {
+    const auto& a = n.attr<ir::MatmulAttrs>();
+    const auto& s = n.inputs[0]->shape;
+    int64_t k = a.trans_a ? s[s.size() - 2] : s.back();
+    return 2.0 * static_cast<double>(n.numel()) * static_cast<double>(k);
+  }
+  if (n.op == ir::OpCode::Linear) return 2.0 * static_cast<double>(n.numel()) * static_cast<double>(n.inputs[0]->shape.back());
+  return static_cast<double>(n.numel());
+}
+}  // namespace
+
+Program::Program(Graph g, DeviceType device, ProgramStats traced)
+    : g_(std::move(g)), device_(device), stats_(traced) {
+  plan();
+}
+
+void Program::plan() {
+  const auto& kernels = ir::kernels_for(device_);
+  const size_t n = g_.nodes.size();
+  std::unordered_map<const ir::Node*, uint32_t> id;
+  for (size_t i = 0; i < n; ++i) id[g_.nodes[i].get()] = static_cast<uint32_t>(i);
+  places_.assign(n, ValuePlace{});
+  std::vector<bool> placed(n, false);
+  std::vector<uint32_t> root(n);
+  std::vector<bool> is_alias(n, false);
+
+  // Leaves and aliases.
+  for (size_t i = 0; i < n; ++i) {
+    const auto& node = *g_.nodes[i];
+    root[i] = static_cast<uint32_t>(i);
+    if (node.op == ir::OpCode::Input) {
+      const auto& a = node.attr<ir::InputAttrs>();
+      places_[i] = {a.kind == ir::InputKind::Batch ? Loc::Batch : Loc::State, a.index, nullptr};
+      placed[i] = true;
+    } else if (node.op == ir::OpCode::Constant) {
+      places_[i] = {Loc::Constant, 0, node.buffer->data};
+      placed[i] = true;
+    } else if (has_trait(node.op, ir::kAlias)) {
+      is_alias[i] = true;
+      root[i] = root[id.at(node.inputs[0].get())];
+      placed[i] = true;
+    }
+  }
+
+  // Last use of every root value (uses through aliases count); `end` = read by final copies.
+  const size_t end = n;
+  std::vector<size_t> last(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    last[i] = std::max(last[i], i);
+    for (auto& in : g_.nodes[i]->inputs) {
+      uint32_t r = root[id.at(in.get())];
+      last[r] = std::max(last[r], i);
+    }
+  }
+
+  struct FinalCopy { uint32_t src; Loc loc; int64_t index; };
+  std::vector<FinalCopy> finals;
+
+  // Step outputs: computed straight into the output buffer when possible.
+  for (size_t o = 0; o < g_.outputs.size(); ++o) {
+    uint32_t v = id.at(g_.outputs[o].get());
+    if (!placed[v]) {
+      places_[v] = {Loc::Output, static_cast<int64_t>(o), nullptr};
+      placed[v] = true;
+    } else {
+      finals.push_back({v, Loc::Output, static_cast<int64_t>(o)});
+      last[root[v]] = end;
+    }
+  }
+  // State writes: in place when the old value is dead by then.
+  for (size_t s = 0; s < g_.state.size(); ++s) {
+    auto& slot = g_.state[s];
+    stats_.state_bytes += static_cast<size_t>(numel(slot.shape)) * itemsize(slot.dtype);
+    if (!slot.write) continue;
+    uint32_t w = id.at(slot.write.get());
+    bool ok = !placed[w];
+    if (ok && slot.input) {
+      uint32_t r = id.at(slot.input.get());
+      size_t lu = last[r];
+      if (lu > w) ok = false;
+      if (ok && lu == w) {
+        // W reads the old value itself: safe only elementwise, element for element.
+        ok = has_trait(slot.write->op, ir::kElementwise);
+        for (auto& in : slot.write->inputs)
+          if (root[id.at(in.get())] == r && in->numel() != slot.write->numel()) ok = false;
+      }
+    }
+    if (ok) {
+      places_[w] = {Loc::State, static_cast<int64_t>(s), nullptr};
+      placed[w] = true;
+      stats_.inplace_state_writes++;
+    } else {
+      finals.push_back({w, Loc::State, static_cast<int64_t>(s)});
+      last[root[w]] = end;
+      stats_.copied_state_writes++;
+    }
+  }
+  // Old state values read by final copies must not be overwritten in place: handled above by
+  // `last` (a final copy of an Input(State) value extends its life to `end`).
+
+  // Arena: greedy by size over liveness intervals.
+  struct Item { uint32_t v; size_t size; size_t first, last; size_t offset; };
+  std::vector<Item> items;
+  for (size_t i = 0; i < n; ++i) {
+    if (placed[i]) continue;
+    size_t sz = align_up(g_.nodes[i]->nbytes());
+    items.push_back({static_cast<uint32_t>(i), sz, i, last[i], 0});
+    stats_.naive_bytes += sz;
+  }
+  std::vector<size_t> order(items.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return items[a].size > items[b].size; });
+  std::vector<size_t> done;
+  size_t arena = 0;
+  for (size_t k : order) {
+    auto& it = items[k];
+    // Collect conflicting ranges, sorted by offset; take the lowest gap that fits.
+    std::vector<std::pair<size_t, size_t>> busy;
+    for (size_t d : done) {
+      const auto& o = items[d];
+      if (o.first <= it.last && it.first <= o.last) busy.push_back({o.offset, o.offset + o.size});
+    }
+    std::sort(busy.begin(), busy.end());
+    size_t off = 0;
+    for (auto& [b, e] : busy) {
+      if (off + it.size <= b) break;
+      off = std::max(off, e);
+    }
+    it.offset = off;
+    arena = std::max(arena, off + it.size);
+    done.push_back(k);
+    places_[it.v] = {Loc::Arena, static_cast<int64_t>(off), nullptr};
+  }
+  stats_.arena_bytes = arena;
+  arena_ = ir::Buffer::alloc(std::max<size_t>(arena, 1));
+
+  // Steps.
+  size_t max_in = 1;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& node = *g_.nodes[i];
+    if (node.op == ir::OpCode::Input || node.op == ir::OpCode::Constant || is_alias[i]) continue;
+    auto k = kernels.kernels[static_cast<int>(node.op)];
+    CS_CHECK(k != nullptr, "compile: op '{}' has no kernel for {}", node.name(), device_type_name(device_));
+    Step st{k, &node, static_cast<uint32_t>(input_ids_.size()), static_cast<uint32_t>(node.inputs.size()),
+            static_cast<uint32_t>(i)};
+    for (auto& in : node.inputs) input_ids_.push_back(id.at(in.get()));
+    max_in = std::max(max_in, node.inputs.size());
+    steps_.push_back(st);
+    stats_.flops += node_flops(node);
+  }
+  stats_.nodes_compiled = steps_.size() + finals.size();
+  in_scratch_.assign(max_in, nullptr);
+  ptrs_.assign(n + 1, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    if (places_[i].loc == Loc::Arena && !is_alias[i])
+      ptrs_[i] = static_cast<char*>(arena_->data) + places_[i].index;
+    if (places_[i].loc == Loc::Constant) ptrs_[i] = const_cast<void*>(places_[i].constant);
+  }
+  alias_ids_.clear();
+  for (size_t i = 0; i < n; ++i)
+    if (is_alias[i]) alias_ids_.push_back({static_cast<uint32_t>(i), id.at(g_.nodes[i]->inputs[0].get())});
+  for (size_t i = 0; i < n; ++i) {
+    if (is_alias[i]) continue;
+    if (places_[i].loc == Loc::Batch) batch_ids_.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(places_[i].index)});
+    if (places_[i].loc == Loc::State) state_ids_.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(places_[i].index)});
+    if (places_[i].loc == Loc::Output) output_ids_.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(places_[i].index)});
+  }
+  for (auto& f : finals) {
+    if (f.loc == Loc::Output) final_outputs_.push_back({f.src, static_cast<uint32_t>(f.index)});
+    else state_copies_.push_back({f.src, static_cast<uint32_t>(f.index)});
+  }
+  state_ptrs_.assign(g_.state.size(), nullptr);
+  // Eager reads and writes of these tensors must wait for queued executions.
+  for (auto& slot : g_.state) slot.impl->node->async_written = true;
+}
+
+void Program::run(const void* const* batch, void* const* outputs) {
+  // Bind this execution's buffers.
+  for (size_t s = 0; s < g_.state.size(); ++s) {
+    const auto& slot = g_.state[s];
+    const auto& node = slot.impl->node;
+    if (node->shape != slot.shape || node->dtype != slot.dtype || !node->buffer)
+      fail("state tensor {}'{}' is {}{} but the step was compiled for {}{}; reassigning a "
+           "parameter or buffer with another shape or dtype needs a new trace",
+           s, slot.impl->name, dtype_name(node->dtype), shape_str(node->shape), dtype_name(slot.dtype),
+           shape_str(slot.shape));
+    state_ptrs_[s] = node->buffer->data;
+  }
+  for (auto& [v, b] : batch_ids_) ptrs_[v] = const_cast<void*>(batch[b]);
+  for (auto& [v, s] : state_ids_) ptrs_[v] = state_ptrs_[s];
+  for (auto& [v, o] : output_ids_) ptrs_[v] = outputs[o];
+  for (auto& [v, src] : alias_ids_) ptrs_[v] = ptrs_[src];
+
+  const uint32_t* ids = input_ids_.data();
+  const void** ins = in_scratch_.data();
+  for (const auto& st : steps_) {
+    for (uint32_t j = 0; j < st.num_inputs; ++j) ins[j] = ptrs_[ids[st.first_input + j]];
+    try {
+      st.kernel(*st.node, ins, ptrs_[st.out]);
+    } catch (const std::exception& e) {
+      fail("op '{}' (node %{}, output {}{}): {}", st.node->name(), st.node->id,
+           dtype_name(st.node->dtype), shape_str(st.node->shape), e.what());
+    }
+  }
+  for (auto& [v, o] : final_outputs_) std::memcpy(outputs[o], ptrs_[v], g_.nodes[v]->nbytes());
+  for (auto& [v, s] : state_copies_) {
+    if (ptrs_[v] != state_ptrs_[s]) std::memcpy(state_ptrs_[s], ptrs_[v], g_.nodes[v]->nbytes());
+  }
+}
+
+std::string Program::summary() const {
+  std::unordered_map<std::string, int> counts;
+  for (auto& st : steps_) counts[st.node->name()]++;
+  std::string ops;
+  for (auto& [k, v] : counts) ops += fmt::format("    {}: {}\n", k, v);
+  return fmt::format(
+      "nodes traced: {}\nkernel calls per step: {}\nFLOPs per step: {:.0f}\n"
+      "arena bytes: {} (without reuse: {})\nstate bytes: {}\nstate writes in place: {}, copied: {}\n"
+      "batch inputs: {}\noutputs: {}\nops:\n{}",
+      stats_.nodes_traced, stats_.nodes_compiled, stats_.flops, stats_.arena_bytes, stats_.naive_bytes,
+      stats_.state_bytes, stats_.inplace_state_writes, stats_.copied_state_writes,
+      g_.batch_inputs.size(), g_.outputs.size(), ops);
+}
+
+}  // namespace cstorch::compiler

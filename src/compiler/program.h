@@ -1,0 +1,73 @@
+// A compiled step: a flat list of kernel calls over values placed in one arena (planned once),
+// the batch inputs, persistent state buffers, constants and per-execution output buffers.
+// Running a program performs no heap allocation.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/graph.h"
+
+namespace cstorch::compiler {
+
+enum class Loc : uint8_t { Arena, Batch, State, Constant, Output };
+
+struct ValuePlace {
+  Loc loc = Loc::Arena;
+  int64_t index = 0;   // arena byte offset, or batch / state / output index
+  const void* constant = nullptr;
+};
+
+struct ProgramStats {
+  size_t nodes_traced = 0;   // kernel nodes before passes
+  size_t nodes_compiled = 0; // kernel calls per execution
+  size_t arena_bytes = 0;    // planned intermediate memory
+  size_t naive_bytes = 0;    // sum of all intermediate sizes (what no reuse would need)
+  size_t state_bytes = 0;
+  size_t inplace_state_writes = 0;
+  size_t copied_state_writes = 0;
+  double flops = 0;          // per execution (matmul/linear 2*M*N*K, others 1 per element)
+};
+
+class Program {
+ public:
+  // Builds from an optimised graph: plans memory and resolves kernels for `device`.
+  Program(Graph g, DeviceType device, ProgramStats traced_stats);
+
+  // Executes once. `batch[i]` points at batch input i, `outputs[i]` at a buffer of output i's
+  // size. State buffers are read from (and written into) the slots' tensors. Errors are
+  // cstorch::Error naming the op and node. No heap allocation on success.
+  void run(const void* const* batch, void* const* outputs);
+
+  const Graph& graph() const { return g_; }
+  const ProgramStats& stats() const { return stats_; }
+  size_t num_outputs() const { return g_.outputs.size(); }
+  std::string summary() const;  // ops, FLOPs, memory plan (for compile-only reports)
+
+ private:
+  struct Step {
+    ir::Kernel kernel;
+    const ir::Node* node;
+    uint32_t first_input;  // into input_ids_
+    uint32_t num_inputs;
+    uint32_t out;          // value id
+  };
+  void plan();
+
+  Graph g_;
+  DeviceType device_;
+  ProgramStats stats_;
+  std::vector<Step> steps_;
+  std::vector<uint32_t> input_ids_;
+  std::vector<ValuePlace> places_;      // per value id
+  std::vector<void*> ptrs_;             // per value id, filled per execution
+  std::vector<const void*> in_scratch_; // kernel input pointer array
+  std::shared_ptr<ir::Buffer> arena_;
+  using Pairs = std::vector<std::pair<uint32_t, uint32_t>>;
+  Pairs batch_ids_, state_ids_, output_ids_;  // (value id, batch / state / output index)
+  Pairs alias_ids_;                           // (alias value id, its input's value id)
+  Pairs final_outputs_, state_copies_;        // copies after the last kernel
+  std::vector<void*> state_ptrs_;
+};
+
+}  // namespace cstorch::compiler

@@ -1,0 +1,61 @@
+// SGD, as torch.optim.SGD: d = g (+ wd*p); buf = m*buf + (1-dampening)*d (buf = d on the first
+// step); d = nesterov ? d + m*buf : buf; p -= lr*d. The first-step rule needs no branch:
+// with dampening 0 a zero-initialised buffer gives buf = d exactly; with dampening != 0 a
+// per-parameter "initialized" flag selects it with where().
+#include "core/internal.h"
+#include "cstorch/optim/optimizer.h"
+
+namespace cstorch::optim {
+
+SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double dampening,
+         double weight_decay, bool nesterov, bool maximize)
+    : Optimizer(std::move(params), {{"lr", lr}, {"momentum", momentum}, {"dampening", dampening},
+                                    {"weight_decay", weight_decay}, {"nesterov", nesterov ? 1.0 : 0.0},
+                                    {"maximize", maximize ? 1.0 : 0.0}}) {
+  CS_CHECK(momentum >= 0, "SGD: invalid momentum {}", momentum);
+  CS_CHECK(weight_decay >= 0, "SGD: invalid weight_decay {}", weight_decay);
+  CS_CHECK(!nesterov || (momentum > 0 && dampening == 0),
+           "SGD: Nesterov momentum requires a momentum and zero dampening");
+}
+
+void SGD::preinitialize() {
+  for (auto& g : param_groups()) {
+    if (option(g, "momentum") == 0) continue;
+    for (auto& p : g.params) {
+      create_state(p, "momentum_buffer", zeros_like(p));
+      if (option(g, "dampening") != 0) create_state(p, "initialized", zeros({}, p.dtype()));
+    }
+  }
+}
+
+void SGD::step() {
+  ensure_initialized();
+  NoGradGuard ng;
+  for (auto& g : param_groups()) {
+    double momentum = option(g, "momentum"), dampening = option(g, "dampening");
+    double wd = option(g, "weight_decay");
+    bool nesterov = option(g, "nesterov") != 0, maximize = option(g, "maximize") != 0;
+    for (auto& p : g.params) {
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      Tensor d = maximize ? -grad : grad;
+      if (wd != 0) d = d + p * wd;
+      if (momentum != 0) {
+        Tensor& buf = state(p, "momentum_buffer");
+        Tensor nb;
+        if (dampening == 0) {
+          nb = buf * momentum + d;
+        } else {
+          Tensor& init = state(p, "initialized");
+          nb = where(init > 0.5, buf * momentum + d * (1 - dampening), d);
+          init.fill_(1);
+        }
+        buf.copy_(nb);
+        d = nesterov ? d + nb * momentum : nb;
+      }
+      p.copy_(p - d * g.lr);
+    }
+  }
+}
+
+}  // namespace cstorch::optim

@@ -1,0 +1,86 @@
+// The process-wide backend and compile().
+#include "cstorch/backend.h"
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+
+#include "cstorch/core/error.h"
+
+namespace cstorch {
+
+namespace {
+std::mutex g_mu;
+std::shared_ptr<Backend> g_backend;
+
+DeviceType parse_type(const std::string& s) {
+  std::string u = s;
+  std::transform(u.begin(), u.end(), u.begin(), [](unsigned char c) { return std::toupper(c); });
+  if (u == "CPU") return DeviceType::CPU;
+  if (u == "GPU") return DeviceType::GPU;
+  if (u == "CSX") return DeviceType::CSX;
+  fail("backend: unknown device type '{}' (expected CSX, CPU or GPU)", s);
+}
+
+void validate(const ClusterConfig& c) {
+  CS_CHECK(c.num_csx >= 1, "cluster_config.num_csx must be at least 1, got {}", c.num_csx);
+  CS_CHECK(c.num_workers_per_csx >= 0, "cluster_config.num_workers_per_csx must be >= 0, got {}",
+           c.num_workers_per_csx);
+  CS_CHECK(c.max_wgt_servers >= 0, "cluster_config.max_wgt_servers must be >= 0, got {}", c.max_wgt_servers);
+  CS_CHECK(c.transfer_processes >= 1, "cluster_config.transfer_processes must be at least 1, got {}",
+           c.transfer_processes);
+  for (auto& l : c.job_labels) {
+    auto eq = l.find('=');
+    CS_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < l.size(),
+             "cluster_config.job_labels: '{}' is not of the form key=value", l);
+  }
+}
+}  // namespace
+
+Backend::Backend(DeviceType type, BackendOptions opts) : type_(type), opts_(std::move(opts)) {
+  validate(opts_.cluster_config);
+  if (type_ == DeviceType::GPU)
+    fail("backend: the GPU backend is not built into this binary (no CUDA toolkit at build time); use CPU");
+}
+
+std::shared_ptr<Backend> backend(const std::string& type, BackendOptions opts) {
+  DeviceType t = parse_type(type);
+  std::lock_guard<std::mutex> l(g_mu);
+  if (g_backend) {
+    if (g_backend->type() != t)
+      fail("Cannot instantiate multiple backends. A backend with type {} has already been instantiated.",
+           g_backend->type_name());
+    auto& cur = g_backend->options();
+    std::vector<std::string> diff;
+    if (cur.artifact_dir != opts.artifact_dir) diff.push_back("artifact_dir");
+    if (cur.compile_dir != opts.compile_dir) diff.push_back("compile_dir");
+    if (cur.compile_only != opts.compile_only) diff.push_back("compile_only");
+    if (cur.validate_only != opts.validate_only) diff.push_back("validate_only");
+    CS_CHECK(diff.empty(),
+             "backend: a {} backend already exists with different arguments ({}); only "
+             "cluster_config may change between uses",
+             g_backend->type_name(), fmt::join(diff, ", "));
+    validate(opts.cluster_config);
+    cur.cluster_config = opts.cluster_config;
+    return g_backend;
+  }
+  g_backend = std::make_shared<Backend>(t, std::move(opts));
+  return g_backend;
+}
+
+std::shared_ptr<Backend> backend() {
+  std::lock_guard<std::mutex> l(g_mu);
+  CS_CHECK(g_backend != nullptr, "backend(): no backend has been created; call cstorch::backend(\"CPU\") first");
+  return g_backend;
+}
+
+CompiledModel compile(std::shared_ptr<nn::Module> model, std::shared_ptr<Backend> b) {
+  CS_CHECK(model != nullptr, "compile: model is null");
+  auto cur = backend();
+  if (b && b != cur)
+    fail("compile: the given {} backend is not the current backend ({})", b->type_name(), cur->type_name());
+  model->to(cur->device());
+  return CompiledModel(std::move(model), cur);
+}
+
+}  // namespace cstorch

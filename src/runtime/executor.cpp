@@ -1,0 +1,184 @@
+// Executor implementation (see executor.h) and the client-side synchronisation points.
+#include "runtime/executor.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "backend/cpu/parallel.h"
+#include "cstorch/runtime.h"
+#include "runtime/sync.h"
+
+namespace cstorch::runtime {
+
+namespace {
+thread_local bool t_on_executor = false;
+}
+
+Executor& Executor::get() {
+  // Never destroyed: the worker may still hold tensors at static-destruction time. Pending
+  // work is flushed by an atexit handler instead.
+  static Executor* e = [] {
+    auto* ex = new Executor();
+    std::atexit([] {
+      try {
+        Executor::get().synchronize();
+      } catch (const std::exception& err) {
+        std::fprintf(stderr, "cstorch: error in a step still running at exit: %s\n", err.what());
+      }
+    });
+    return ex;
+  }();
+  return *e;
+}
+
+Executor::Executor() : thread_([this] { loop(); }) {}
+Executor::~Executor() {
+  {
+    std::lock_guard<std::mutex> l(m_);
+    stop_ = true;
+  }
+  cv_work_.notify_all();
+  thread_.join();
+}
+
+void Executor::loop() {
+  t_on_executor = true;
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> l(m_);
+      cv_work_.wait(l, [&] { return stop_ || !q_.empty(); });
+      if (q_.empty()) return;
+      job = std::move(q_.front());
+      q_.pop_front();
+    }
+    std::exception_ptr err;
+    try {
+      job.fn();
+    } catch (const std::exception& e) {
+      err = std::make_exception_ptr(
+          Error(fmt::format("step {}: {} failed: {}", job.step, job.what, e.what())));
+    } catch (...) {
+      err = std::make_exception_ptr(Error(fmt::format("step {}: {} failed", job.step, job.what)));
+    }
+    job.fn = nullptr;  // release captured tensors before signalling
+    {
+      std::lock_guard<std::mutex> l(m_);
+      if (job.is_step) {
+        --steps_queued_;
+        ++executions_;
+      }
+      done_id_ = job.id;
+      if (err) {
+        if (!error_) error_ = err;
+        // Drop everything queued after the failure: later steps would see broken state.
+        for (auto& j : q_) done_id_ = j.id;
+        q_.clear();
+        steps_queued_ = 0;
+      }
+    }
+    cv_space_.notify_all();
+    cv_done_.notify_all();
+  }
+}
+
+void Executor::rethrow_if_failed() {
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> l(m_);
+    e = error_;
+    error_ = nullptr;
+  }
+  if (e) std::rethrow_exception(e);
+}
+
+int64_t Executor::enqueue(std::function<void()> fn, bool is_step, int64_t step, std::string what) {
+  CS_CHECK(!t_on_executor, "a traced step or step closure cannot be started from inside a step closure");
+  rethrow_if_failed();
+  int64_t id;
+  {
+    std::unique_lock<std::mutex> l(m_);
+    if (is_step) cv_space_.wait(l, [&] { return steps_queued_ < lookahead_ || error_; });
+    if (error_) {
+      l.unlock();
+      rethrow_if_failed();
+      l.lock();
+    }
+    id = next_id_++;
+    if (is_step) ++steps_queued_;
+    q_.push_back(Job{std::move(fn), is_step, step, std::move(what), id});
+  }
+  cv_work_.notify_one();
+  return id;
+}
+
+void Executor::wait_for(int64_t job) {
+  if (t_on_executor) return;
+  {
+    std::unique_lock<std::mutex> l(m_);
+    cv_done_.wait(l, [&] { return done_id_ >= job; });
+  }
+  rethrow_if_failed();
+}
+
+void Executor::synchronize() {
+  int64_t last;
+  {
+    std::lock_guard<std::mutex> l(m_);
+    last = next_id_ - 1;
+  }
+  wait_for(last);
+}
+
+bool Executor::busy() const {
+  std::lock_guard<std::mutex> l(m_);
+  return done_id_ < next_id_ - 1;
+}
+
+void Executor::set_lookahead(int n) {
+  CS_CHECK(n >= 1, "set_lookahead: lookahead must be at least 1 step, got {}", n);
+  std::lock_guard<std::mutex> l(m_);
+  lookahead_ = n;
+}
+
+bool on_executor_thread() { return t_on_executor; }
+void synchronize() { Executor::get().synchronize(); }
+void wait_for_job(int64_t job) { Executor::get().wait_for(job); }
+bool executor_busy() { return Executor::get().busy(); }
+
+}  // namespace cstorch::runtime
+
+namespace cstorch {
+
+namespace {
+int64_t g_step = 0;
+bool g_step_set = false;
+}  // namespace
+
+void synchronize() { runtime::Executor::get().synchronize(); }
+void set_lookahead(int steps) { runtime::Executor::get().set_lookahead(steps); }
+void set_num_threads(int n) {
+  CS_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got {}", n);
+  synchronize();
+  cpu::set_num_threads(n);
+}
+int get_num_threads() { return cpu::get_num_threads(); }
+void set_current_step(int64_t step) {
+  g_step = step;
+  g_step_set = true;
+}
+int64_t current_step() { return g_step; }
+
+namespace detail {
+void enqueue_closure(std::function<void()> fn, std::string what) {
+  runtime::Executor::get().enqueue(std::move(fn), false, current_step(), std::move(what));
+}
+// Step number for the next execution; advances the implicit counter when no DataExecutor
+// numbers the steps.
+int64_t next_execution_step() {
+  if (g_step_set) return g_step;
+  return g_step++;
+}
+}  // namespace detail
+
+}  // namespace cstorch

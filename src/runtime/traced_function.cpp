@@ -1,0 +1,203 @@
+// cstorch::trace: record the body once per input signature, turn the recording into a graph
+// (outputs, state reads and writes), optimise and plan it, then enqueue executions.
+#include <chrono>
+#include <cstring>
+#include <unordered_set>
+#include <map>
+
+#include "compiler/program.h"
+#include "cstorch/runtime.h"
+#include "runtime/alloc_counter.h"
+#include "runtime/executor.h"
+#include "runtime/trace_context.h"
+
+namespace cstorch {
+namespace detail {
+int64_t next_execution_step();
+}
+
+namespace {
+int64_t g_traces = 0;
+std::atomic<int64_t> g_last_allocs{-1};
+}  // namespace
+
+RuntimeStats runtime_stats() {
+  RuntimeStats s;
+  s.traces = g_traces;
+  s.executions = runtime::Executor::get().executions();
+  s.last_step_heap_allocations = g_last_allocs.load();
+  return s;
+}
+
+namespace detail {
+
+// A compiled variant of the step. Whether a parameter already had a .grad when the body ran
+// changes what the body did (assign vs accumulate), so that is part of the variant's key,
+// checked at every call; everything else is keyed by the input signature.
+struct Variant {
+  std::shared_ptr<compiler::Program> program;
+  std::vector<std::pair<std::weak_ptr<TensorImpl>, bool>> grad_presence;
+  bool matches() const {
+    for (auto& [w, had] : grad_presence) {
+      auto impl = w.lock();
+      if (impl && (impl->grad != nullptr) != had) return false;
+    }
+    return true;
+  }
+};
+
+struct TracedFunction::Impl {
+  Body body;
+  std::string name;
+  std::map<std::string, std::vector<Variant>> cache;
+};
+
+TracedFunction::TracedFunction(Body body, std::string name) : impl_(std::make_unique<Impl>()) {
+  impl_->body = std::move(body);
+  impl_->name = std::move(name);
+}
+TracedFunction::~TracedFunction() = default;
+
+static std::string signature(const std::vector<Tensor>& in) {
+  std::string s = is_grad_enabled() ? "g" : "n";
+  for (auto& t : in) s += fmt::format("|{}{}", dtype_name(t.dtype()), shape_str(t.shape()));
+  return s;
+}
+
+// Puts captured tensors back on their persistent values after the body ran (or failed).
+static void restore(runtime::TraceContext& ctx) {
+  for (auto& c : ctx.captures()) c.impl->node = c.original;
+}
+
+static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tensor>& inputs) {
+  compiler::Graph g;
+  Variant variant;
+  size_t traced_ops = 0;
+  {
+    runtime::TraceContext ctx;
+    std::vector<Tensor> placeholders;
+    for (auto& t : inputs) placeholders.push_back(ctx.add_batch_input(t.shape(), t.dtype()));
+    std::vector<Tensor> outs;
+    try {
+      outs = f.body(placeholders);
+      // Step outputs: each a distinct computed node (a returned input or state is copied).
+      std::unordered_set<ir::Node*> used;
+      for (auto& o : outs) {
+        CS_CHECK(o.defined(), "trace '{}': the step returned an undefined tensor", f.name);
+        ir::NodePtr n = ctx.resolve(o.impl_ptr());
+        if (n->inputs.empty() || !used.insert(n.get()).second) {
+          NoGradGuard ng;
+          n = ctx.resolve(dispatch(ir::OpCode::Copy, ir::NoAttrs{}, {make_tensor(n)}).impl_ptr());
+          used.insert(n.get());
+        }
+        g.outputs.push_back(n);
+      }
+      // Gradients first created inside the step persist: give each a state buffer.
+      for (size_t i = 0; i < ctx.captures().size(); ++i) {
+        auto impl = ctx.captures()[i].impl;
+        if (!impl->requires_grad || !impl->grad) continue;
+        auto& gimpl = impl->grad;
+        if (gimpl->node->trace_id != ctx.id()) continue;  // untouched or already captured
+        bool captured = false;
+        for (auto& c : ctx.captures()) captured = captured || c.impl == gimpl;
+        if (captured) continue;
+        auto buf = ir::Buffer::alloc(gimpl->node->nbytes());
+        std::memset(buf->data, 0, gimpl->node->nbytes());
+        ctx.add_persistent(gimpl, make_constant_node(buf, gimpl->node->shape, gimpl->node->dtype));
+      }
+      // State: every captured tensor; a write where the body rebound it.
+      for (auto& c : ctx.captures()) {
+        compiler::StateSlot slot;
+        slot.impl = c.impl;
+        slot.input = c.input_node;
+        slot.shape = c.original->shape;
+        slot.dtype = c.original->dtype;
+        ir::NodePtr now = c.impl->node;
+        if (now != c.original && now != c.input_node) {
+          if (now->trace_id != ctx.id() || now->inputs.empty()) {
+            NoGradGuard ng;  // value is another input or constant: copy it in
+            now = ctx.resolve(dispatch(ir::OpCode::Copy, ir::NoAttrs{}, {make_tensor(now)}).impl_ptr());
+          }
+          CS_CHECK(now->shape == slot.shape && now->dtype == slot.dtype,
+                   "trace '{}': tensor '{}' was reassigned from {}{} to {}{} inside the step; a "
+                   "state tensor keeps its shape and dtype",
+                   f.name, c.impl->name, dtype_name(slot.dtype), shape_str(slot.shape),
+                   dtype_name(now->dtype), shape_str(now->shape));
+          slot.write = now;
+        }
+        g.state.push_back(std::move(slot));
+      }
+    } catch (...) {
+      restore(ctx);
+      for (auto& c : ctx.captures())
+        if (c.impl->grad && c.impl->grad->node->trace_id == ctx.id()) c.impl->grad.reset();
+      throw;
+    }
+    restore(ctx);
+    for (auto& c : ctx.captures())
+      if (c.impl->requires_grad && c.input_node) variant.grad_presence.push_back({c.impl, c.had_grad});
+    g.nodes = ctx.nodes();
+    g.batch_inputs = ctx.batch_inputs();
+    traced_ops = g.count_ops();
+  }
+  ++g_traces;
+  compiler::optimize(g, f.name);
+  compiler::ProgramStats st;
+  st.nodes_traced = traced_ops;
+  variant.program = std::make_shared<compiler::Program>(std::move(g), DeviceType::CPU, st);
+  return variant;
+}
+
+std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
+  CS_CHECK(!in_trace(), "trace '{}': a traced step cannot be called inside another traced step",
+           impl_->name);
+  auto& ex = runtime::Executor::get();
+  ex.rethrow_if_failed();
+  std::string sig = signature(inputs);
+  auto& variants = impl_->cache[sig];
+  std::shared_ptr<compiler::Program> program;
+  for (auto& v : variants)
+    if (v.matches()) {
+      program = v.program;
+      break;
+    }
+  if (!program) {
+    variants.push_back(trace_and_compile(*impl_, inputs));
+    program = variants.back().program;
+  }
+
+  // Bind this execution: batch buffers (kept alive by the job) and fresh output buffers.
+  std::vector<std::shared_ptr<ir::Buffer>> batch;
+  for (auto& t : inputs) {
+    auto n = t.node();
+    if (n->trace_id != 0) host_data(t, "trace input");  // raises the traced-tensor error
+    if (!n->buffer) fail("trace '{}': an input tensor has no value", impl_->name);
+    batch.push_back(n->buffer);
+  }
+  const auto& outs_g = program->graph().outputs;
+  std::vector<std::shared_ptr<ir::Buffer>> out_bufs;
+  std::vector<Tensor> outs;
+  for (auto& o : outs_g) {
+    auto b = ir::Buffer::alloc(o->nbytes());
+    auto n = make_constant_node(b, o->shape, o->dtype);
+    outs.push_back(make_tensor(n));
+    out_bufs.push_back(std::move(b));
+  }
+  int64_t step = next_execution_step();
+  auto job = [program, batch = std::move(batch), out_bufs = std::move(out_bufs)]() {
+    const void* bp[64];
+    void* op[64];
+    CS_CHECK(batch.size() <= 64 && out_bufs.size() <= 64, "a step has at most 64 inputs and outputs");
+    for (size_t i = 0; i < batch.size(); ++i) bp[i] = batch[i]->data;
+    for (size_t i = 0; i < out_bufs.size(); ++i) op[i] = out_bufs[i]->data;
+    runtime::AllocCounter counter;
+    program->run(bp, op);
+    g_last_allocs = counter.count();
+  };
+  int64_t id = ex.enqueue(std::move(job), true, step, fmt::format("traced step '{}'", impl_->name));
+  for (auto& t : outs) t.node()->pending_job = id;
+  return outs;
+}
+
+}  // namespace detail
+}  // namespace cstorch

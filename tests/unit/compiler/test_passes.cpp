@@ -1,0 +1,173 @@
+// Each compiler pass on small graphs: node counts before and after, and values unchanged.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <cstorch/cstorch.h>
+
+#include "compiler/graph.h"
+#include "compiler/program.h"
+#include "runtime/trace_context.h"
+
+namespace cs = cstorch;
+using cs::Tensor;
+namespace cc = cstorch::compiler;
+
+namespace {
+// Records `body` on placeholders of the given shapes into a Graph with its outputs.
+template <class F>
+cc::Graph record(std::vector<cs::Shape> shapes, F body) {
+  cc::Graph g;
+  cs::runtime::TraceContext ctx;
+  std::vector<Tensor> in;
+  for (auto& s : shapes) in.push_back(ctx.add_batch_input(s, cs::DType::f32));
+  std::vector<Tensor> outs = body(in);
+  for (auto& o : outs) g.outputs.push_back(ctx.resolve(o.impl_ptr()));
+  for (auto& c : ctx.captures()) {
+    g.state.push_back({c.impl, c.input_node, nullptr, c.original->shape, c.original->dtype});
+    c.impl->node = c.original;
+  }
+  g.nodes = ctx.nodes();
+  g.batch_inputs = ctx.batch_inputs();
+  return g;
+}
+size_t count(const cc::Graph& g, cs::ir::OpCode op) {
+  size_t c = 0;
+  for (auto& n : g.nodes) c += n->op == op;
+  return c;
+}
+}  // namespace
+
+TEST(Passes, DceRemovesUnusedNodes) {
+  auto g = record({{4}}, [](auto& in) {
+    auto unused = cs::exp(in[0]) * 3.0;
+    (void)unused;
+    return std::vector<Tensor>{in[0] + 1.0};
+  });
+  size_t before = g.count_ops();
+  EXPECT_TRUE(cc::make_dce_pass()->run(g));
+  EXPECT_EQ(count(g, cs::ir::OpCode::Exp), 0u);
+  EXPECT_LT(g.count_ops(), before);
+  cc::verify(g, "test");
+}
+
+TEST(Passes, CseMergesStructurallyEqualNodes) {
+  auto g = record({{4}}, [](auto& in) {
+    auto a = cs::exp(in[0]) + in[0];
+    auto b = cs::exp(in[0]) + in[0];
+    return std::vector<Tensor>{a * b};
+  });
+  EXPECT_EQ(count(g, cs::ir::OpCode::Exp), 2u);
+  EXPECT_TRUE(cc::make_cse_pass()->run(g));
+  EXPECT_EQ(count(g, cs::ir::OpCode::Exp), 1u);
+  EXPECT_EQ(count(g, cs::ir::OpCode::Add), 1u);
+  cc::verify(g, "test");
+}
+
+TEST(Passes, CseNeverMergesRandomDraws) {
+  auto g = record({{4}}, [](auto& in) {
+    return std::vector<Tensor>{cs::rand({4}) + cs::rand({4}) + in[0]};
+  });
+  cc::make_cse_pass()->run(g);
+  EXPECT_EQ(count(g, cs::ir::OpCode::RandUniform), 2u);
+}
+
+TEST(Passes, ConstantFoldingEvaluatesConstantSubgraphs) {
+  auto g = record({{3}}, [](auto& in) {
+    auto c = cs::exp(cs::full({3}, 0.0)) * 2.0;  // = 2, known at compile time
+    return std::vector<Tensor>{in[0] * c};
+  });
+  EXPECT_EQ(count(g, cs::ir::OpCode::Exp), 1u);
+  EXPECT_TRUE(cc::make_constant_fold_pass()->run(g));
+  EXPECT_EQ(count(g, cs::ir::OpCode::Exp), 0u);
+  EXPECT_EQ(g.count_ops(), 1u);  // only the multiply by the folded constant is left
+  cc::verify(g, "test");
+}
+
+TEST(Passes, TransposesFoldIntoGemmFlags) {
+  auto g = record({{5, 3}, {4, 5}}, [](auto& in) {
+    return std::vector<Tensor>{cs::matmul(in[0].t(), in[1].t())};  // [3,5] @ [5,4]
+  });
+  EXPECT_EQ(count(g, cs::ir::OpCode::Permute), 2u);
+  EXPECT_TRUE(cc::make_simplify_pass()->run(g));
+  EXPECT_EQ(count(g, cs::ir::OpCode::Permute), 0u);
+  for (auto& n : g.nodes)
+    if (n->op == cs::ir::OpCode::Matmul) {
+      EXPECT_TRUE(n->attr<cs::ir::MatmulAttrs>().trans_a);
+      EXPECT_TRUE(n->attr<cs::ir::MatmulAttrs>().trans_b);
+    }
+  cc::verify(g, "test");
+  // And the folded program computes the same values.
+  Tensor a = cs::randn({5, 3}), b = cs::randn({4, 5});
+  auto expect = cs::matmul(a.t(), b.t()).to_vector<float>();
+  cc::Program p(std::move(g), cs::DeviceType::CPU, {});
+  std::vector<float> out(12);
+  const void* ins[] = {a.data_ptr(), b.data_ptr()};
+  void* outs[] = {out.data()};
+  p.run(ins, outs);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], expect[i], 1e-5);
+}
+
+TEST(Passes, SimplifyRemovesIdentityPermutesAndReshapes) {
+  auto g = record({{2, 3}}, [](auto& in) {
+    auto x = in[0].t().t().reshape({6}).reshape({2, 3});
+    return std::vector<Tensor>{x * 2.0};
+  });
+  std::string before = g.dump();
+  cc::make_simplify_pass()->run(g);
+  EXPECT_EQ(count(g, cs::ir::OpCode::Permute), 0u) << before << "\n" << g.dump();
+  EXPECT_EQ(count(g, cs::ir::OpCode::Reshape), 0u) << before << "\n" << g.dump();
+  EXPECT_EQ(g.count_ops(), 1u);
+}
+
+TEST(Passes, VerifierRejectsABrokenGraph) {
+  auto g = record({{2}}, [](auto& in) { return std::vector<Tensor>{cs::exp(in[0])}; });
+  std::swap(g.nodes.front(), g.nodes.back());  // use before definition
+  EXPECT_THROW(cc::verify(g, "test"), cs::Error);
+}
+
+TEST(MemoryPlan, ArenaReusesMemoryAndStateUpdatesInPlace) {
+  cs::manual_seed(1);
+  cs::nn::Sequential m(cs::nn::Linear(32, 64), cs::nn::ReLU(), cs::nn::Linear(64, 64), cs::nn::ReLU(),
+                       cs::nn::Linear(64, 64), cs::nn::ReLU(), cs::nn::Linear(64, 10));
+  cs::optim::SGD opt(m->parameters(), 0.01, 0.9);
+  cc::Graph g;
+  {
+    cs::runtime::TraceContext ctx;
+    auto x = ctx.add_batch_input({16, 32}, cs::DType::f32);
+    auto y = cs::from_vector(std::vector<int64_t>(16, 3), {16});
+    auto loss = cs::cross_entropy(m(x), y);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    g.outputs.push_back(ctx.resolve(loss.impl_ptr()));
+    for (auto& c : ctx.captures()) {
+      cc::StateSlot s{c.impl, c.input_node, nullptr, c.original->shape, c.original->dtype};
+      if (c.impl->node != c.original && c.impl->node != c.input_node) s.write = c.impl->node;
+      g.state.push_back(s);
+      c.impl->node = c.original;
+    }
+    g.nodes = ctx.nodes();
+    g.batch_inputs = ctx.batch_inputs();
+  }
+  cc::optimize(g, "test");
+  cc::Program p(std::move(g), cs::DeviceType::CPU, {});
+  EXPECT_GT(p.stats().naive_bytes, 0u);
+  EXPECT_LT(p.stats().arena_bytes * 2, p.stats().naive_bytes) << p.summary();
+  EXPECT_EQ(p.stats().inplace_state_writes, 16u) << p.summary();  // 8 params + 8 momentum buffers
+  EXPECT_EQ(p.stats().copied_state_writes, 0u) << p.summary();
+}
+
+TEST(Passes, GraphDumpsWhenTheSettingIsOn) {
+  auto dir = std::filesystem::temp_directory_path() / "cstorch_dump_test";
+  std::filesystem::remove_all(dir);
+  setenv("CSTORCH_DUMP_GRAPHS", dir.c_str(), 1);
+  auto step = cs::trace([](const Tensor& x) { return cs::exp(x) * 2.0; }, "dumped");
+  step(cs::ones({3}));
+  cs::synchronize();
+  unsetenv("CSTORCH_DUMP_GRAPHS");
+  EXPECT_TRUE(std::filesystem::exists(dir / "dumped-00-traced.txt"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "dumped-00-traced.dot"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "dumped-06-dce.txt"));
+}

@@ -1,0 +1,191 @@
+// Tracing, replay, state writes, step closures, execution errors and eager/traced agreement.
+#include <gtest/gtest.h>
+
+#include <cstorch/cstorch.h>
+
+#include "runtime/trace_context.h"
+
+namespace cs = cstorch;
+using cs::Tensor;
+
+namespace {
+Tensor vec(std::vector<float> v) { return cs::from_vector(v, {static_cast<int64_t>(v.size())}); }
+}  // namespace
+
+TEST(Trace, BodyRunsOnceAndReplaysWithNewBatches) {
+  int body_runs = 0;
+  Tensor w = vec({1, 2, 3});
+  auto step = cs::trace([&](const Tensor& x) {
+    ++body_runs;  // a non-tensor value: only the first (tracing) run sees it change
+    return x * w + 1.0;
+  });
+  auto a = step(vec({1, 1, 1}));
+  auto b = step(vec({2, 0, -1}));
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{2, 3, 4}));
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{3, 1, -2}));
+  EXPECT_EQ(body_runs, 1);
+}
+
+TEST(Trace, NewSignatureTracesAgainAndIsCached) {
+  int body_runs = 0;
+  auto step = cs::trace([&](const Tensor& x) {
+    ++body_runs;
+    return cs::sum(x * 2.0);
+  });
+  EXPECT_FLOAT_EQ(step(vec({1, 2})).item<float>(), 6);
+  EXPECT_FLOAT_EQ(step(vec({1, 2, 3})).item<float>(), 12);
+  EXPECT_FLOAT_EQ(step(vec({4, 4})).item<float>(), 16);
+  EXPECT_FLOAT_EQ(step(vec({1, 1, 1})).item<float>(), 6);
+  EXPECT_EQ(body_runs, 2);
+}
+
+TEST(Trace, ReadingAValueInsideTheStepIsAnError) {
+  auto step = cs::trace([&](const Tensor& x) {
+    auto y = cs::exp(x);
+    (void)y.item<float>();
+    return y;
+  });
+  try {
+    step(vec({1}));
+    FAIL() << "expected an error";
+  } catch (const cs::Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("inside a traced step"), std::string::npos) << m;
+    EXPECT_NE(m.find("'exp'"), std::string::npos) << m;
+    EXPECT_NE(m.find("step_closure"), std::string::npos) << m;
+  }
+}
+
+TEST(Trace, InPlaceUpdatesBecomeStateWritesCommittedPerExecution) {
+  Tensor counter = cs::zeros({});
+  Tensor acc = cs::zeros({2});
+  auto step = cs::trace([&](const Tensor& x) {
+    counter.add_(cs::ones({}));
+    acc.add_(x);
+    return acc * 1.0;
+  });
+  for (int i = 0; i < 5; ++i) step(vec({1, 2}));
+  EXPECT_FLOAT_EQ(counter.item<float>(), 5);
+  EXPECT_EQ(acc.to_vector<float>(), (std::vector<float>{5, 10}));
+  // An eager update between steps is seen by the next replay.
+  counter.fill_(100);
+  step(vec({0, 0}));
+  EXPECT_FLOAT_EQ(counter.item<float>(), 101);
+}
+
+TEST(Trace, StepClosuresRunInOrderWithMaterialisedValues) {
+  Tensor state = cs::zeros({});
+  auto step = cs::trace([&](const Tensor& x) {
+    state.add_(x);
+    return state * 1.0;
+  });
+  std::vector<std::pair<int, float>> seen;
+  auto record = cs::step_closure([&](const Tensor& v, int i) { seen.push_back({i, v.item<float>()}); });
+  for (int i = 0; i < 20; ++i) record(step(cs::full({}, 1.0)), i);
+  cs::synchronize();
+  ASSERT_EQ(seen.size(), 20u);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(seen[i].first, i);
+    EXPECT_FLOAT_EQ(seen[i].second, static_cast<float>(i + 1));
+  }
+}
+
+TEST(Trace, ExecutionErrorSurfacesWithStepAndOp) {
+  auto step = cs::trace([&](const cs::Batch& b) { return cs::nll_loss(b.at("x"), b.at("y")); });
+  Tensor x = cs::log_softmax(cs::zeros({2, 3}), 1);
+  step(cs::Batch{{"x", x}, {"y", cs::from_vector(std::vector<int64_t>{0, 1}, {2})}});
+  cs::synchronize();
+  cs::set_current_step(41);  // as a DataExecutor would
+  auto bad = step(cs::Batch{{"x", x}, {"y", cs::from_vector(std::vector<int64_t>{0, 7}, {2})}});
+  try {
+    cs::synchronize();
+    FAIL() << "expected the step to fail";
+  } catch (const cs::Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("step 41"), std::string::npos) << m;
+    EXPECT_NE(m.find("nll_loss"), std::string::npos) << m;
+    EXPECT_NE(m.find("7"), std::string::npos) << m;
+  }
+  // The executor keeps working after reporting the failure.
+  auto ok = step(cs::Batch{{"x", x}, {"y", cs::from_vector(std::vector<int64_t>{2, 1}, {2})}});
+  EXPECT_NEAR(ok.item<float>(), std::log(3.0f), 1e-6);
+}
+
+TEST(Trace, TensorFromInsideATraceCannotBeReadAfterwards) {
+  Tensor leaked;
+  auto step = cs::trace([&](const Tensor& x) {
+    leaked = x * 3.0;
+    return x + 1.0;
+  });
+  step(vec({1}));
+  EXPECT_THROW(leaked.item<float>(), cs::Error);
+}
+
+TEST(Trace, RandomDrawsAreFreshOnEveryReplay) {
+  cs::manual_seed(7);
+  auto step = cs::trace([&](const Tensor& x) { return cs::dropout(x, 0.5, true); });
+  auto a = step(cs::ones({64})).to_vector<float>();
+  auto b = step(cs::ones({64})).to_vector<float>();
+  EXPECT_NE(a, b);
+  cs::manual_seed(7);
+  auto c = step(cs::ones({64})).to_vector<float>();
+  EXPECT_EQ(a, c);
+}
+
+// The same training step, eager and traced, gives the same parameters.
+TEST(Trace, TracedAndEagerTrainingStepsAgree) {
+  auto make = [] {
+    cs::manual_seed(3);
+    return cs::nn::Sequential(cs::nn::Linear(12, 16), cs::nn::ReLU(), cs::nn::Linear(16, 5));
+  };
+  auto m1 = make();
+  auto m2 = make();
+  cs::optim::SGD o1(m1->parameters(), 0.1, 0.9);
+  cs::optim::SGD o2(m2->parameters(), 0.1, 0.9);
+  auto body = [](cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x, const Tensor& y) {
+    auto loss = cs::cross_entropy(m(x), y);
+    loss.backward();
+    o.step();
+    o.zero_grad();
+    return loss;
+  };
+  auto traced = cs::trace([&](const Tensor& x, const Tensor& y) { return body(m2, o2, x, y); });
+  cs::manual_seed(11);
+  for (int i = 0; i < 6; ++i) {
+    Tensor x = cs::randn({8, 12});
+    Tensor y = cs::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2}, {8});
+    float le = body(m1, o1, x, y).item<float>();
+    float lt = traced(x, y).item<float>();
+    EXPECT_NEAR(le, lt, 1e-6f * std::max(1.0f, std::abs(le))) << "step " << i;
+  }
+  auto p1 = m1->parameters(), p2 = m2->parameters();
+  for (size_t i = 0; i < p1.size(); ++i) {
+    auto a = p1[i].to_vector<float>(), b = p2[i].to_vector<float>();
+    for (size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(a[j], b[j], 1e-6f) << "param " << i;
+  }
+}
+
+TEST(Trace, GradientsKeptAcrossStepsPersist) {
+  Tensor w = vec({1, 2});
+  w.set_requires_grad(true);
+  auto step = cs::trace([&](const Tensor& x) {
+    auto l = cs::sum(w * x);
+    l.backward();  // no zero_grad: gradients accumulate from step to step
+    return l;
+  });
+  step(vec({1, 1}));
+  step(vec({2, 3}));
+  cs::synchronize();
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{3, 4}));
+}
+
+TEST(Trace, FailureInsideTheBodyRestoresState) {
+  Tensor s = vec({1, 2});
+  auto step = cs::trace([&](const Tensor& x) {
+    s.add_(x);
+    return cs::matmul(s, cs::zeros({3, 3}));  // shape error while tracing
+  });
+  EXPECT_THROW(step(vec({1, 1})), cs::Error);
+  EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{1, 2}));
+  EXPECT_EQ((s + 1.0).to_vector<float>(), (std::vector<float>{2, 3}));
+}
