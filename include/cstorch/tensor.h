@@ -70,7 +70,8 @@ class Tensor {
   Tensor view(const Shape& s) const { return reshape(s); }
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   Tensor transpose(int64_t d0, int64_t d1) const;
-  Tensor t() const { return transpose(0, 1); }
+  // Transpose of a matrix; 0-d and 1-d tensors are returned as they are (as torch).
+  Tensor t() const;
   Tensor permute(const std::vector<int64_t>& perm) const;
   Tensor unsqueeze(int64_t d) const;
   Tensor squeeze(std::optional<int64_t> d = std::nullopt) const;

@@ -148,6 +148,10 @@ Tensor& Tensor::fill_(double v) {
 Tensor Tensor::reshape(const Shape& s) const { return cstorch::reshape(*this, s); }
 Tensor Tensor::flatten(int64_t a, int64_t b) const { return cstorch::flatten(*this, a, b); }
 Tensor Tensor::transpose(int64_t a, int64_t b) const { return cstorch::transpose(*this, a, b); }
+Tensor Tensor::t() const {
+  CS_CHECK(dim() <= 2, "t(): expects a tensor with at most 2 dims, got shape {}", shape_str(shape()));
+  return dim() < 2 ? *this : transpose(0, 1);
+}
 Tensor Tensor::permute(const std::vector<int64_t>& p) const { return cstorch::permute(*this, p); }
 Tensor Tensor::unsqueeze(int64_t d) const { return cstorch::unsqueeze(*this, d); }
 Tensor Tensor::squeeze(std::optional<int64_t> d) const { return cstorch::squeeze(*this, d); }
