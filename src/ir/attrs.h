@@ -47,6 +47,12 @@ struct RandomAttrs {
   bool operator==(const RandomAttrs&) const = default;
   size_t hash() const { return hash_mix(std::hash<double>{}(a), std::hash<double>{}(b)); }
 };
+// Cast: the output dtype.
+struct CastAttrs {
+  DType to = DType::f32;
+  bool operator==(const CastAttrs&) const = default;
+  size_t hash() const { return static_cast<size_t>(to) + 1; }
+};
 struct GeluAttrs {
   bool tanh_approx = false;
   bool operator==(const GeluAttrs&) const = default;
@@ -114,9 +120,9 @@ struct TriAttrs {
   size_t hash() const { return hash_mix(std::hash<int64_t>{}(diagonal), upper); }
 };
 
-using Attrs = std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, GeluAttrs,
-                           AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs, LossAttrs,
-                           ShapeAttrs, PermuteAttrs, SliceAttrs, TriAttrs>;
+using Attrs = std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs,
+                           GeluAttrs, AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs,
+                           LossAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs, TriAttrs>;
 
 inline size_t hash_attrs(const Attrs& a) {
   return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));

@@ -159,8 +159,13 @@ void synchronize() { runtime::Executor::get().synchronize(); }
 void set_lookahead(int steps) { runtime::Executor::get().set_lookahead(steps); }
 void set_num_threads(int n) {
   CS_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got {}", n);
-  synchronize();
+  // OpenMP thread counts are per calling thread: set it here (eager ops) and on the executor
+  // thread (compiled steps).
+  auto& ex = runtime::Executor::get();
+  ex.synchronize();
   cpu::set_num_threads(n);
+  ex.enqueue([n] { cpu::set_num_threads(n); }, false, current_step(), "set_num_threads");
+  ex.synchronize();
 }
 int get_num_threads() { return cpu::get_num_threads(); }
 void set_current_step(int64_t step) {

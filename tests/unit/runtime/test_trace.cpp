@@ -1,5 +1,6 @@
 // Tracing, replay, state writes, step closures, execution errors and eager/traced agreement.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstorch/cstorch.h>
 
@@ -188,4 +189,17 @@ TEST(Trace, FailureInsideTheBodyRestoresState) {
   EXPECT_THROW(step(vec({1, 1})), cs::Error);
   EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{1, 2}));
   EXPECT_EQ((s + 1.0).to_vector<float>(), (std::vector<float>{2, 3}));
+}
+
+TEST(Runtime, ThreadCountReachesTheExecutorThread) {
+  int seen = -1;
+  cs::set_num_threads(1);
+  cs::step_closure([&] { seen = omp_get_max_threads(); })();
+  cs::synchronize();
+  EXPECT_EQ(seen, 1);
+  cs::set_num_threads(2);
+  cs::step_closure([&] { seen = omp_get_max_threads(); })();
+  cs::synchronize();
+  EXPECT_EQ(seen, 2);
+  EXPECT_EQ(cs::get_num_threads(), 2);
 }

@@ -1,0 +1,219 @@
+// CPU kernels for matmul (batched, broadcasting, transpose flags) and linear, through OpenBLAS
+// sgemm. 16-bit inputs are widened to f32 in a per-thread scratch buffer that grows once.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/dtype_dispatch.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/parallel.h"
+#include "cstorch/core/error.h"
+
+namespace cstorch::cpu {
+namespace {
+
+// Per-thread f32 scratch for bf16/f16 GEMMs; grows to the largest size seen, never shrinks,
+// so steady-state steps do not allocate. The f32 path never touches it.
+float* scratch(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+template <class T>
+void widen(const T* src, float* dst, int64_t n) {
+  parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = static_cast<float>(src[i]);
+  });
+}
+template <class T>
+void narrow(const float* src, T* dst, int64_t n) {
+  parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = T(src[i]);
+  });
+}
+
+// One single-threaded cblas_sgemm. OpenBLAS's OpenMP build threads a call whenever the
+// caller's OpenMP thread count is above 1 and it is not inside a parallel region; its own
+// threading allocates a job table per call and runs a second team next to ours. So outside a
+// parallel region the thread count is set to 1 for the call (a store to the calling thread's
+// OpenMP state) and restored after.
+void sgemm1(CBLAS_TRANSPOSE TA, CBLAS_TRANSPOSE TB, int64_t M, int64_t N, int64_t K, const float* A,
+            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const bool outside = !omp_in_parallel();
+  const int saved = outside ? omp_get_max_threads() : 1;
+  if (outside && saved != 1) omp_set_num_threads(1);
+  cblas_sgemm(CblasRowMajor, TA, TB, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.f,
+              A, static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+  if (outside && saved != 1) omp_set_num_threads(saved);
+}
+
+// One GEMM on the shared pool: large products are split into row (or column) blocks, one
+// single-threaded sgemm per thread of our team.
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  const int threads = omp_get_max_threads();
+  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  if (threads <= 1 || macs < (1 << 20) || omp_in_parallel() || (M < 32 && N < 32)) {
+    sgemm1(TA, TB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  const bool by_rows = M >= N;
+  const int64_t len = by_rows ? M : N;
+  const int64_t chunks = std::min<int64_t>(threads, std::max<int64_t>(1, len / 16));
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    // Block boundaries on multiples of 16 keep the GEMM micro-kernels on full tiles.
+    int64_t b = (len * c / chunks) / 16 * 16, e = c + 1 == chunks ? len : (len * (c + 1) / chunks) / 16 * 16;
+    if (e <= b) continue;
+    if (by_rows) {
+      sgemm1(TA, TB, e - b, N, K, ta ? A + b : A + b * lda, lda, B, ldb, beta, C + b * ldc, ldc);
+    } else {
+      sgemm1(TA, TB, M, e - b, K, A, lda, tb ? B + b * ldb : B + b, ldb, beta, C + b, ldc);
+    }
+  }
+}
+
+struct MatmulGeom {
+  int64_t m, n, k;
+  bool ta, tb;
+  int64_t nbatch;
+  int64_t a_batch, b_batch;  // number of distinct batch matrices in A and B
+};
+
+// C[batch, m, n] = op(A)[batch, m, k] @ op(B)[batch, k, n] in f32; batch dims broadcast.
+void matmul_f32(const ir::Node& node, const MatmulGeom& g, const float* A, const float* B,
+                float* C) {
+  const int64_t m = g.m, n = g.n, k = g.k;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::memset(C, 0, sizeof(float) * g.nbatch * m * n);
+    return;
+  }
+  const int lda = static_cast<int>(g.ta ? m : k), ldb = static_cast<int>(g.tb ? k : n);
+  // A shared B and an untransposed, unbroadcast A: the batch folds into one tall GEMM.
+  if (g.b_batch == 1 && !g.ta && g.a_batch == g.nbatch) {
+    gemm(g.ta, g.tb, g.nbatch * m, n, k, A, lda, B, ldb, 0.f, C, n);
+    return;
+  }
+  const Shape& sa = node.inputs[0]->shape;
+  const Shape& sb = node.inputs[1]->shape;
+  const Shape& sc = node.shape;
+  const int nbd = static_cast<int>(sc.size()) - 2;
+  const int oa = static_cast<int>(sa.size()) - 2 - nbd, ob = static_cast<int>(sb.size()) - 2 - nbd;
+  const int64_t amat = m * k, bmat = k * n, cmat = m * n;
+  auto gemm_batch = [&](int64_t bi) {
+    // Batch offsets of A and B from the output batch index: walk dims from the last, with 0
+    // stride where that input broadcasts (size 1 or missing).
+    int64_t rem = bi, offa = 0, offb = 0, stra = amat, strb = bmat;
+    for (int d = nbd - 1; d >= 0; --d) {
+      int64_t i = rem % sc[d];
+      rem /= sc[d];
+      int64_t da = d + oa >= 0 ? sa[d + oa] : 1, db = d + ob >= 0 ? sb[d + ob] : 1;
+      if (da != 1) offa += i * stra;
+      if (db != 1) offb += i * strb;
+      stra *= da;
+      strb *= db;
+    }
+    gemm(g.ta, g.tb, m, n, k, A + offa, lda, B + offb, ldb, 0.f, C + bi * cmat, n);
+  };
+  // Many small products: one GEMM per task. Large products: one after another, each split
+  // over the pool.
+  const int64_t flops = m * n * k;
+  if (g.nbatch > 1 && flops < (1 << 18)) {
+    parallel_for(g.nbatch, std::max<int64_t>(1, (1 << 18) / flops), [&](int64_t b, int64_t e) {
+      for (int64_t bi = b; bi < e; ++bi) gemm_batch(bi);
+    });
+  } else {
+    for (int64_t bi = 0; bi < g.nbatch; ++bi) gemm_batch(bi);
+  }
+}
+
+int64_t prod(const Shape& s, size_t end) {
+  int64_t p = 1;
+  for (size_t i = 0; i < end; ++i) p *= s[i];
+  return p;
+}
+
+}  // namespace
+
+void cpu_Matmul(const ir::Node& n, const void* const* in, void* out) {
+  const auto& at = n.attr<ir::MatmulAttrs>();
+  const Shape& sa = n.inputs[0]->shape;
+  const Shape& sb = n.inputs[1]->shape;
+  const size_t ra = sa.size(), rb = sb.size();
+  MatmulGeom g;
+  g.ta = at.trans_a;
+  g.tb = at.trans_b;
+  g.m = at.trans_a ? sa[ra - 1] : sa[ra - 2];
+  g.k = at.trans_a ? sa[ra - 2] : sa[ra - 1];
+  g.n = at.trans_b ? sb[rb - 2] : sb[rb - 1];
+  g.nbatch = prod(n.shape, n.shape.size() - 2);
+  g.a_batch = prod(sa, ra - 2);
+  g.b_batch = prod(sb, rb - 2);
+  if (n.dtype == DType::f32) {
+    matmul_f32(n, g, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
+               static_cast<float*>(out));
+    return;
+  }
+  dispatch_float(n.dtype, "matmul", [&]<class T>(T*) {
+    if constexpr (!std::is_same_v<T, float>) {
+      const int64_t na = n.inputs[0]->numel(), nb = n.inputs[1]->numel(), nc = n.numel();
+      float* a = scratch(static_cast<size_t>(na + nb + nc));
+      float* b = a + na;
+      float* c = b + nb;
+      widen(static_cast<const T*>(in[0]), a, na);
+      widen(static_cast<const T*>(in[1]), b, nb);
+      matmul_f32(n, g, a, b, c);
+      narrow(c, static_cast<T*>(out), nc);
+    }
+  });
+}
+
+// y[M, N] = x[M, K] @ W[N, K]^T (+ b[N]): the bias is copied into each row, then one GEMM
+// accumulates onto it (beta = 1).
+static void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, const float* w,
+                       const float* bias, float* y) {
+  if (M == 0 || N == 0) return;
+  if (bias) {
+    parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) std::memcpy(y + i * N, bias, sizeof(float) * N);
+    });
+  } else if (K == 0) {
+    std::memset(y, 0, sizeof(float) * M * N);
+  }
+  if (K == 0) return;
+  gemm(false, true, M, N, K, x, K, w, K, bias ? 1.f : 0.f, y, N);
+}
+
+void cpu_Linear(const ir::Node& n, const void* const* in, void* out) {
+  const Shape& sw = n.inputs[1]->shape;
+  const int64_t N = sw[0], K = sw[1];
+  const Shape& sx = n.inputs[0]->shape;
+  const int64_t M = prod(sx, sx.size() - 1);
+  const bool has_bias = n.inputs.size() > 2;
+  if (n.dtype == DType::f32) {
+    linear_f32(M, N, K, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
+               has_bias ? static_cast<const float*>(in[2]) : nullptr, static_cast<float*>(out));
+    return;
+  }
+  dispatch_float(n.dtype, "linear", [&]<class T>(T*) {
+    if constexpr (!std::is_same_v<T, float>) {
+      const int64_t nx = M * K, nw = N * K, nb = has_bias ? N : 0, ny = M * N;
+      float* x = scratch(static_cast<size_t>(nx + nw + nb + ny));
+      float* w = x + nx;
+      float* b = w + nw;
+      float* y = b + nb;
+      widen(static_cast<const T*>(in[0]), x, nx);
+      widen(static_cast<const T*>(in[1]), w, nw);
+      if (has_bias) widen(static_cast<const T*>(in[2]), b, nb);
+      linear_f32(M, N, K, x, w, has_bias ? b : nullptr, y);
+      narrow(y, static_cast<T*>(out), ny);
+    }
+  });
+}
+
+}  // namespace cstorch::cpu

@@ -1,0 +1,253 @@
+// CPU kernels for softmax, log_softmax, nll_loss and its gradient. Softmax runs over any dim by
+// viewing the input as [outer, C, inner]; both subtract the max so exp never overflows.
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "backend/cpu/dtype_dispatch.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/parallel.h"
+#include "cstorch/core/error.h"
+
+namespace cstorch::cpu {
+namespace {
+
+constexpr int kTile = 64;  // inner columns processed together when the dim is not last
+
+// exp(x) for float, written branch-free so loops using it vectorise (std::exp does not):
+// Cephes' expf, 2^n * p(r) with r = x - n ln2, |r| <= ln2 / 2; max relative error ~1e-7.
+// Exact 0 below the float range, inf above, NaN kept.
+inline float vexp(float x) {
+  constexpr float kHi = 88.3762626647949f, kLo = -87.3365447504019f;
+  float xc = x > kHi ? kHi : x;
+  xc = xc < kLo ? kLo : xc;
+  // Round to nearest by the 1.5 * 2^23 trick (std::floor blocks vectorisation).
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  float y = p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  y = x < kLo ? 0.0f : y;
+  y = x > kHi ? std::numeric_limits<float>::infinity() : y;
+  return x != x ? x : y;
+}
+
+struct OCI {
+  int64_t outer = 1, C = 1, inner = 1;
+};
+OCI view_dim(const Shape& s, int64_t dim) {
+  OCI v;
+  if (s.empty()) return v;  // 0-d: one element, one class
+  for (int64_t i = 0; i < dim; ++i) v.outer *= s[i];
+  v.C = s[dim];
+  for (size_t i = dim + 1; i < s.size(); ++i) v.inner *= s[i];
+  return v;
+}
+
+// Softmax (kLog = false) or log-softmax of one contiguous row. The max skips NaN; a NaN
+// still reaches every output through the sum. The sum of exps is accumulated in double.
+template <bool kLog, class T>
+void softmax_row(const T* __restrict x, T* __restrict y, int64_t C) {
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < C; ++j) {
+    float v = load(x[j]);
+    m = v > m ? v : m;
+  }
+  double s = 0;
+  if constexpr (!kLog && std::is_same_v<T, float>) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < C; ++j) {
+      float e = vexp(x[j] - m);
+      y[j] = e;
+      s += e;
+    }
+    const float inv = static_cast<float>(1.0 / s);
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j) y[j] *= inv;
+  } else {
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < C; ++j) s += vexp(static_cast<float>(load(x[j])) - m);
+    if constexpr (kLog) {
+      const float ls = static_cast<float>(std::log(s));
+#pragma omp simd
+      for (int64_t j = 0; j < C; ++j) y[j] = store<T>((static_cast<float>(load(x[j])) - m) - ls);
+    } else {
+      const float inv = static_cast<float>(1.0 / s);
+#pragma omp simd
+      for (int64_t j = 0; j < C; ++j)
+        y[j] = store<T>(vexp(static_cast<float>(load(x[j])) - m) * inv);
+    }
+  }
+}
+
+// The same over `w` columns with stride `inner` (the softmax dim is not the last).
+template <bool kLog, class T>
+void softmax_cols(const T* __restrict x, T* __restrict y, int64_t C, int64_t inner, int w) {
+  float m[kTile];
+  double s[kTile];
+  for (int j = 0; j < w; ++j) {
+    m[j] = -std::numeric_limits<float>::infinity();
+    s[j] = 0;
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    const T* row = x + c * inner;
+#pragma omp simd
+    for (int j = 0; j < w; ++j) {
+      float v = load(row[j]);
+      m[j] = v > m[j] ? v : m[j];
+    }
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    const T* row = x + c * inner;
+#pragma omp simd
+    for (int j = 0; j < w; ++j) s[j] += vexp(static_cast<float>(load(row[j])) - m[j]);
+  }
+  float f[kTile];
+  for (int j = 0; j < w; ++j)
+    f[j] = kLog ? static_cast<float>(std::log(s[j])) : static_cast<float>(1.0 / s[j]);
+  for (int64_t c = 0; c < C; ++c) {
+    const T* row = x + c * inner;
+    T* out = y + c * inner;
+#pragma omp simd
+    for (int j = 0; j < w; ++j) {
+      float d = static_cast<float>(load(row[j])) - m[j];
+      out[j] = store<T>(kLog ? d - f[j] : vexp(d) * f[j]);
+    }
+  }
+}
+
+template <bool kLog>
+void softmax_kernel(const ir::Node& n, const void* const* in, void* out, const char* op) {
+  const auto& x = *n.inputs[0];
+  OCI v = view_dim(x.shape, n.attr<ir::DimAttrs>().dim);
+  if (x.numel() == 0) return;
+  dispatch_float(x.dtype, op, [&]<class T>(T*) {
+    const T* xp = static_cast<const T*>(in[0]);
+    T* yp = static_cast<T*>(out);
+    if (v.inner == 1) {
+      parallel_for(v.outer, std::max<int64_t>(1, 4096 / v.C), [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o) softmax_row<kLog>(xp + o * v.C, yp + o * v.C, v.C);
+      });
+      return;
+    }
+    const int64_t tiles = (v.inner + kTile - 1) / kTile;
+    parallel_for(v.outer * tiles, std::max<int64_t>(1, 4096 / (v.C * kTile)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t t = b; t < e; ++t) {
+                     int64_t o = t / tiles, j0 = (t % tiles) * kTile;
+                     int w = static_cast<int>(std::min<int64_t>(kTile, v.inner - j0));
+                     int64_t off = o * v.C * v.inner + j0;
+                     softmax_cols<kLog>(xp + off, yp + off, v.C, v.inner, w);
+                   }
+                 });
+  });
+}
+
+// Reads target i as int64 (i32 or i64 storage).
+struct Targets {
+  const void* p;
+  bool i64;
+  int64_t operator[](int64_t i) const {
+    return i64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
+  }
+};
+
+[[noreturn]] void bad_target(const char* op, int64_t t, int64_t C, int64_t ignore) {
+  fail("{}: target value {} is out of range for {} classes (expected 0 to {}, or ignore_index {})",
+       op, t, C, C - 1, ignore);
+}
+
+// log_probs [N, C, inner] (a 1-d input is N = inner = 1); targets [N, inner].
+OCI loss_view(const Shape& lp) {
+  OCI v;
+  if (lp.size() == 1) {
+    v.C = lp[0];
+    return v;
+  }
+  v.outer = lp[0];
+  v.C = lp[1];
+  for (size_t i = 2; i < lp.size(); ++i) v.inner *= lp[i];
+  return v;
+}
+
+}  // namespace
+
+void cpu_Softmax(const ir::Node& n, const void* const* in, void* out) {
+  softmax_kernel<false>(n, in, out, "softmax");
+}
+void cpu_LogSoftmax(const ir::Node& n, const void* const* in, void* out) {
+  softmax_kernel<true>(n, in, out, "log_softmax");
+}
+
+// Sequential on purpose: it is O(N) gathers, and a bad target must throw on this thread (an
+// exception cannot leave an OpenMP region).
+void cpu_NllLoss(const ir::Node& n, const void* const* in, void* out) {
+  const auto& at = n.attr<ir::LossAttrs>();
+  const auto& lp = *n.inputs[0];
+  const OCI v = loss_view(lp.shape);
+  const Targets tg{in[1], n.inputs[1]->dtype == DType::i64};
+  dispatch_float(lp.dtype, "nll_loss", [&]<class T>(T*) {
+    const T* x = static_cast<const T*>(in[0]);
+    T* y = static_cast<T*>(out);
+    double total = 0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < v.outer; ++i)
+      for (int64_t j = 0; j < v.inner; ++j) {
+        const int64_t k = i * v.inner + j, t = tg[k];
+        double val = 0;
+        if (t != at.ignore_index) {
+          if (t < 0 || t >= v.C) bad_target("nll_loss", t, v.C, at.ignore_index);
+          val = -static_cast<double>(load(x[(i * v.C + t) * v.inner + j]));
+          ++count;
+        }
+        if (at.reduction == ir::Reduction::None)
+          y[k] = store<T>(static_cast<compute_t<T>>(val));
+        else
+          total += val;
+      }
+    if (at.reduction == ir::Reduction::Sum)
+      y[0] = store<T>(static_cast<compute_t<T>>(total));
+    else if (at.reduction == ir::Reduction::Mean)  // no valid target: 0/0 = NaN, as torch
+      y[0] = store<T>(static_cast<compute_t<T>>(total / static_cast<double>(count)));
+  });
+}
+
+// d(log_probs)[i, t_i, j] = -g (scaled by 1/count for the mean); zero elsewhere.
+void cpu_NllLossGrad(const ir::Node& n, const void* const* in, void* out) {
+  const auto& at = n.attr<ir::LossAttrs>();
+  const OCI v = loss_view(n.shape);
+  const Targets tg{in[1], n.inputs[1]->dtype == DType::i64};
+  dispatch_float(n.dtype, "nll_loss_grad", [&]<class T>(T*) {
+    const T* g = static_cast<const T*>(in[0]);
+    T* y = static_cast<T*>(out);
+    std::memset(static_cast<void*>(y), 0, n.nbytes());
+    const int64_t total = v.outer * v.inner;
+    int64_t count = 0;
+    for (int64_t k = 0; k < total; ++k) {
+      const int64_t t = tg[k];
+      if (t == at.ignore_index) continue;
+      if (t < 0 || t >= v.C) bad_target("nll_loss_grad", t, v.C, at.ignore_index);
+      ++count;
+    }
+    double scale = at.reduction == ir::Reduction::None ? 0.0 : static_cast<double>(load(g[0]));
+    if (at.reduction == ir::Reduction::Mean) scale /= static_cast<double>(count);
+    for (int64_t i = 0; i < v.outer; ++i)
+      for (int64_t j = 0; j < v.inner; ++j) {
+        const int64_t k = i * v.inner + j, t = tg[k];
+        if (t == at.ignore_index) continue;
+        double gv = at.reduction == ir::Reduction::None ? static_cast<double>(load(g[k])) : scale;
+        y[(i * v.C + t) * v.inner + j] = store<T>(static_cast<compute_t<T>>(-gv));
+      }
+  });
+}
+
+}  // namespace cstorch::cpu

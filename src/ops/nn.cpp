@@ -1,0 +1,244 @@
+// nn functions: softmax, log_softmax and nll_loss as ops (kernels in backend/cpu/nn.cpp), and
+// the composites built on the public ops: cross_entropy, mse_loss, layer_norm, embedding,
+// dropout.
+#include "core/internal.h"
+#include "ops/vjp.h"
+
+namespace cstorch {
+namespace ops {
+namespace {
+
+static_assert(static_cast<int>(cstorch::Reduction::None) == static_cast<int>(ir::Reduction::None) &&
+              static_cast<int>(cstorch::Reduction::Mean) == static_cast<int>(ir::Reduction::Mean) &&
+              static_cast<int>(cstorch::Reduction::Sum) == static_cast<int>(ir::Reduction::Sum));
+
+void infer_softmax_like(ir::Node& n, const char* op) {
+  CS_CHECK(n.inputs.size() == 1, "{}: expected 1 input, got {}", op, n.inputs.size());
+  const auto& x = *n.inputs[0];
+  const int64_t dim = n.attr<ir::DimAttrs>().dim;
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  CS_CHECK(dim >= 0 && dim < std::max<int64_t>(rank, 1),
+           "{}: dim {} is out of range for input shape {}", op, dim, shape_str(x.shape));
+  CS_CHECK(is_floating(x.dtype), "{}: expected a floating-point input, got {} of shape {}", op,
+           dtype_name(x.dtype), shape_str(x.shape));
+  n.shape = x.shape;
+  n.dtype = x.dtype;
+}
+
+}  // namespace
+
+// Shared by nll_loss, cross_entropy and the NllLoss shape rule; `op` names the caller.
+static void check_loss_inputs(const char* op, const Shape& in, DType in_t, const Shape& tg,
+                              DType tg_t) {
+  CS_CHECK(is_integral(tg_t), "{}: target must be an integer class index tensor (i32/i64), got {}",
+           op, dtype_name(tg_t));
+  CS_CHECK(is_floating(in_t), "{}: input must be a floating-point tensor, got {} of shape {}", op,
+           dtype_name(in_t), shape_str(in));
+  CS_CHECK(!in.empty(), "{}: input must have shape [C], [N, C] or [N, C, d1, ...], got []", op);
+  if (in.size() == 1) {
+    CS_CHECK(tg.empty(), "{}: target has shape {} but a 1-d input of shape {} needs a 0-d target",
+             op, shape_str(tg), shape_str(in));
+    return;
+  }
+  CS_CHECK(!tg.empty() && tg[0] == in[0], "{}: target has shape {} but input has batch size {}", op,
+           shape_str(tg), in[0]);
+  Shape want{in[0]};
+  want.insert(want.end(), in.begin() + 2, in.end());
+  CS_CHECK(tg == want, "{}: target shape {} does not match input shape {} (expected {})", op,
+           shape_str(tg), shape_str(in), shape_str(want));
+}
+
+void infer_Softmax(ir::Node& n) {
+  infer_softmax_like(n, "softmax");
+}
+void infer_LogSoftmax(ir::Node& n) {
+  infer_softmax_like(n, "log_softmax");
+}
+
+void infer_NllLoss(ir::Node& n) {
+  CS_CHECK(n.inputs.size() == 2, "nll_loss: expected inputs (log_probs, target), got {} inputs",
+           n.inputs.size());
+  const auto& lp = *n.inputs[0];
+  const auto& tg = *n.inputs[1];
+  check_loss_inputs("nll_loss", lp.shape, lp.dtype, tg.shape, tg.dtype);
+  n.shape = n.attr<ir::LossAttrs>().reduction == ir::Reduction::None ? tg.shape : Shape{};
+  n.dtype = lp.dtype;
+}
+
+void infer_NllLossGrad(ir::Node& n) {
+  CS_CHECK(n.inputs.size() == 2, "nll_loss_grad: expected inputs (grad, target), got {} inputs",
+           n.inputs.size());
+  const auto& at = n.attr<ir::LossAttrs>();
+  const auto& g = *n.inputs[0];
+  const auto& tg = *n.inputs[1];
+  CS_CHECK(is_floating(g.dtype), "nll_loss_grad: grad must be floating-point, got {}",
+           dtype_name(g.dtype));
+  CS_CHECK(is_integral(tg.dtype), "nll_loss_grad: target must be i32/i64, got {}",
+           dtype_name(tg.dtype));
+  CS_CHECK(at.num_classes >= 0, "nll_loss_grad: num_classes must be >= 0, got {}", at.num_classes);
+  const Shape want = at.reduction == ir::Reduction::None ? tg.shape : Shape{};
+  CS_CHECK(g.shape == want, "nll_loss_grad: grad has shape {} but expected {}", shape_str(g.shape),
+           shape_str(want));
+  if (tg.shape.empty()) {
+    n.shape = {at.num_classes};
+  } else {
+    n.shape = {tg.shape[0], at.num_classes};
+    n.shape.insert(n.shape.end(), tg.shape.begin() + 1, tg.shape.end());
+  }
+  n.dtype = g.dtype;
+}
+
+// y * (g - sum(g * y)) along the softmax dim.
+std::vector<Tensor> vjp_Softmax(const VjpArgs& a) {
+  const int64_t dim = a.node.attr<ir::DimAttrs>().dim;
+  const Tensor& y = a.out;
+  return {mul(y, sub(a.grad, sum(mul(a.grad, y), {dim}, true)))};
+}
+
+// g - softmax * sum(g), with softmax = exp(log_softmax output).
+std::vector<Tensor> vjp_LogSoftmax(const VjpArgs& a) {
+  const int64_t dim = a.node.attr<ir::DimAttrs>().dim;
+  return {sub(a.grad, mul(exp(a.out), sum(a.grad, {dim}, true)))};
+}
+
+std::vector<Tensor> vjp_NllLoss(const VjpArgs& a) {
+  ir::LossAttrs at = a.node.attr<ir::LossAttrs>();
+  const Tensor& lp = a.inputs[0];
+  at.num_classes = lp.dim() == 1 ? lp.size(0) : lp.size(1);
+  std::vector<Tensor> r(2);
+  if (a.needs[0]) r[0] = detail::dispatch(ir::OpCode::NllLossGrad, at, {a.grad, a.inputs[1]});
+  return r;
+}
+
+// NllLossGrad is linear in its grad input: its transpose is nll_loss itself with the same
+// reduction (picks -G at each valid target, scaled the same way).
+std::vector<Tensor> vjp_NllLossGrad(const VjpArgs& a) {
+  std::vector<Tensor> r(2);
+  if (a.needs[0])
+    r[0] =
+        detail::dispatch(ir::OpCode::NllLoss, a.node.attr<ir::LossAttrs>(), {a.grad, a.inputs[1]});
+  return r;
+}
+
+}  // namespace ops
+
+using ir::OpCode;
+
+Tensor softmax(const Tensor& a, int64_t dim) {
+  int64_t d = normalize_dim(dim, std::max<int64_t>(a.dim(), 1), "softmax");
+  return detail::dispatch(OpCode::Softmax, ir::DimAttrs{d}, {a});
+}
+
+Tensor log_softmax(const Tensor& a, int64_t dim) {
+  int64_t d = normalize_dim(dim, std::max<int64_t>(a.dim(), 1), "log_softmax");
+  return detail::dispatch(OpCode::LogSoftmax, ir::DimAttrs{d}, {a});
+}
+
+static ir::LossAttrs loss_attrs(const Tensor& input, int64_t ignore_index, Reduction r) {
+  int64_t classes = input.dim() == 1 ? input.size(0) : input.size(1);
+  return ir::LossAttrs{ignore_index, static_cast<ir::Reduction>(r), classes};
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index,
+                Reduction reduction) {
+  CS_CHECK(log_probs.defined() && target.defined(), "nll_loss: an input tensor is undefined");
+  ops::check_loss_inputs("nll_loss", log_probs.shape(), log_probs.dtype(), target.shape(),
+                         target.dtype());
+  return detail::dispatch(OpCode::NllLoss, loss_attrs(log_probs, ignore_index, reduction),
+                          {log_probs, target});
+}
+
+// torch's label smoothing: (1 - eps) * nll + eps / C * smooth, with smooth the negative sum of
+// log-probabilities over the classes, zero at ignored targets, reduced like the loss (the mean
+// divides by the number of non-ignored targets).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                     double label_smoothing, Reduction reduction) {
+  CS_CHECK(logits.defined() && target.defined(), "cross_entropy: an input tensor is undefined");
+  ops::check_loss_inputs("cross_entropy", logits.shape(), logits.dtype(), target.shape(),
+                         target.dtype());
+  CS_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
+           "cross_entropy: label_smoothing must be in [0, 1], got {}", label_smoothing);
+  const int64_t cdim = logits.dim() == 1 ? 0 : 1;
+  Tensor lp = log_softmax(logits, cdim);
+  Tensor loss =
+      detail::dispatch(OpCode::NllLoss, loss_attrs(lp, ignore_index, reduction), {lp, target});
+  if (label_smoothing == 0) return loss;
+  const int64_t classes = logits.size(cdim);
+  Tensor valid = logical_not(target == static_cast<double>(ignore_index));
+  Tensor smooth = where(valid, neg(sum(lp, {cdim})), 0.0);
+  Tensor reduced = smooth;
+  if (reduction == Reduction::Sum) {
+    reduced = sum(smooth);
+  } else if (reduction == Reduction::Mean) {
+    reduced = div(sum(smooth), cast(sum(valid), smooth.dtype()));
+  }
+  return add(loss * (1.0 - label_smoothing),
+             reduced * (label_smoothing / static_cast<double>(classes)));
+}
+
+Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
+  CS_CHECK(a.defined() && b.defined(), "mse_loss: an input tensor is undefined");
+  CS_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()),
+           "mse_loss: expected floating-point tensors, got {} of shape {} and {} of shape {}",
+           dtype_name(a.dtype()), shape_str(a.shape()), dtype_name(b.dtype()),
+           shape_str(b.shape()));
+  Tensor d = sub(a, b);
+  Tensor sq = mul(d, d);
+  if (reduction == Reduction::Mean) return mean(sq);
+  if (reduction == Reduction::Sum) return sum(sq);
+  return sq;
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  CS_CHECK(x.defined(), "layer_norm: the input tensor is undefined");
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  const Shape& s = x.shape();
+  bool match = k >= 1 && k <= x.dim();
+  for (int64_t i = 0; match && i < k; ++i) match = s[x.dim() - k + i] == normalized_shape[i];
+  CS_CHECK(match,
+           "layer_norm: normalized_shape {} does not match the trailing dims of input "
+           "shape {}",
+           shape_str(normalized_shape), shape_str(s));
+  CS_CHECK(is_floating(x.dtype()), "layer_norm: expected a floating-point input, got {}",
+           dtype_name(x.dtype()));
+  for (const auto* t : {&weight, &bias}) {
+    CS_CHECK(!t->defined() || t->shape() == normalized_shape,
+             "layer_norm: {} has shape {} but normalized_shape is {}",
+             t == &weight ? "weight" : "bias", shape_str(t->shape()), shape_str(normalized_shape));
+  }
+  std::vector<int64_t> dims;
+  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
+  Tensor m = mean(x, dims, true);
+  Tensor v = var(x, dims, 0, true);  // biased, as torch's layer_norm
+  Tensor y = mul(sub(x, m), rsqrt(v + eps));
+  if (weight.defined()) y = mul(y, weight);
+  if (bias.defined()) y = add(y, bias);
+  return y;
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  CS_CHECK(indices.defined() && weight.defined(), "embedding: an input tensor is undefined");
+  CS_CHECK(is_integral(indices.dtype()), "embedding: indices must be i32/i64, got {} of shape {}",
+           dtype_name(indices.dtype()), shape_str(indices.shape()));
+  CS_CHECK(weight.dim() == 2,
+           "embedding: weight must be 2-d [num_embeddings, embedding_dim], got shape {}",
+           shape_str(weight.shape()));
+  if (indices.dim() == 1) return index_select(weight, 0, indices);
+  Tensor rows = index_select(weight, 0, reshape(indices, {indices.numel()}));
+  Shape s = indices.shape();
+  s.push_back(weight.size(1));
+  return reshape(rows, s);
+}
+
+Tensor dropout(const Tensor& a, double p, bool training) {
+  CS_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got {}", p);
+  if (!training || p == 0) return a;
+  CS_CHECK(is_floating(a.dtype()), "dropout: expected a floating-point input, got {}",
+           dtype_name(a.dtype()));
+  // The mask is scaled before multiplying so the backward pass is one multiply by it.
+  Tensor mask = bernoulli(a.shape(), 1.0 - p, a.dtype());
+  return mul(a, mask * (1.0 / (1.0 - p)));
+}
+
+}  // namespace cstorch
