@@ -1,18 +1,18 @@
 // FC-MNIST: the seed's custom training loop in C++. Trains a fully connected network on MNIST
 // IDX files (synthetic digits are generated on first run when no files are present), printing
 // the loss from a step closure, then reports test accuracy.
-#include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstorch/cstorch.h>
 #include <cstorch/data/mnist.h>
+#include <CLI/CLI.hpp>
+#include <chrono>
 
 namespace cs = cstorch;
 using cs::Tensor;
 
 // Builds a worker's loader over one split: images scaled to [0,1] and normalised with the
 // usual MNIST mean and std, labels as i64 class indices.
-static std::shared_ptr<cs::utils::data::Loader> mnist_input_fn(const cs::Config& args,
-                                                               const cs::utils::data::WorkerInfo& w) {
+static std::shared_ptr<cs::utils::data::Loader> mnist_input_fn(
+    const cs::Config& args, const cs::utils::data::WorkerInfo& w) {
   auto split = cs::data::load_mnist_split(args.at("data_dir"), args.at("split"));
   int64_t n = split.images.dims[0];
   std::vector<float> x(split.images.data.size());
@@ -49,8 +49,10 @@ int main(int argc, char** argv) {
       auto t0 = std::chrono::steady_clock::now();
       cs::data::write_synthetic_mnist(data_dir, 60000, 10000, 2024);
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      fmt::print("no MNIST files in {}: generated synthetic digits (60000 train, 10000 test) in {:.1f} s\n",
-                 data_dir, s);
+      fmt::print(
+          "no MNIST files in {}: generated synthetic digits (60000 train, 10000 test) in {:.1f} "
+          "s\n",
+          data_dir, s);
     }
 
     auto backend = cs::backend("CPU");
@@ -68,7 +70,8 @@ int main(int argc, char** argv) {
                                                     {{"lr", lr}, {"momentum", momentum}});
 
     cs::utils::data::DataLoader loader(
-        mnist_input_fn, {{"data_dir", data_dir}, {"split", "train"}, {"batch_size", batch_size}, {"seed", seed}});
+        mnist_input_fn,
+        {{"data_dir", data_dir}, {"split", "train"}, {"batch_size", batch_size}, {"seed", seed}});
     int64_t steps_per_epoch = loader.loader().size();
 
     auto training_step = cs::trace([&](const cs::Batch& batch) {
@@ -82,10 +85,12 @@ int main(int argc, char** argv) {
       if (step % log_every == 0) fmt::print("step {:5d}  loss {:.4f}\n", step, loss.item<float>());
     });
 
-    fmt::print("training {} -> {} -> 10 for {} epochs ({} steps of batch {}) on {} thread(s)\n", 784,
-               fmt::join(hidden, " -> "), epochs, epochs * steps_per_epoch, batch_size, cs::get_num_threads());
+    fmt::print("training {} -> {} -> 10 for {} epochs ({} steps of batch {}) on {} thread(s)\n",
+               784, fmt::join(hidden, " -> "), epochs, epochs * steps_per_epoch, batch_size,
+               cs::get_num_threads());
     auto t0 = std::chrono::steady_clock::now();
-    cs::utils::data::DataExecutor executor(loader, {.num_steps = epochs * steps_per_epoch, .checkpoint_steps = 0});
+    cs::utils::data::DataExecutor executor(
+        loader, {.num_steps = epochs * steps_per_epoch, .checkpoint_steps = 0});
     for (const auto& batch : executor) {
       auto loss = training_step(batch);
       print_loss(loss, executor.step());
@@ -101,7 +106,8 @@ int main(int argc, char** argv) {
       auto pred = cs::argmax(compiled(batch.at("x")), 1);
       return cs::sum(cs::eq(pred, batch.at("y")));
     });
-    auto test = mnist_input_fn({{"data_dir", data_dir}, {"split", "test"}, {"batch_size", 1000}}, {});
+    auto test =
+        mnist_input_fn({{"data_dir", data_dir}, {"split", "test"}, {"batch_size", 1000}}, {});
     std::vector<Tensor> correct;
     int64_t total = 0;
     while (auto b = test->next()) {

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git clang-format
   libopenblas-openmp-dev      # CBLAS GEMM; the OpenMP build shares one thread pool with our kernels
   libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libhdf5-dev

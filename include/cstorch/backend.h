@@ -25,9 +25,9 @@ struct ClusterConfig {
 
 struct BackendOptions {
   std::string artifact_dir = "./cerebras_logs";
-  std::string compile_dir;    // CSX: where compile artefacts go
-  bool compile_only = false;  // compile, write artefacts, do not run
-  bool validate_only = false; // trace and check only
+  std::string compile_dir;     // CSX: where compile artefacts go
+  bool compile_only = false;   // compile, write artefacts, do not run
+  bool validate_only = false;  // trace and check only
   ClusterConfig cluster_config;
 };
 
@@ -57,7 +57,8 @@ std::shared_ptr<Backend> backend();
 // A model prepared for the backend: call it like the module.
 class CompiledModel {
  public:
-  CompiledModel(std::shared_ptr<nn::Module> m, std::shared_ptr<Backend> b) : m_(std::move(m)), b_(std::move(b)) {}
+  CompiledModel(std::shared_ptr<nn::Module> m, std::shared_ptr<Backend> b)
+      : m_(std::move(m)), b_(std::move(b)) {}
   Tensor operator()(const Tensor& x) const { return m_->forward(x); }
   nn::Module* operator->() const { return m_.get(); }
   const std::shared_ptr<nn::Module>& module() const { return m_; }

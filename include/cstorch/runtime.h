@@ -45,15 +45,17 @@ struct Flat;
 template <>
 struct Flat<Tensor> {
   static void flatten(const Tensor& t, std::vector<Tensor>& out) { out.push_back(t); }
-  static Tensor unflatten(const Tensor& proto, const std::vector<Tensor>& in, size_t& i) { return in[i++]; }
+  static Tensor unflatten(const Tensor& proto, const std::vector<Tensor>& in, size_t& i) {
+    return in[i++];
+  }
 };
 template <>
 struct Flat<std::vector<Tensor>> {
   static void flatten(const std::vector<Tensor>& v, std::vector<Tensor>& out) {
     out.insert(out.end(), v.begin(), v.end());
   }
-  static std::vector<Tensor> unflatten(const std::vector<Tensor>& proto, const std::vector<Tensor>& in,
-                                       size_t& i) {
+  static std::vector<Tensor> unflatten(const std::vector<Tensor>& proto,
+                                       const std::vector<Tensor>& in, size_t& i) {
     std::vector<Tensor> r(in.begin() + i, in.begin() + i + proto.size());
     i += proto.size();
     return r;
@@ -79,7 +81,8 @@ template <class F>
 class Traced {
  public:
   Traced(F fn, std::string name)
-      : fn_(std::make_shared<F>(std::move(fn))), name_(std::move(name)),
+      : fn_(std::make_shared<F>(std::move(fn))),
+        name_(std::move(name)),
         args_(std::make_shared<std::shared_ptr<void>>()),
         result_(std::make_shared<std::shared_ptr<void>>()) {}
 
@@ -100,7 +103,8 @@ class Traced {
             size_t i = 0;
             Tup rebuilt = std::apply(
                 [&](const auto&... p) {
-                  return Tup{detail::Flat<std::decay_t<decltype(p)>>::unflatten(p, placeholders, i)...};
+                  return Tup{
+                      detail::Flat<std::decay_t<decltype(p)>>::unflatten(p, placeholders, i)...};
                 },
                 protos);
             std::vector<Tensor> out;
@@ -151,7 +155,9 @@ template <class F>
 auto step_closure(F fn) {
   return [fn = std::make_shared<F>(std::move(fn))](auto&&... args) {
     detail::enqueue_closure(
-        [fn, tup = std::make_tuple(std::decay_t<decltype(args)>(args)...)]() mutable { std::apply(*fn, tup); },
+        [fn, tup = std::make_tuple(std::decay_t<decltype(args)>(args)...)]() mutable {
+          std::apply(*fn, tup);
+        },
         "step closure");
   };
 }
@@ -169,8 +175,8 @@ int64_t current_step();
 
 // Counters for tests and benchmarks.
 struct RuntimeStats {
-  int64_t traces = 0;      // bodies traced (one per signature)
-  int64_t executions = 0;  // compiled steps run
+  int64_t traces = 0;                       // bodies traced (one per signature)
+  int64_t executions = 0;                   // compiled steps run
   int64_t last_step_heap_allocations = -1;  // when allocation counting is enabled (tests)
 };
 RuntimeStats runtime_stats();

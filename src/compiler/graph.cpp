@@ -59,17 +59,22 @@ static std::string attrs_str(const ir::Node& n) {
         auto dims = [](const ir::Dims& d) { return shape_str(d); };
         if constexpr (std::is_same_v<A, ir::InputAttrs>)
           return fmt::format("{}#{}", a.kind == ir::InputKind::Batch ? "batch" : "state", a.index);
-        else if constexpr (std::is_same_v<A, ir::FullAttrs>) return fmt::format("value={}", a.value);
+        else if constexpr (std::is_same_v<A, ir::FullAttrs>)
+          return fmt::format("value={}", a.value);
         else if constexpr (std::is_same_v<A, ir::AxesAttrs>)
           return fmt::format("dims={} keepdim={}", dims(a.dims), a.keepdim);
         else if constexpr (std::is_same_v<A, ir::MatmulAttrs>)
           return fmt::format("trans_a={} trans_b={}", a.trans_a, a.trans_b);
-        else if constexpr (std::is_same_v<A, ir::DimAttrs>) return fmt::format("dim={}", a.dim);
-        else if constexpr (std::is_same_v<A, ir::ShapeAttrs>) return "shape=" + dims(a.shape);
-        else if constexpr (std::is_same_v<A, ir::PermuteAttrs>) return "perm=" + dims(a.perm);
+        else if constexpr (std::is_same_v<A, ir::DimAttrs>)
+          return fmt::format("dim={}", a.dim);
+        else if constexpr (std::is_same_v<A, ir::ShapeAttrs>)
+          return "shape=" + dims(a.shape);
+        else if constexpr (std::is_same_v<A, ir::PermuteAttrs>)
+          return "perm=" + dims(a.perm);
         else if constexpr (std::is_same_v<A, ir::SliceAttrs>)
           return fmt::format("dim={} {}:{}:{}", a.dim, a.start, a.end, a.step);
-        else return "";
+        else
+          return "";
       },
       n.attrs);
 }
@@ -84,7 +89,8 @@ std::string Graph::dump() const {
     for (size_t i = 0; i < n->inputs.size(); ++i) os << (i ? ", " : "") << "%" << n->inputs[i]->id;
     os << ") : " << dtype_name(n->dtype) << shape_str(n->shape) << "\n";
   }
-  for (size_t i = 0; i < outputs.size(); ++i) os << "output " << i << " = %" << outputs[i]->id << "\n";
+  for (size_t i = 0; i < outputs.size(); ++i)
+    os << "output " << i << " = %" << outputs[i]->id << "\n";
   for (size_t i = 0; i < state.size(); ++i)
     if (state[i].write) os << "state " << i << " <- %" << state[i].write->id << "\n";
   return os.str();
@@ -112,8 +118,10 @@ void verify(const Graph& g, const char* after) {
   std::unordered_set<ir::Node*> defined;
   for (auto& n : g.nodes) {
     for (auto& in : n->inputs)
-      CS_CHECK(defined.count(in.get()), "graph verifier (after {}): node %{} ({}) uses %{} ({}) "
-               "before it is defined", after, n->id, n->name(), in->id, in->name());
+      CS_CHECK(defined.count(in.get()),
+               "graph verifier (after {}): node %{} ({}) uses %{} ({}) "
+               "before it is defined",
+               after, n->id, n->name(), in->id, in->name());
     if (!n->inputs.empty()) {  // creation ops and leaves carry their shape from construction
       ir::Node copy = *n;
       ir::op_info(n->op).infer(copy);
@@ -125,14 +133,16 @@ void verify(const Graph& g, const char* after) {
     defined.insert(n.get());
   }
   for (auto& o : g.outputs)
-    CS_CHECK(o && defined.count(o.get()), "graph verifier (after {}): an output is not in the graph", after);
+    CS_CHECK(o && defined.count(o.get()),
+             "graph verifier (after {}): an output is not in the graph", after);
   for (auto& s : g.state) {
     if (!s.write) continue;
-    CS_CHECK(defined.count(s.write.get()), "graph verifier (after {}): a state write is not in the graph", after);
+    CS_CHECK(defined.count(s.write.get()),
+             "graph verifier (after {}): a state write is not in the graph", after);
     CS_CHECK(s.write->shape == s.shape && s.write->dtype == s.dtype,
              "graph verifier (after {}): state write %{} has {}{} but the state is {}{}", after,
-             s.write->id, dtype_name(s.write->dtype), shape_str(s.write->shape), dtype_name(s.dtype),
-             shape_str(s.shape));
+             s.write->id, dtype_name(s.write->dtype), shape_str(s.write->shape),
+             dtype_name(s.dtype), shape_str(s.shape));
   }
 }
 

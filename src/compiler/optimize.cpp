@@ -20,8 +20,9 @@ void optimize(Graph& g, const std::string& prefix) {
   int idx = 0;
   dump(g, prefix, idx++, "traced");
   verify(g, "tracing");
-  std::unique_ptr<Pass> passes[] = {make_dce_pass(), make_cse_pass(), make_constant_fold_pass(),
-                                    make_simplify_pass(), make_cse_pass(), make_dce_pass()};
+  std::unique_ptr<Pass> passes[] = {make_dce_pass(),           make_cse_pass(),
+                                    make_constant_fold_pass(), make_simplify_pass(),
+                                    make_cse_pass(),           make_dce_pass()};
   for (auto& p : passes) {
     p->run(g);
     dump(g, prefix, idx++, p->name());

@@ -16,7 +16,9 @@ namespace cstorch::compiler {
 
 namespace {
 constexpr size_t kAlign = 64;
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+size_t align_up(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
 
 double node_flops(const ir::Node& n) {
   if (n.op == ir::OpCode::Matmul) {
@@ -25,7 +27,8 @@ double node_flops(const ir::Node& n) {
     int64_t k = a.trans_a ? s[s.size() - 2] : s.back();
     return 2.0 * static_cast<double>(n.numel()) * static_cast<double>(k);
   }
-  if (n.op == ir::OpCode::Linear) return 2.0 * static_cast<double>(n.numel()) * static_cast<double>(n.inputs[0]->shape.back());
+  if (n.op == ir::OpCode::Linear)
+    return 2.0 * static_cast<double>(n.numel()) * static_cast<double>(n.inputs[0]->shape.back());
   return static_cast<double>(n.numel());
 }
 }  // namespace
@@ -74,7 +77,11 @@ void Program::plan() {
     }
   }
 
-  struct FinalCopy { uint32_t src; Loc loc; int64_t index; };
+  struct FinalCopy {
+    uint32_t src;
+    Loc loc;
+    int64_t index;
+  };
   std::vector<FinalCopy> finals;
 
   // Step outputs: computed straight into the output buffer when possible.
@@ -120,7 +127,12 @@ void Program::plan() {
   // `last` (a final copy of an Input(State) value extends its life to `end`).
 
   // Arena: greedy by size over liveness intervals.
-  struct Item { uint32_t v; size_t size; size_t first, last; size_t offset; };
+  struct Item {
+    uint32_t v;
+    size_t size;
+    size_t first, last;
+    size_t offset;
+  };
   std::vector<Item> items;
   for (size_t i = 0; i < n; ++i) {
     if (placed[i]) continue;
@@ -130,7 +142,8 @@ void Program::plan() {
   }
   std::vector<size_t> order(items.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return items[a].size > items[b].size; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return items[a].size > items[b].size; });
   std::vector<size_t> done;
   size_t arena = 0;
   for (size_t k : order) {
@@ -161,9 +174,10 @@ void Program::plan() {
     const auto& node = *g_.nodes[i];
     if (node.op == ir::OpCode::Input || node.op == ir::OpCode::Constant || is_alias[i]) continue;
     auto k = kernels.kernels[static_cast<int>(node.op)];
-    CS_CHECK(k != nullptr, "compile: op '{}' has no kernel for {}", node.name(), device_type_name(device_));
-    Step st{k, &node, static_cast<uint32_t>(input_ids_.size()), static_cast<uint32_t>(node.inputs.size()),
-            static_cast<uint32_t>(i)};
+    CS_CHECK(k != nullptr, "compile: op '{}' has no kernel for {}", node.name(),
+             device_type_name(device_));
+    Step st{k, &node, static_cast<uint32_t>(input_ids_.size()),
+            static_cast<uint32_t>(node.inputs.size()), static_cast<uint32_t>(i)};
     for (auto& in : node.inputs) input_ids_.push_back(id.at(in.get()));
     max_in = std::max(max_in, node.inputs.size());
     steps_.push_back(st);
@@ -179,16 +193,22 @@ void Program::plan() {
   }
   alias_ids_.clear();
   for (size_t i = 0; i < n; ++i)
-    if (is_alias[i]) alias_ids_.push_back({static_cast<uint32_t>(i), id.at(g_.nodes[i]->inputs[0].get())});
+    if (is_alias[i])
+      alias_ids_.push_back({static_cast<uint32_t>(i), id.at(g_.nodes[i]->inputs[0].get())});
   for (size_t i = 0; i < n; ++i) {
     if (is_alias[i]) continue;
-    if (places_[i].loc == Loc::Batch) batch_ids_.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(places_[i].index)});
-    if (places_[i].loc == Loc::State) state_ids_.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(places_[i].index)});
-    if (places_[i].loc == Loc::Output) output_ids_.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(places_[i].index)});
+    if (places_[i].loc == Loc::Batch)
+      batch_ids_.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(places_[i].index)});
+    if (places_[i].loc == Loc::State)
+      state_ids_.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(places_[i].index)});
+    if (places_[i].loc == Loc::Output)
+      output_ids_.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(places_[i].index)});
   }
   for (auto& f : finals) {
-    if (f.loc == Loc::Output) final_outputs_.push_back({f.src, static_cast<uint32_t>(f.index)});
-    else state_copies_.push_back({f.src, static_cast<uint32_t>(f.index)});
+    if (f.loc == Loc::Output)
+      final_outputs_.push_back({f.src, static_cast<uint32_t>(f.index)});
+    else
+      state_copies_.push_back({f.src, static_cast<uint32_t>(f.index)});
   }
   state_ptrs_.assign(g_.state.size(), nullptr);
   // Eager reads and writes of these tensors must wait for queued executions.
@@ -201,10 +221,11 @@ void Program::run(const void* const* batch, void* const* outputs) {
     const auto& slot = g_.state[s];
     const auto& node = slot.impl->node;
     if (node->shape != slot.shape || node->dtype != slot.dtype || !node->buffer)
-      fail("state tensor {}'{}' is {}{} but the step was compiled for {}{}; reassigning a "
-           "parameter or buffer with another shape or dtype needs a new trace",
-           s, slot.impl->name, dtype_name(node->dtype), shape_str(node->shape), dtype_name(slot.dtype),
-           shape_str(slot.shape));
+      fail(
+          "state tensor {}'{}' is {}{} but the step was compiled for {}{}; reassigning a "
+          "parameter or buffer with another shape or dtype needs a new trace",
+          s, slot.impl->name, dtype_name(node->dtype), shape_str(node->shape),
+          dtype_name(slot.dtype), shape_str(slot.shape));
     state_ptrs_[s] = node->buffer->data;
   }
   for (auto& [v, b] : batch_ids_) ptrs_[v] = const_cast<void*>(batch[b]);
@@ -236,11 +257,12 @@ std::string Program::summary() const {
   for (auto& [k, v] : counts) ops += fmt::format("    {}: {}\n", k, v);
   return fmt::format(
       "nodes traced: {}\nkernel calls per step: {}\nFLOPs per step: {:.0f}\n"
-      "arena bytes: {} (without reuse: {})\nstate bytes: {}\nstate writes in place: {}, copied: {}\n"
+      "arena bytes: {} (without reuse: {})\nstate bytes: {}\nstate writes in place: {}, copied: "
+      "{}\n"
       "batch inputs: {}\noutputs: {}\nops:\n{}",
-      stats_.nodes_traced, stats_.nodes_compiled, stats_.flops, stats_.arena_bytes, stats_.naive_bytes,
-      stats_.state_bytes, stats_.inplace_state_writes, stats_.copied_state_writes,
-      g_.batch_inputs.size(), g_.outputs.size(), ops);
+      stats_.nodes_traced, stats_.nodes_compiled, stats_.flops, stats_.arena_bytes,
+      stats_.naive_bytes, stats_.state_bytes, stats_.inplace_state_writes,
+      stats_.copied_state_writes, g_.batch_inputs.size(), g_.outputs.size(), ops);
 }
 
 }  // namespace cstorch::compiler

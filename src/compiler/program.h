@@ -14,19 +14,19 @@ enum class Loc : uint8_t { Arena, Batch, State, Constant, Output };
 
 struct ValuePlace {
   Loc loc = Loc::Arena;
-  int64_t index = 0;   // arena byte offset, or batch / state / output index
+  int64_t index = 0;  // arena byte offset, or batch / state / output index
   const void* constant = nullptr;
 };
 
 struct ProgramStats {
-  size_t nodes_traced = 0;   // kernel nodes before passes
-  size_t nodes_compiled = 0; // kernel calls per execution
-  size_t arena_bytes = 0;    // planned intermediate memory
-  size_t naive_bytes = 0;    // sum of all intermediate sizes (what no reuse would need)
+  size_t nodes_traced = 0;    // kernel nodes before passes
+  size_t nodes_compiled = 0;  // kernel calls per execution
+  size_t arena_bytes = 0;     // planned intermediate memory
+  size_t naive_bytes = 0;     // sum of all intermediate sizes (what no reuse would need)
   size_t state_bytes = 0;
   size_t inplace_state_writes = 0;
   size_t copied_state_writes = 0;
-  double flops = 0;          // per execution (matmul/linear 2*M*N*K, others 1 per element)
+  double flops = 0;  // per execution (matmul/linear 2*M*N*K, others 1 per element)
 };
 
 class Program {
@@ -50,7 +50,7 @@ class Program {
     const ir::Node* node;
     uint32_t first_input;  // into input_ids_
     uint32_t num_inputs;
-    uint32_t out;          // value id
+    uint32_t out;  // value id
   };
   void plan();
 
@@ -59,9 +59,9 @@ class Program {
   ProgramStats stats_;
   std::vector<Step> steps_;
   std::vector<uint32_t> input_ids_;
-  std::vector<ValuePlace> places_;      // per value id
-  std::vector<void*> ptrs_;             // per value id, filled per execution
-  std::vector<const void*> in_scratch_; // kernel input pointer array
+  std::vector<ValuePlace> places_;       // per value id
+  std::vector<void*> ptrs_;              // per value id, filled per execution
+  std::vector<const void*> in_scratch_;  // kernel input pointer array
   std::shared_ptr<ir::Buffer> arena_;
   using Pairs = std::vector<std::pair<uint32_t, uint32_t>>;
   Pairs batch_ids_, state_ids_, output_ids_;  // (value id, batch / state / output index)

@@ -10,7 +10,8 @@ namespace cstorch {
 static Config convert(const YAML::Node& n) {
   switch (n.Type()) {
     case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined: return nullptr;
+    case YAML::NodeType::Undefined:
+      return nullptr;
     case YAML::NodeType::Sequence: {
       Config a = Config::array();
       for (const auto& x : n) a.push_back(convert(x));
@@ -49,7 +50,8 @@ Config parse_config(const std::string& text) {
   try {
     return convert(YAML::Load(text));
   } catch (const YAML::Exception& e) {
-    fail("config: cannot parse (line {}, column {}): {}", e.mark.line + 1, e.mark.column + 1, e.msg);
+    fail("config: cannot parse (line {}, column {}): {}", e.mark.line + 1, e.mark.column + 1,
+         e.msg);
   }
 }
 

@@ -15,9 +15,15 @@ std::atomic<uint32_t> g_next_node_id{1};
 thread_local bool t_grad_enabled = true;
 }  // namespace
 
-bool is_grad_enabled() { return t_grad_enabled; }
-NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
+bool is_grad_enabled() {
+  return t_grad_enabled;
+}
+NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) {
+  t_grad_enabled = false;
+}
+NoGradGuard::~NoGradGuard() {
+  t_grad_enabled = prev_;
+}
 
 namespace ir {
 
@@ -61,7 +67,9 @@ Tensor make_tensor(ir::NodePtr node) {
 
 namespace detail {
 
-bool in_trace() { return runtime::TraceContext::current() != nullptr; }
+bool in_trace() {
+  return runtime::TraceContext::current() != nullptr;
+}
 
 ir::NodePtr make_constant_node(std::shared_ptr<ir::Buffer> buffer, const Shape& s, DType t) {
   auto n = ir::Node::make(ir::OpCode::Constant, ir::NoAttrs{}, {});
@@ -75,8 +83,10 @@ ir::NodePtr make_constant_node(std::shared_ptr<ir::Buffer> buffer, const Shape& 
 // a compiled step writes need it, so data tensors are read without stalling the pipeline.
 static void wait_ready(const ir::Node& n) {
   if (runtime::on_executor_thread()) return;
-  if (n.async_written) runtime::synchronize();
-  else if (n.pending_job >= 0) runtime::wait_for_job(n.pending_job);
+  if (n.async_written)
+    runtime::synchronize();
+  else if (n.pending_job >= 0)
+    runtime::wait_for_job(n.pending_job);
 }
 
 const void* host_data(const Tensor& t, const char* what) {
@@ -225,8 +235,10 @@ Tensor scalar_like(double v, const Tensor& like) {
   DType t = like.dtype();
   bool whole = v == static_cast<double>(static_cast<int64_t>(v));
   if (!is_floating(t)) {
-    if (!whole) t = DType::f32;                  // int tensor with a float scalar -> f32
-    else if (t == DType::boolean) t = DType::i64;  // bool tensor with an int scalar -> i64
+    if (!whole)
+      t = DType::f32;  // int tensor with a float scalar -> f32
+    else if (t == DType::boolean)
+      t = DType::i64;  // bool tensor with an int scalar -> i64
   }
   return scalar_tensor(v, t);
 }
@@ -255,9 +267,12 @@ int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op) {
 
 const char* device_type_name(DeviceType t) {
   switch (t) {
-    case DeviceType::CPU: return "CPU";
-    case DeviceType::GPU: return "GPU";
-    case DeviceType::CSX: return "CSX";
+    case DeviceType::CPU:
+      return "CPU";
+    case DeviceType::GPU:
+      return "GPU";
+    case DeviceType::CSX:
+      return "CSX";
   }
   return "?";
 }

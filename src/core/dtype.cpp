@@ -9,36 +9,54 @@ namespace cstorch {
 
 size_t itemsize(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::boolean: return 1;
+    case DType::f32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::f16:
+      return 2;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
+    case DType::boolean:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::boolean: return "bool";
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::boolean:
+      return "bool";
   }
   return "?";
 }
 
 static int rank(DType t) {
   switch (t) {
-    case DType::boolean: return 0;
-    case DType::i32: return 1;
-    case DType::i64: return 2;
-    case DType::f16: return 3;
-    case DType::bf16: return 3;
-    case DType::f32: return 4;
+    case DType::boolean:
+      return 0;
+    case DType::i32:
+      return 1;
+    case DType::i64:
+      return 2;
+    case DType::f16:
+      return 3;
+    case DType::bf16:
+      return 3;
+    case DType::f32:
+      return 4;
   }
   return 0;
 }

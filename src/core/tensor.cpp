@@ -17,13 +17,19 @@ const Shape& Tensor::shape() const {
   CS_CHECK(defined(), "shape(): tensor is undefined");
   return impl_->node->shape;
 }
-int64_t Tensor::size(int64_t d) const { return shape()[normalize_dim(d, dim(), "size")]; }
-int64_t Tensor::numel() const { return cstorch::numel(shape()); }
+int64_t Tensor::size(int64_t d) const {
+  return shape()[normalize_dim(d, dim(), "size")];
+}
+int64_t Tensor::numel() const {
+  return cstorch::numel(shape());
+}
 DType Tensor::dtype() const {
   CS_CHECK(defined(), "dtype(): tensor is undefined");
   return impl_->node->dtype;
 }
-Device Tensor::device() const { return Device{}; }
+Device Tensor::device() const {
+  return Device{};
+}
 
 bool Tensor::requires_grad() const {
   return defined() && (impl_->requires_grad || impl_->node->requires_grad);
@@ -35,18 +41,24 @@ Tensor& Tensor::set_requires_grad(bool r) {
              "set_requires_grad: only leaf tensors can be made to require grad; this one is "
              "computed by '{}' (use detach() first)",
              impl_->node->name());
-    CS_CHECK(is_floating(dtype()), "set_requires_grad: only floating-point tensors can require "
-             "grad, got {}", dtype_name(dtype()));
+    CS_CHECK(is_floating(dtype()),
+             "set_requires_grad: only floating-point tensors can require "
+             "grad, got {}",
+             dtype_name(dtype()));
   }
   impl_->requires_grad = r;
   if (impl_->node->inputs.empty()) {
     impl_->node->requires_grad = r;
-    if (r) impl_->node->leaf = impl_;
-    else impl_->node->leaf.reset();
+    if (r)
+      impl_->node->leaf = impl_;
+    else
+      impl_->node->leaf.reset();
   }
   return *this;
 }
-bool Tensor::is_leaf() const { return defined() && (impl_->requires_grad || !impl_->node->requires_grad); }
+bool Tensor::is_leaf() const {
+  return defined() && (impl_->requires_grad || !impl_->node->requires_grad);
+}
 Tensor Tensor::grad() const {
   CS_CHECK(defined(), "grad(): tensor is undefined");
   return impl_->grad ? Tensor(impl_->grad) : Tensor();
@@ -73,17 +85,25 @@ Tensor Tensor::detach() const {
   return make_tensor(d);
 }
 
-const void* Tensor::data_ptr() const { return host_data(*this, "data_ptr()"); }
+const void* Tensor::data_ptr() const {
+  return host_data(*this, "data_ptr()");
+}
 
 template <class T>
 static T read_as(const void* p, DType t, int64_t i) {
   switch (t) {
-    case DType::f32: return static_cast<T>(static_cast<const float*>(p)[i]);
-    case DType::bf16: return static_cast<T>(static_cast<float>(static_cast<const bf16_t*>(p)[i]));
-    case DType::f16: return static_cast<T>(static_cast<float>(static_cast<const f16_t*>(p)[i]));
-    case DType::i32: return static_cast<T>(static_cast<const int32_t*>(p)[i]);
-    case DType::i64: return static_cast<T>(static_cast<const int64_t*>(p)[i]);
-    case DType::boolean: return static_cast<T>(static_cast<const uint8_t*>(p)[i] != 0);
+    case DType::f32:
+      return static_cast<T>(static_cast<const float*>(p)[i]);
+    case DType::bf16:
+      return static_cast<T>(static_cast<float>(static_cast<const bf16_t*>(p)[i]));
+    case DType::f16:
+      return static_cast<T>(static_cast<float>(static_cast<const f16_t*>(p)[i]));
+    case DType::i32:
+      return static_cast<T>(static_cast<const int32_t*>(p)[i]);
+    case DType::i64:
+      return static_cast<T>(static_cast<const int64_t*>(p)[i]);
+    case DType::boolean:
+      return static_cast<T>(static_cast<const uint8_t*>(p)[i] != 0);
   }
   return T{};
 }
@@ -120,11 +140,15 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 Tensor& Tensor::add_(const Tensor& o, double alpha) {
-  detail::assign_inplace(*this, alpha == 1.0 ? add(*this, o) : add(*this, mul(o, detail::scalar_like(alpha, o))), "add_");
+  detail::assign_inplace(
+      *this, alpha == 1.0 ? add(*this, o) : add(*this, mul(o, detail::scalar_like(alpha, o))),
+      "add_");
   return *this;
 }
 Tensor& Tensor::sub_(const Tensor& o, double alpha) {
-  detail::assign_inplace(*this, alpha == 1.0 ? sub(*this, o) : sub(*this, mul(o, detail::scalar_like(alpha, o))), "sub_");
+  detail::assign_inplace(
+      *this, alpha == 1.0 ? sub(*this, o) : sub(*this, mul(o, detail::scalar_like(alpha, o))),
+      "sub_");
   return *this;
 }
 Tensor& Tensor::mul_(const Tensor& o) {
@@ -145,20 +169,41 @@ Tensor& Tensor::fill_(double v) {
   return *this;
 }
 
-Tensor Tensor::reshape(const Shape& s) const { return cstorch::reshape(*this, s); }
-Tensor Tensor::flatten(int64_t a, int64_t b) const { return cstorch::flatten(*this, a, b); }
-Tensor Tensor::transpose(int64_t a, int64_t b) const { return cstorch::transpose(*this, a, b); }
+Tensor Tensor::reshape(const Shape& s) const {
+  return cstorch::reshape(*this, s);
+}
+Tensor Tensor::flatten(int64_t a, int64_t b) const {
+  return cstorch::flatten(*this, a, b);
+}
+Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  return cstorch::transpose(*this, a, b);
+}
 Tensor Tensor::t() const {
-  CS_CHECK(dim() <= 2, "t(): expects a tensor with at most 2 dims, got shape {}", shape_str(shape()));
+  CS_CHECK(dim() <= 2, "t(): expects a tensor with at most 2 dims, got shape {}",
+           shape_str(shape()));
   return dim() < 2 ? *this : transpose(0, 1);
 }
-Tensor Tensor::permute(const std::vector<int64_t>& p) const { return cstorch::permute(*this, p); }
-Tensor Tensor::unsqueeze(int64_t d) const { return cstorch::unsqueeze(*this, d); }
-Tensor Tensor::squeeze(std::optional<int64_t> d) const { return cstorch::squeeze(*this, d); }
-Tensor Tensor::expand(const Shape& s) const { return cstorch::expand(*this, s); }
-Tensor Tensor::to(DType t) const { return t == dtype() ? *this : cast(*this, t); }
-Tensor Tensor::sum(std::vector<int64_t> d, bool k) const { return cstorch::sum(*this, d, k); }
-Tensor Tensor::mean(std::vector<int64_t> d, bool k) const { return cstorch::mean(*this, d, k); }
+Tensor Tensor::permute(const std::vector<int64_t>& p) const {
+  return cstorch::permute(*this, p);
+}
+Tensor Tensor::unsqueeze(int64_t d) const {
+  return cstorch::unsqueeze(*this, d);
+}
+Tensor Tensor::squeeze(std::optional<int64_t> d) const {
+  return cstorch::squeeze(*this, d);
+}
+Tensor Tensor::expand(const Shape& s) const {
+  return cstorch::expand(*this, s);
+}
+Tensor Tensor::to(DType t) const {
+  return t == dtype() ? *this : cast(*this, t);
+}
+Tensor Tensor::sum(std::vector<int64_t> d, bool k) const {
+  return cstorch::sum(*this, d, k);
+}
+Tensor Tensor::mean(std::vector<int64_t> d, bool k) const {
+  return cstorch::mean(*this, d, k);
+}
 
 const std::string& Tensor::name() const {
   CS_CHECK(defined(), "name(): tensor is undefined");

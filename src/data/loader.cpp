@@ -19,14 +19,19 @@ DataExecutor* g_current = nullptr;
 
 TensorLoader::TensorLoader(Batch tensors, int64_t batch_size, bool shuffle, uint64_t seed,
                            bool drop_last, WorkerInfo shard)
-    : data_(std::move(tensors)), batch_(batch_size), shuffle_(shuffle), drop_last_(drop_last), seed_(seed) {
+    : data_(std::move(tensors)),
+      batch_(batch_size),
+      shuffle_(shuffle),
+      drop_last_(drop_last),
+      seed_(seed) {
   CS_CHECK(!data_.empty(), "TensorLoader: no tensors given");
   CS_CHECK(batch_size > 0, "TensorLoader: batch_size must be positive, got {}", batch_size);
   int64_t n = -1;
   for (auto& [k, t] : data_) {
     CS_CHECK(t.dim() >= 1, "TensorLoader: tensor '{}' is 0-d; need a sample dimension", k);
     if (n < 0) n = t.size(0);
-    CS_CHECK(t.size(0) == n, "TensorLoader: tensor '{}' has {} samples, others have {}", k, t.size(0), n);
+    CS_CHECK(t.size(0) == n, "TensorLoader: tensor '{}' has {} samples, others have {}", k,
+             t.size(0), n);
   }
   CS_CHECK(shard.num_workers >= 1 && shard.id >= 0 && shard.id < shard.num_workers,
            "TensorLoader: invalid worker {} of {}", shard.id, shard.num_workers);
@@ -40,12 +45,15 @@ void TensorLoader::reset() {
   if (shuffle_) {
     std::sort(order_.begin(), order_.end());
     uint64_t s = seed_ * 1000003ull + static_cast<uint64_t>(epoch_);
-    for (int64_t i = n_ - 1; i > 0; --i) std::swap(order_[i], order_[splitmix(s) % static_cast<uint64_t>(i + 1)]);
+    for (int64_t i = n_ - 1; i > 0; --i)
+      std::swap(order_[i], order_[splitmix(s) % static_cast<uint64_t>(i + 1)]);
   }
   ++epoch_;
 }
 
-int64_t TensorLoader::size() const { return drop_last_ ? n_ / batch_ : (n_ + batch_ - 1) / batch_; }
+int64_t TensorLoader::size() const {
+  return drop_last_ ? n_ / batch_ : (n_ + batch_ - 1) / batch_;
+}
 
 std::optional<Batch> TensorLoader::next() {
   if (pos_ >= n_ || (drop_last_ && pos_ + batch_ > n_)) return std::nullopt;
@@ -80,7 +88,9 @@ DataExecutor::DataExecutor(DataLoader& loader, ExecutorOptions o)
 DataExecutor::~DataExecutor() {
   if (g_current == this) g_current = nullptr;
 }
-DataExecutor* DataExecutor::current() { return g_current; }
+DataExecutor* DataExecutor::current() {
+  return g_current;
+}
 
 bool DataExecutor::is_checkpoint_step(int64_t s) const {
   if (s == num_steps_ - 1) return true;
@@ -130,14 +140,18 @@ DataExecutor::iterator& DataExecutor::iterator::operator++() {
 namespace cstorch::detail {
 void check_checkpoint_step(const char* what) {
   auto* ex = utils::data::DataExecutor::current();
-  CS_CHECK(ex != nullptr, "{}: no DataExecutor is running; checkpoint closures run inside a DataExecutor loop", what);
+  CS_CHECK(ex != nullptr,
+           "{}: no DataExecutor is running; checkpoint closures run inside a DataExecutor loop",
+           what);
   int64_t s = ex->step();
   if (!ex->is_checkpoint_step(s)) {
     auto steps = ex->checkpoint_steps();
     std::string list;
-    for (size_t i = 0; i < steps.size() && i < 20; ++i) list += (i ? ", " : "") + std::to_string(steps[i]);
+    for (size_t i = 0; i < steps.size() && i < 20; ++i)
+      list += (i ? ", " : "") + std::to_string(steps[i]);
     if (steps.size() > 20) list += ", ...";
-    fail("{}: step {} is not a checkpoint step; checkpoints can be taken at steps {}", what, s, list);
+    fail("{}: step {} is not a checkpoint step; checkpoints can be taken at steps {}", what, s,
+         list);
   }
 }
 }  // namespace cstorch::detail

@@ -13,7 +13,9 @@ namespace cstorch::ir {
 
 using Dims = std::vector<int64_t>;
 
-inline size_t hash_mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); }
+inline size_t hash_mix(size_t h, size_t v) {
+  return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+}
 inline size_t hash_dims(size_t h, const Dims& d) {
   for (auto x : d) h = hash_mix(h, std::hash<int64_t>{}(x));
   return h;
@@ -70,7 +72,9 @@ struct VarAttrs {
   bool keepdim = false;
   double correction = 1;  // Bessel's correction: divide by N - correction
   bool operator==(const VarAttrs&) const = default;
-  size_t hash() const { return hash_dims(hash_mix(keepdim, std::hash<double>{}(correction)), dims); }
+  size_t hash() const {
+    return hash_dims(hash_mix(keepdim, std::hash<double>{}(correction)), dims);
+  }
 };
 struct NormAttrs {
   Dims dims;
@@ -96,7 +100,9 @@ struct LossAttrs {
   Reduction reduction = Reduction::Mean;
   int64_t num_classes = 0;  // used by NllLossGrad to shape its output
   bool operator==(const LossAttrs&) const = default;
-  size_t hash() const { return hash_mix(hash_mix(ignore_index, static_cast<size_t>(reduction)), num_classes); }
+  size_t hash() const {
+    return hash_mix(hash_mix(ignore_index, static_cast<size_t>(reduction)), num_classes);
+  }
 };
 struct ShapeAttrs {
   Dims shape;

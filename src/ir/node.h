@@ -65,7 +65,9 @@ struct Node {
   int64_t numel() const { return cstorch::numel(shape); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(dtype); }
   template <class A>
-  const A& attr() const { return std::get<A>(attrs); }
+  const A& attr() const {
+    return std::get<A>(attrs);
+  }
   const char* name() const;
   static NodePtr make(OpCode op, Attrs attrs, std::vector<NodePtr> inputs);
 };
@@ -78,7 +80,9 @@ struct OpInfo {
   InferFn infer;
 };
 const OpInfo& op_info(OpCode op);
-inline bool has_trait(OpCode op, uint32_t t) { return (op_info(op).traits & t) != 0; }
+inline bool has_trait(OpCode op, uint32_t t) {
+  return (op_info(op).traits & t) != 0;
+}
 
 // A CPU (or other host-visible backend) kernel: reads inputs, writes the output buffer.
 // Shapes, dtypes and attributes come from the node.

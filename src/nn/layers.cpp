@@ -12,10 +12,18 @@ static void fill_from(Tensor& t, const Tensor& v) {
   NoGradGuard ng;
   t.copy_(v);
 }
-void uniform_(Tensor& t, double lo, double hi) { fill_from(t, uniform(t.shape(), lo, hi, t.dtype())); }
-void normal_(Tensor& t, double mean, double std) { fill_from(t, normal(t.shape(), mean, std, t.dtype())); }
-void zeros_(Tensor& t) { fill_from(t, zeros(t.shape(), t.dtype())); }
-void ones_(Tensor& t) { fill_from(t, ones(t.shape(), t.dtype())); }
+void uniform_(Tensor& t, double lo, double hi) {
+  fill_from(t, uniform(t.shape(), lo, hi, t.dtype()));
+}
+void normal_(Tensor& t, double mean, double std) {
+  fill_from(t, normal(t.shape(), mean, std, t.dtype()));
+}
+void zeros_(Tensor& t) {
+  fill_from(t, zeros(t.shape(), t.dtype()));
+}
+void ones_(Tensor& t) {
+  fill_from(t, ones(t.shape(), t.dtype()));
+}
 static std::pair<int64_t, int64_t> fans(const Tensor& t) {
   CS_CHECK(t.dim() >= 2, "init: fan in/out need a tensor with at least 2 dims, got shape {}",
            shape_str(t.shape()));
@@ -73,7 +81,9 @@ LayerNormImpl::LayerNormImpl(Shape shape, double eps, bool affine)
     bias = register_parameter("bias", zeros(shape_));
   }
 }
-Tensor LayerNormImpl::forward(const Tensor& x) { return layer_norm(x, shape_, weight, bias, eps_); }
+Tensor LayerNormImpl::forward(const Tensor& x) {
+  return layer_norm(x, shape_, weight, bias, eps_);
+}
 
 EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim) : Module("Embedding") {
   CS_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got {} x {}", num, dim);

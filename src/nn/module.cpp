@@ -38,7 +38,8 @@ static void check_name(const std::string& name, const std::string& type) {
 
 Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
   check_name(name, type_name_);
-  for (auto& [k, v] : params_) CS_CHECK(k != name, "{}: parameter '{}' registered twice", type_name_, name);
+  for (auto& [k, v] : params_)
+    CS_CHECK(k != name, "{}: parameter '{}' registered twice", type_name_, name);
   CS_CHECK(t.defined(), "{}: parameter '{}' is undefined", type_name_, name);
   t = t.detach();
   if (requires_grad) t.set_requires_grad(true);
@@ -57,7 +58,8 @@ Tensor& Module::register_buffer(const std::string& name, Tensor t) {
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   check_name(name, type_name_);
   CS_CHECK(m != nullptr, "{}: submodule '{}' is null", type_name_, name);
-  for (auto& [k, v] : children_) CS_CHECK(k != name, "{}: submodule '{}' registered twice", type_name_, name);
+  for (auto& [k, v] : children_)
+    CS_CHECK(k != name, "{}: submodule '{}' registered twice", type_name_, name);
   children_.push_back({name, std::move(m)});
 }
 
@@ -117,9 +119,10 @@ void Module::load_state_dict(const StateDict& sd, bool strict) {
   for (auto& [k, dst] : mine) {
     if (!sd.contains(k)) continue;
     const Tensor& src = sd.at(k);
-    CS_CHECK(src.shape() == dst.shape(),
-             "load_state_dict ({}): size mismatch for '{}': the checkpoint has shape {}, the model {}",
-             type_name_, k, shape_str(src.shape()), shape_str(dst.shape()));
+    CS_CHECK(
+        src.shape() == dst.shape(),
+        "load_state_dict ({}): size mismatch for '{}': the checkpoint has shape {}, the model {}",
+        type_name_, k, shape_str(src.shape()), shape_str(dst.shape()));
     NoGradGuard ng;
     Tensor d = dst;
     d.copy_(src.dtype() == dst.dtype() ? src : cast(src, dst.dtype()));

@@ -33,23 +33,42 @@ static Tensor make_full(const Shape& s, double v, DType t) {
     return make_tensor(n);
   }
   n->buffer = ir::Buffer::alloc(n->nbytes());
-  ir::kernels_for(DeviceType::CPU).kernels[static_cast<int>(ir::OpCode::Full)](*n, nullptr, n->buffer->data);
+  ir::kernels_for(DeviceType::CPU)
+      .kernels[static_cast<int>(ir::OpCode::Full)](*n, nullptr, n->buffer->data);
   return make_tensor(n);
 }
 
-Tensor full(const Shape& s, double value, DType dtype) { return make_full(s, value, dtype); }
-Tensor zeros(const Shape& s, DType dtype) { return make_full(s, 0.0, dtype); }
-Tensor ones(const Shape& s, DType dtype) { return make_full(s, 1.0, dtype); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
-Tensor full_like(const Tensor& t, double v) { return full(t.shape(), v, t.dtype()); }
-Tensor scalar_tensor(double v, DType dtype) { return make_full({}, v, dtype); }
+Tensor full(const Shape& s, double value, DType dtype) {
+  return make_full(s, value, dtype);
+}
+Tensor zeros(const Shape& s, DType dtype) {
+  return make_full(s, 0.0, dtype);
+}
+Tensor ones(const Shape& s, DType dtype) {
+  return make_full(s, 1.0, dtype);
+}
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.shape(), t.dtype());
+}
+Tensor ones_like(const Tensor& t) {
+  return ones(t.shape(), t.dtype());
+}
+Tensor full_like(const Tensor& t, double v) {
+  return full(t.shape(), v, t.dtype());
+}
+Tensor scalar_tensor(double v, DType dtype) {
+  return make_full({}, v, dtype);
+}
 
-Tensor arange(double end, DType dtype) { return arange(0, end, 1, dtype); }
+Tensor arange(double end, DType dtype) {
+  return arange(0, end, 1, dtype);
+}
 Tensor arange(double start, double end, double step, DType dtype) {
   CS_CHECK(step != 0, "arange: step must be nonzero");
-  CS_CHECK((end - start) / step >= 0, "arange: range [{}, {}) with step {} is empty in the wrong "
-           "direction", start, end, step);
+  CS_CHECK((end - start) / step >= 0,
+           "arange: range [{}, {}) with step {} is empty in the wrong "
+           "direction",
+           start, end, step);
   int64_t count = static_cast<int64_t>(std::ceil((end - start) / step));
   auto n = ir::Node::make(ir::OpCode::Arange, ir::ArangeAttrs{start, step}, {});
   n->shape = {count};
@@ -59,12 +78,14 @@ Tensor arange(double start, double end, double step, DType dtype) {
     return make_tensor(n);
   }
   n->buffer = ir::Buffer::alloc(n->nbytes());
-  ir::kernels_for(DeviceType::CPU).kernels[static_cast<int>(ir::OpCode::Arange)](*n, nullptr, n->buffer->data);
+  ir::kernels_for(DeviceType::CPU)
+      .kernels[static_cast<int>(ir::OpCode::Arange)](*n, nullptr, n->buffer->data);
   return make_tensor(n);
 }
 
 Tensor from_blob(const void* data, const Shape& shape, DType dtype) {
-  for (auto d : shape) CS_CHECK(d >= 0, "from_blob: negative dimension in shape {}", shape_str(shape));
+  for (auto d : shape)
+    CS_CHECK(d >= 0, "from_blob: negative dimension in shape {}", shape_str(shape));
   size_t bytes = static_cast<size_t>(numel(shape)) * itemsize(dtype);
   auto buf = ir::Buffer::alloc(bytes);
   if (bytes) std::memcpy(buf->data, data, bytes);
@@ -76,14 +97,22 @@ Tensor from_blob(const void* data, const Shape& shape, DType dtype) {
 template <class T>
 static Tensor from_vec(const std::vector<T>& v, const Shape& s, DType t) {
   CS_CHECK(static_cast<int64_t>(v.size()) == numel(s),
-           "from_vector: {} values given for shape {} ({} elements)", v.size(), shape_str(s), numel(s));
+           "from_vector: {} values given for shape {} ({} elements)", v.size(), shape_str(s),
+           numel(s));
   return from_blob(v.data(), s, t);
 }
-Tensor from_vector(const std::vector<float>& d, const Shape& s) { return from_vec(d, s, DType::f32); }
-Tensor from_vector(const std::vector<int64_t>& d, const Shape& s) { return from_vec(d, s, DType::i64); }
-Tensor from_vector(const std::vector<int32_t>& d, const Shape& s) { return from_vec(d, s, DType::i32); }
+Tensor from_vector(const std::vector<float>& d, const Shape& s) {
+  return from_vec(d, s, DType::f32);
+}
+Tensor from_vector(const std::vector<int64_t>& d, const Shape& s) {
+  return from_vec(d, s, DType::i64);
+}
+Tensor from_vector(const std::vector<int32_t>& d, const Shape& s) {
+  return from_vec(d, s, DType::i32);
+}
 Tensor from_vector(const std::vector<uint8_t>& d, const Shape& s, DType t) {
-  CS_CHECK(t == DType::boolean || itemsize(t) == 1 || static_cast<int64_t>(d.size()) == numel(s) * static_cast<int64_t>(itemsize(t)),
+  CS_CHECK(t == DType::boolean || itemsize(t) == 1 ||
+               static_cast<int64_t>(d.size()) == numel(s) * static_cast<int64_t>(itemsize(t)),
            "from_vector: byte data for dtype {}", dtype_name(t));
   if (t == DType::boolean) return from_vec(d, s, t);
   CS_CHECK(static_cast<int64_t>(d.size()) == numel(s) * static_cast<int64_t>(itemsize(t)),

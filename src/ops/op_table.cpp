@@ -12,9 +12,13 @@ static const OpInfo kOpInfo[] = {
 #undef OP
 };
 
-const OpInfo& op_info(OpCode op) { return kOpInfo[static_cast<int>(op)]; }
+const OpInfo& op_info(OpCode op) {
+  return kOpInfo[static_cast<int>(op)];
+}
 
-const char* Node::name() const { return op_info(op).name; }
+const char* Node::name() const {
+  return op_info(op).name;
+}
 
 }  // namespace cstorch::ir
 
@@ -24,5 +28,7 @@ static const VjpFn kVjp[] = {
 #include "ir/ops.def"
 #undef OP
 };
-VjpFn vjp_of(ir::OpCode op) { return kVjp[static_cast<int>(op)]; }
+VjpFn vjp_of(ir::OpCode op) {
+  return kVjp[static_cast<int>(op)];
+}
 }  // namespace cstorch::ops

@@ -21,16 +21,16 @@ VjpFn vjp_of(ir::OpCode op);
 
 // Declared weak: an op whose rule is missing is reported by name at run time and by the
 // op-table completeness test, not as a link error.
-#define OP(Name, str, Attr, traits)                            \
-  __attribute__((weak)) void infer_##Name(ir::Node& n);         \
+#define OP(Name, str, Attr, traits)                     \
+  __attribute__((weak)) void infer_##Name(ir::Node& n); \
   __attribute__((weak)) std::vector<Tensor> vjp_##Name(const VjpArgs& a);
 #include "ir/ops.def"
 #undef OP
 
 // For ops without a gradient (kNoGrad): a VJP that is never called.
-#define CS_NO_VJP(Name)                                                   \
-  std::vector<Tensor> vjp_##Name(const VjpArgs& a) {                      \
-    fail("op '{}' has no gradient", a.node.name());                       \
+#define CS_NO_VJP(Name)                              \
+  std::vector<Tensor> vjp_##Name(const VjpArgs& a) { \
+    fail("op '{}' has no gradient", a.node.name());  \
   }
 
 }  // namespace cstorch::ops

@@ -8,8 +8,12 @@ namespace cstorch::optim {
 
 AdamW::AdamW(std::vector<Tensor> params, double lr, double beta1, double beta2, double eps,
              double weight_decay, bool amsgrad, bool maximize)
-    : Optimizer(std::move(params), {{"lr", lr}, {"beta1", beta1}, {"beta2", beta2}, {"eps", eps},
-                                    {"weight_decay", weight_decay}, {"amsgrad", amsgrad ? 1.0 : 0.0},
+    : Optimizer(std::move(params), {{"lr", lr},
+                                    {"beta1", beta1},
+                                    {"beta2", beta2},
+                                    {"eps", eps},
+                                    {"weight_decay", weight_decay},
+                                    {"amsgrad", amsgrad ? 1.0 : 0.0},
                                     {"maximize", maximize ? 1.0 : 0.0}}) {
   CS_CHECK(beta1 >= 0 && beta1 < 1, "AdamW: invalid beta1 {} (must be in [0, 1))", beta1);
   CS_CHECK(beta2 >= 0 && beta2 < 1, "AdamW: invalid beta2 {} (must be in [0, 1))", beta2);

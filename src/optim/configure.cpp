@@ -31,7 +31,8 @@ struct Arg {
     used.insert("betas");
     if (c.contains("betas")) {
       const auto& b = c.at("betas");
-      CS_CHECK(b.is_array() && b.size() == 2, "configure_optimizer: 'betas' must be a list of two numbers");
+      CS_CHECK(b.is_array() && b.size() == 2,
+               "configure_optimizer: 'betas' must be a list of two numbers");
       return {b[0].get<double>(), b[1].get<double>()};
     }
     return {num("beta1", d1), num("beta2", d2)};
@@ -50,9 +51,9 @@ const std::vector<std::pair<std::string, Factory>>& factories() {
       {"AdamW",
        [](std::vector<Tensor> p, Arg& a) {
          auto [b1, b2] = a.betas(0.9, 0.999);
-         return std::make_unique<AdamW>(std::move(p), a.num("lr", 0.001), b1, b2, a.num("eps", 1e-8),
-                                        a.num("weight_decay", 0.01), a.flag("amsgrad", false),
-                                        a.flag("maximize", false));
+         return std::make_unique<AdamW>(std::move(p), a.num("lr", 0.001), b1, b2,
+                                        a.num("eps", 1e-8), a.num("weight_decay", 0.01),
+                                        a.flag("amsgrad", false), a.flag("maximize", false));
        }},
   };
   return f;
@@ -70,7 +71,8 @@ std::unique_ptr<Optimizer> configure_optimizer(const std::string& type, std::vec
   Config args = args_in.is_null() ? Config::object() : args_in;
   CS_CHECK(args.is_object(), "configure_optimizer: arguments must be a map, got {}", args.dump());
   if (args.contains("learning_rate")) {
-    CS_CHECK(!args.contains("lr"), "configure_optimizer: give either 'lr' or its alias 'learning_rate', not both");
+    CS_CHECK(!args.contains("lr"),
+             "configure_optimizer: give either 'lr' or its alias 'learning_rate', not both");
     args["lr"] = args["learning_rate"];
     args.erase("learning_rate");
   }

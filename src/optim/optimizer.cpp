@@ -42,7 +42,8 @@ void Optimizer::setup(std::map<std::string, double> defaults) {
 }
 
 void Optimizer::set_lr(size_t group, double lr) {
-  CS_CHECK(group < groups_.size(), "set_lr: group {} out of range ({} groups)", group, groups_.size());
+  CS_CHECK(group < groups_.size(), "set_lr: group {} out of range ({} groups)", group,
+           groups_.size());
   groups_[group].options["lr"] = lr;
   NoGradGuard ng;
   groups_[group].lr.fill_(lr);
@@ -91,7 +92,8 @@ Tensor& Optimizer::state(const Tensor& p, const std::string& nm) {
   ensure_initialized();
   auto it = state_.find(p.impl());
   CS_CHECK(it != state_.end() && it->second.count(nm),
-           "{}: parameter '{}' has no state '{}' (create it in preinitialize())", name(), p.name(), nm);
+           "{}: parameter '{}' has no state '{}' (create it in preinitialize())", name(), p.name(),
+           nm);
   return it->second[nm];
 }
 

@@ -9,8 +9,11 @@ namespace cstorch::optim {
 
 SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double dampening,
          double weight_decay, bool nesterov, bool maximize)
-    : Optimizer(std::move(params), {{"lr", lr}, {"momentum", momentum}, {"dampening", dampening},
-                                    {"weight_decay", weight_decay}, {"nesterov", nesterov ? 1.0 : 0.0},
+    : Optimizer(std::move(params), {{"lr", lr},
+                                    {"momentum", momentum},
+                                    {"dampening", dampening},
+                                    {"weight_decay", weight_decay},
+                                    {"nesterov", nesterov ? 1.0 : 0.0},
                                     {"maximize", maximize ? 1.0 : 0.0}}) {
   CS_CHECK(momentum >= 0, "SGD: invalid momentum {}", momentum);
   CS_CHECK(weight_decay >= 0, "SGD: invalid weight_decay {}", weight_decay);

@@ -26,9 +26,10 @@ void validate(const ClusterConfig& c) {
   CS_CHECK(c.num_csx >= 1, "cluster_config.num_csx must be at least 1, got {}", c.num_csx);
   CS_CHECK(c.num_workers_per_csx >= 0, "cluster_config.num_workers_per_csx must be >= 0, got {}",
            c.num_workers_per_csx);
-  CS_CHECK(c.max_wgt_servers >= 0, "cluster_config.max_wgt_servers must be >= 0, got {}", c.max_wgt_servers);
-  CS_CHECK(c.transfer_processes >= 1, "cluster_config.transfer_processes must be at least 1, got {}",
-           c.transfer_processes);
+  CS_CHECK(c.max_wgt_servers >= 0, "cluster_config.max_wgt_servers must be >= 0, got {}",
+           c.max_wgt_servers);
+  CS_CHECK(c.transfer_processes >= 1,
+           "cluster_config.transfer_processes must be at least 1, got {}", c.transfer_processes);
   for (auto& l : c.job_labels) {
     auto eq = l.find('=');
     CS_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < l.size(),
@@ -40,7 +41,9 @@ void validate(const ClusterConfig& c) {
 Backend::Backend(DeviceType type, BackendOptions opts) : type_(type), opts_(std::move(opts)) {
   validate(opts_.cluster_config);
   if (type_ == DeviceType::GPU)
-    fail("backend: the GPU backend is not built into this binary (no CUDA toolkit at build time); use CPU");
+    fail(
+        "backend: the GPU backend is not built into this binary (no CUDA toolkit at build time); "
+        "use CPU");
 }
 
 std::shared_ptr<Backend> backend(const std::string& type, BackendOptions opts) {
@@ -48,8 +51,10 @@ std::shared_ptr<Backend> backend(const std::string& type, BackendOptions opts) {
   std::lock_guard<std::mutex> l(g_mu);
   if (g_backend) {
     if (g_backend->type() != t)
-      fail("Cannot instantiate multiple backends. A backend with type {} has already been instantiated.",
-           g_backend->type_name());
+      fail(
+          "Cannot instantiate multiple backends. A backend with type {} has already been "
+          "instantiated.",
+          g_backend->type_name());
     auto& cur = g_backend->options();
     std::vector<std::string> diff;
     if (cur.artifact_dir != opts.artifact_dir) diff.push_back("artifact_dir");
@@ -70,7 +75,8 @@ std::shared_ptr<Backend> backend(const std::string& type, BackendOptions opts) {
 
 std::shared_ptr<Backend> backend() {
   std::lock_guard<std::mutex> l(g_mu);
-  CS_CHECK(g_backend != nullptr, "backend(): no backend has been created; call cstorch::backend(\"CPU\") first");
+  CS_CHECK(g_backend != nullptr,
+           "backend(): no backend has been created; call cstorch::backend(\"CPU\") first");
   return g_backend;
 }
 
@@ -78,7 +84,8 @@ CompiledModel compile(std::shared_ptr<nn::Module> model, std::shared_ptr<Backend
   CS_CHECK(model != nullptr, "compile: model is null");
   auto cur = backend();
   if (b && b != cur)
-    fail("compile: the given {} backend is not the current backend ({})", b->type_name(), cur->type_name());
+    fail("compile: the given {} backend is not the current backend ({})", b->type_name(),
+         cur->type_name());
   model->to(cur->device());
   return CompiledModel(std::move(model), cur);
 }

@@ -93,7 +93,8 @@ void Executor::rethrow_if_failed() {
 }
 
 int64_t Executor::enqueue(std::function<void()> fn, bool is_step, int64_t step, std::string what) {
-  CS_CHECK(!t_on_executor, "a traced step or step closure cannot be started from inside a step closure");
+  CS_CHECK(!t_on_executor,
+           "a traced step or step closure cannot be started from inside a step closure");
   rethrow_if_failed();
   int64_t id;
   {
@@ -141,10 +142,18 @@ void Executor::set_lookahead(int n) {
   lookahead_ = n;
 }
 
-bool on_executor_thread() { return t_on_executor; }
-void synchronize() { Executor::get().synchronize(); }
-void wait_for_job(int64_t job) { Executor::get().wait_for(job); }
-bool executor_busy() { return Executor::get().busy(); }
+bool on_executor_thread() {
+  return t_on_executor;
+}
+void synchronize() {
+  Executor::get().synchronize();
+}
+void wait_for_job(int64_t job) {
+  Executor::get().wait_for(job);
+}
+bool executor_busy() {
+  return Executor::get().busy();
+}
 
 }  // namespace cstorch::runtime
 
@@ -155,8 +164,12 @@ int64_t g_step = 0;
 bool g_step_set = false;
 }  // namespace
 
-void synchronize() { runtime::Executor::get().synchronize(); }
-void set_lookahead(int steps) { runtime::Executor::get().set_lookahead(steps); }
+void synchronize() {
+  runtime::Executor::get().synchronize();
+}
+void set_lookahead(int steps) {
+  runtime::Executor::get().set_lookahead(steps);
+}
 void set_num_threads(int n) {
   CS_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got {}", n);
   // OpenMP thread counts are per calling thread: set it here (eager ops) and on the executor
@@ -167,12 +180,16 @@ void set_num_threads(int n) {
   ex.enqueue([n] { cpu::set_num_threads(n); }, false, current_step(), "set_num_threads");
   ex.synchronize();
 }
-int get_num_threads() { return cpu::get_num_threads(); }
+int get_num_threads() {
+  return cpu::get_num_threads();
+}
 void set_current_step(int64_t step) {
   g_step = step;
   g_step_set = true;
 }
-int64_t current_step() { return g_step; }
+int64_t current_step() {
+  return g_step;
+}
 
 namespace detail {
 void enqueue_closure(std::function<void()> fn, std::string what) {

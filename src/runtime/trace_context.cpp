@@ -11,24 +11,31 @@ std::atomic<uint64_t> g_next_trace{1};
 }  // namespace
 
 TraceContext::TraceContext() : id_(g_next_trace.fetch_add(1)), prev_(t_current) {
-  CS_CHECK(prev_ == nullptr, "cstorch::trace: a traced step cannot be called inside another traced step");
+  CS_CHECK(prev_ == nullptr,
+           "cstorch::trace: a traced step cannot be called inside another traced step");
   t_current = this;
 }
-TraceContext::~TraceContext() { t_current = prev_; }
-TraceContext* TraceContext::current() { return t_current; }
+TraceContext::~TraceContext() {
+  t_current = prev_;
+}
+TraceContext* TraceContext::current() {
+  return t_current;
+}
 
 ir::NodePtr TraceContext::resolve(const std::shared_ptr<TensorImpl>& impl) {
   const auto& n = impl->node;
   if (n->trace_id == id_) return n;
   if (n->trace_id != 0)
-    fail("tensor from another traced step (op '{}', node %{}) used in this step; return it "
-         "from that step to use its value",
-         n->name(), n->id);
+    fail(
+        "tensor from another traced step (op '{}', node %{}) used in this step; return it "
+        "from that step to use its value",
+        n->name(), n->id);
   auto it = capture_index_.find(impl.get());
   if (it != capture_index_.end()) return captures_[it->second].input_node;
   // Capture: an Input(State) node that reads the tensor's current value at every execution.
-  auto in = ir::Node::make(ir::OpCode::Input,
-                           ir::InputAttrs{ir::InputKind::State, static_cast<int>(captures_.size())}, {});
+  auto in =
+      ir::Node::make(ir::OpCode::Input,
+                     ir::InputAttrs{ir::InputKind::State, static_cast<int>(captures_.size())}, {});
   in->shape = n->shape;
   in->dtype = n->dtype;
   in->trace_id = id_;
@@ -48,8 +55,9 @@ void TraceContext::record(const ir::NodePtr& n) {
 }
 
 Tensor TraceContext::add_batch_input(const Shape& s, DType t) {
-  auto in = ir::Node::make(ir::OpCode::Input,
-                           ir::InputAttrs{ir::InputKind::Batch, static_cast<int>(batch_inputs_.size())}, {});
+  auto in = ir::Node::make(
+      ir::OpCode::Input,
+      ir::InputAttrs{ir::InputKind::Batch, static_cast<int>(batch_inputs_.size())}, {});
   in->shape = s;
   in->dtype = t;
   in->trace_id = id_;
@@ -65,7 +73,11 @@ size_t TraceContext::add_persistent(const std::shared_ptr<TensorImpl>& impl, ir:
   return captures_.size() - 1;
 }
 
-SuspendTrace::SuspendTrace() : saved_(t_current) { t_current = nullptr; }
-SuspendTrace::~SuspendTrace() { t_current = saved_; }
+SuspendTrace::SuspendTrace() : saved_(t_current) {
+  t_current = nullptr;
+}
+SuspendTrace::~SuspendTrace() {
+  t_current = saved_;
+}
 
 }  // namespace cstorch::runtime

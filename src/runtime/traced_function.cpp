@@ -2,8 +2,8 @@
 // (outputs, state reads and writes), optimise and plan it, then enqueue executions.
 #include <chrono>
 #include <cstring>
-#include <unordered_set>
 #include <map>
+#include <unordered_set>
 
 #include "compiler/program.h"
 #include "cstorch/runtime.h"
@@ -116,7 +116,8 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
         if (now != c.original && now != c.input_node) {
           if (now->trace_id != ctx.id() || now->inputs.empty()) {
             NoGradGuard ng;  // value is another input or constant: copy it in
-            now = ctx.resolve(dispatch(ir::OpCode::Copy, ir::NoAttrs{}, {make_tensor(now)}).impl_ptr());
+            now = ctx.resolve(
+                dispatch(ir::OpCode::Copy, ir::NoAttrs{}, {make_tensor(now)}).impl_ptr());
           }
           CS_CHECK(now->shape == slot.shape && now->dtype == slot.dtype,
                    "trace '{}': tensor '{}' was reassigned from {}{} to {}{} inside the step; a "
@@ -135,7 +136,8 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
     }
     restore(ctx);
     for (auto& c : ctx.captures())
-      if (c.impl->requires_grad && c.input_node) variant.grad_presence.push_back({c.impl, c.had_grad});
+      if (c.impl->requires_grad && c.input_node)
+        variant.grad_presence.push_back({c.impl, c.had_grad});
     g.nodes = ctx.nodes();
     g.batch_inputs = ctx.batch_inputs();
     traced_ops = g.count_ops();
@@ -187,7 +189,8 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
   auto job = [program, batch = std::move(batch), out_bufs = std::move(out_bufs)]() {
     const void* bp[64];
     void* op[64];
-    CS_CHECK(batch.size() <= 64 && out_bufs.size() <= 64, "a step has at most 64 inputs and outputs");
+    CS_CHECK(batch.size() <= 64 && out_bufs.size() <= 64,
+             "a step has at most 64 inputs and outputs");
     for (size_t i = 0; i < batch.size(); ++i) bp[i] = batch[i]->data;
     for (size_t i = 0; i < out_bufs.size(); ++i) op[i] = out_bufs[i]->data;
     runtime::AllocCounter counter;

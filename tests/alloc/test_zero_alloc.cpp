@@ -20,7 +20,8 @@ void set_alloc_hooks_installed(bool on);
 // With CSTORCH_ALLOC_TRACE set, print the call stack of every allocation inside a counted step.
 static void trace_alloc() {
   static thread_local bool busy = false;
-  if (busy || !*cstorch::runtime::thread_in_counted_region() || !std::getenv("CSTORCH_ALLOC_TRACE")) return;
+  if (busy || !*cstorch::runtime::thread_in_counted_region() || !std::getenv("CSTORCH_ALLOC_TRACE"))
+    return;
   busy = true;
   void* frames[16];
   int n = backtrace(frames, 16);
@@ -74,7 +75,8 @@ TEST(ZeroAlloc, SteadyStateTracedTrainingStep) {
     opt.zero_grad();
     return loss;
   });
-  cs::Batch batch{{"x", cs::randn({128, 784})}, {"y", cs::from_vector(std::vector<int64_t>(128, 4), {128})}};
+  cs::Batch batch{{"x", cs::randn({128, 784})},
+                  {"y", cs::from_vector(std::vector<int64_t>(128, 4), {128})}};
   for (int i = 0; i < 5; ++i) step(batch);
   cs::synchronize();
   auto st = cs::runtime_stats();

@@ -24,8 +24,9 @@ TEST(FcMnist, TrainsToNinetyFivePercentWithFallingLoss) {
   auto dir = std::filesystem::temp_directory_path() / "cstorch_e2e_mnist";
   std::filesystem::remove_all(dir);
   int status = 0;
-  std::string out = run(std::string(CSTORCH_BINARY_DIR) + "/fc_mnist --epochs 1 --log-every 100 --data-dir " +
-                            dir.string(), &status);
+  std::string out = run(std::string(CSTORCH_BINARY_DIR) +
+                            "/fc_mnist --epochs 1 --log-every 100 --data-dir " + dir.string(),
+                        &status);
   ASSERT_EQ(status, 0) << out;
   std::regex loss_re(R"(step\s+(\d+)\s+loss\s+([0-9.]+))");
   std::vector<float> losses;
@@ -40,7 +41,8 @@ TEST(FcMnist, TrainsToNinetyFivePercentWithFallingLoss) {
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(test accuracy: ([0-9.]+)%)"))) << out;
   EXPECT_GE(std::stof(m[1]), 95.0f) << out;
   // A second run reads the files written by the first (no regeneration).
-  out = run(std::string(CSTORCH_BINARY_DIR) + "/fc_mnist --epochs 1 --log-every 1000 --data-dir " + dir.string(),
+  out = run(std::string(CSTORCH_BINARY_DIR) + "/fc_mnist --epochs 1 --log-every 1000 --data-dir " +
+                dir.string(),
             &status);
   EXPECT_EQ(out.find("generated"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
@@ -50,10 +52,13 @@ TEST(FcMnist, CorruptDataFileIsAClearError) {
   auto dir = std::filesystem::temp_directory_path() / "cstorch_e2e_corrupt";
   std::filesystem::remove_all(dir);
   int status = 0;
-  run(std::string(CSTORCH_BINARY_DIR) + "/make_digits --out " + dir.string() + " --train 200 --test 100", &status);
+  run(std::string(CSTORCH_BINARY_DIR) + "/make_digits --out " + dir.string() +
+          " --train 200 --test 100",
+      &status);
   ASSERT_EQ(status, 0);
   std::filesystem::resize_file(dir / "train-images-idx3-ubyte", 1000);  // truncate
-  std::string out = run(std::string(CSTORCH_BINARY_DIR) + "/fc_mnist --epochs 1 --data-dir " + dir.string(), &status);
+  std::string out = run(
+      std::string(CSTORCH_BINARY_DIR) + "/fc_mnist --epochs 1 --data-dir " + dir.string(), &status);
   EXPECT_NE(status, 0) << out;
   EXPECT_NE(out.find("train-images-idx3-ubyte"), std::string::npos) << out;
   EXPECT_NE(out.find("error:"), std::string::npos) << out;

@@ -12,8 +12,12 @@ inline constexpr int kNumDTypes = 6;
 
 size_t itemsize(DType t);
 const char* dtype_name(DType t);  // "f32", "bf16", "f16", "i32", "i64", "bool"
-inline bool is_floating(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
-inline bool is_integral(DType t) { return t == DType::i32 || t == DType::i64; }
+inline bool is_floating(DType t) {
+  return t == DType::f32 || t == DType::bf16 || t == DType::f16;
+}
+inline bool is_integral(DType t) {
+  return t == DType::i32 || t == DType::i64;
+}
 // PyTorch-style promotion of two tensor dtypes: bool < ints < floats; bf16+f16 -> f32.
 DType promote_types(DType a, DType b);
 

@@ -19,8 +19,8 @@ template <class... Args>
   throw Error(fmt::format(f, std::forward<Args>(args)...));
 }
 
-#define CS_CHECK(cond, ...)                  \
-  do {                                       \
+#define CS_CHECK(cond, ...)                    \
+  do {                                         \
     if (!(cond)) ::cstorch::fail(__VA_ARGS__); \
   } while (0)
 

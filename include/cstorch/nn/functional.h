@@ -12,10 +12,10 @@ using cstorch::linear;
 using cstorch::log_softmax;
 using cstorch::mse_loss;
 using cstorch::nll_loss;
+using cstorch::Reduction;
 using cstorch::relu;
 using cstorch::sigmoid;
 using cstorch::silu;
 using cstorch::softmax;
 using cstorch::tanh;
-using cstorch::Reduction;
 }  // namespace cstorch::nn::functional

@@ -110,7 +110,8 @@ class Sequential : public ModuleHolder<SequentialImpl> {
  public:
   Sequential() : ModuleHolder<SequentialImpl>() {}
   template <class... M>
-  explicit Sequential(M&&... mods) : ModuleHolder<SequentialImpl>(std::make_shared<SequentialImpl>(std::forward<M>(mods)...)) {}
+  explicit Sequential(M&&... mods)
+      : ModuleHolder<SequentialImpl>(std::make_shared<SequentialImpl>(std::forward<M>(mods)...)) {}
 };
 
 // A list of modules registered as "0", "1", ... (no forward of its own).

@@ -50,7 +50,9 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<Tensor> parameters(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const {
+    return children_;
+  }
 
   // Parameters and buffers by dotted name ("0.weight", "fc1.bias").
   StateDict state_dict() const;
@@ -84,12 +86,15 @@ class ModuleHolder {
  public:
   using ImplType = Impl;
   template <class... Args>
-  explicit ModuleHolder(Args&&... args) : impl_(std::make_shared<Impl>(std::forward<Args>(args)...)) {}
+  explicit ModuleHolder(Args&&... args)
+      : impl_(std::make_shared<Impl>(std::forward<Args>(args)...)) {}
   ModuleHolder(std::shared_ptr<Impl> p) : impl_(std::move(p)) {}
   Impl* operator->() const { return impl_.get(); }
   Impl& operator*() const { return *impl_; }
   template <class... Args>
-  auto operator()(Args&&... args) const { return impl_->forward(std::forward<Args>(args)...); }
+  auto operator()(Args&&... args) const {
+    return impl_->forward(std::forward<Args>(args)...);
+  }
   const std::shared_ptr<Impl>& ptr() const { return impl_; }
   std::shared_ptr<Module> module() const { return impl_; }
 
@@ -97,10 +102,10 @@ class ModuleHolder {
   std::shared_ptr<Impl> impl_;
 };
 
-#define CSTORCH_MODULE(Name)                               \
+#define CSTORCH_MODULE(Name)                                    \
   class Name : public ::cstorch::nn::ModuleHolder<Name##Impl> { \
-   public:                                                  \
-    using ModuleHolder<Name##Impl>::ModuleHolder;           \
+   public:                                                      \
+    using ModuleHolder<Name##Impl>::ModuleHolder;               \
   }
 
 }  // namespace cstorch::nn

@@ -52,7 +52,8 @@ class TensorLoader : public Loader {
   std::vector<int64_t> order_;
 };
 
-using InputFn = std::function<std::shared_ptr<Loader>(const Config& args, const WorkerInfo& worker)>;
+using InputFn =
+    std::function<std::shared_ptr<Loader>(const Config& args, const WorkerInfo& worker)>;
 
 class DataLoader {
  public:

@@ -30,7 +30,8 @@ void cpu_Arange(const ir::Node& n, const void* const*, void* out) {
   int64_t count = n.numel();
   dispatch_all(n.dtype, [&]<class T>(T*) {
     T* o = static_cast<T*>(out);
-    for (int64_t i = 0; i < count; ++i) o[i] = from_double<T>(a.start + a.step * static_cast<double>(i));
+    for (int64_t i = 0; i < count; ++i)
+      o[i] = from_double<T>(a.start + a.step * static_cast<double>(i));
   });
 }
 

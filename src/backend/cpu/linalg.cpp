@@ -45,8 +45,9 @@ void sgemm1(CBLAS_TRANSPOSE TA, CBLAS_TRANSPOSE TB, int64_t M, int64_t N, int64_
   const bool outside = !omp_in_parallel();
   const int saved = outside ? omp_get_max_threads() : 1;
   if (outside && saved != 1) omp_set_num_threads(1);
-  cblas_sgemm(CblasRowMajor, TA, TB, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.f,
-              A, static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+  cblas_sgemm(CblasRowMajor, TA, TB, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
+              1.f, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta, C,
+              static_cast<int>(ldc));
   if (outside && saved != 1) omp_set_num_threads(saved);
 }
 
@@ -64,10 +65,11 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
   const bool by_rows = M >= N;
   const int64_t len = by_rows ? M : N;
   const int64_t chunks = std::min<int64_t>(threads, std::max<int64_t>(1, len / 16));
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     // Block boundaries on multiples of 16 keep the GEMM micro-kernels on full tiles.
-    int64_t b = (len * c / chunks) / 16 * 16, e = c + 1 == chunks ? len : (len * (c + 1) / chunks) / 16 * 16;
+    int64_t b = (len * c / chunks) / 16 * 16,
+            e = c + 1 == chunks ? len : (len * (c + 1) / chunks) / 16 * 16;
     if (e <= b) continue;
     if (by_rows) {
       sgemm1(TA, TB, e - b, N, K, ta ? A + b : A + b * lda, lda, B, ldb, beta, C + b * ldc, ldc);

@@ -9,6 +9,8 @@ void set_num_threads(int n) {
   if (n <= 0) return;
   omp_set_num_threads(n);
 }
-int get_num_threads() { return omp_get_max_threads(); }
+int get_num_threads() {
+  return omp_get_max_threads();
+}
 
 }  // namespace cstorch::cpu

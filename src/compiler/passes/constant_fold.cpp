@@ -23,8 +23,10 @@ class ConstantFold : public Pass {
       if (n->inputs.size() > 64) continue;
       for (size_t i = 0; i < n->inputs.size(); ++i) ins[i] = n->inputs[i]->buffer->data;
       auto buf = ir::Buffer::alloc(n->nbytes());
-      if (has_trait(n->op, ir::kAlias)) std::memcpy(buf->data, ins[0], n->nbytes());
-      else kernels.kernels[static_cast<int>(n->op)](*n, ins, buf->data);
+      if (has_trait(n->op, ir::kAlias))
+        std::memcpy(buf->data, ins[0], n->nbytes());
+      else
+        kernels.kernels[static_cast<int>(n->op)](*n, ins, buf->data);
       // Turn the node into a constant in place: every user keeps pointing at it.
       n->op = ir::OpCode::Constant;
       n->attrs = ir::NoAttrs{};

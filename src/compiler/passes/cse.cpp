@@ -13,7 +13,8 @@ struct Key {
   bool operator==(const Key& o) const {
     const auto& a = *n;
     const auto& b = *o.n;
-    if (a.op != b.op || a.dtype != b.dtype || a.shape != b.shape || a.inputs.size() != b.inputs.size())
+    if (a.op != b.op || a.dtype != b.dtype || a.shape != b.shape ||
+        a.inputs.size() != b.inputs.size())
       return false;
     for (size_t i = 0; i < a.inputs.size(); ++i)
       if (a.inputs[i].get() != b.inputs[i].get()) return false;
@@ -51,5 +52,7 @@ class Cse : public Pass {
   }
 };
 }  // namespace
-std::unique_ptr<Pass> make_cse_pass() { return std::make_unique<Cse>(); }
+std::unique_ptr<Pass> make_cse_pass() {
+  return std::make_unique<Cse>();
+}
 }  // namespace cstorch::compiler

@@ -9,5 +9,7 @@ class Dce : public Pass {
   bool run(Graph& g) override { return g.prune() > 0; }
 };
 }  // namespace
-std::unique_ptr<Pass> make_dce_pass() { return std::make_unique<Dce>(); }
+std::unique_ptr<Pass> make_dce_pass() {
+  return std::make_unique<Dce>();
+}
 }  // namespace cstorch::compiler

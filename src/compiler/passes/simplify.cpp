@@ -35,7 +35,8 @@ class Simplify : public Pass {
           auto a = std::get<ir::MatmulAttrs>(n->attrs);
           for (int i = 0; i < 2; ++i) {
             auto& in = n->inputs[i];
-            if (in->op == ir::OpCode::Permute && swaps_last_two(in->attr<ir::PermuteAttrs>().perm)) {
+            if (in->op == ir::OpCode::Permute &&
+                swaps_last_two(in->attr<ir::PermuteAttrs>().perm)) {
               in = in->inputs[0];
               (i == 0 ? a.trans_a : a.trans_b) ^= true;
               changed = true;
@@ -76,7 +77,8 @@ class Simplify : public Pass {
             changed = true;
           }
           break;
-        default: break;
+        default:
+          break;
       }
     }
     if (!changed) return false;
@@ -86,5 +88,7 @@ class Simplify : public Pass {
   }
 };
 }  // namespace
-std::unique_ptr<Pass> make_simplify_pass() { return std::make_unique<Simplify>(); }
+std::unique_ptr<Pass> make_simplify_pass() {
+  return std::make_unique<Simplify>();
+}
 }  // namespace cstorch::compiler

@@ -66,9 +66,8 @@ TEST(Passes, CseMergesStructurallyEqualNodes) {
 }
 
 TEST(Passes, CseNeverMergesRandomDraws) {
-  auto g = record({{4}}, [](auto& in) {
-    return std::vector<Tensor>{cs::rand({4}) + cs::rand({4}) + in[0]};
-  });
+  auto g = record(
+      {{4}}, [](auto& in) { return std::vector<Tensor>{cs::rand({4}) + cs::rand({4}) + in[0]}; });
   cc::make_cse_pass()->run(g);
   EXPECT_EQ(count(g, cs::ir::OpCode::RandUniform), 2u);
 }
@@ -130,8 +129,9 @@ TEST(Passes, VerifierRejectsABrokenGraph) {
 
 TEST(MemoryPlan, ArenaReusesMemoryAndStateUpdatesInPlace) {
   cs::manual_seed(1);
-  cs::nn::Sequential m(cs::nn::Linear(32, 64), cs::nn::ReLU(), cs::nn::Linear(64, 64), cs::nn::ReLU(),
-                       cs::nn::Linear(64, 64), cs::nn::ReLU(), cs::nn::Linear(64, 10));
+  cs::nn::Sequential m(cs::nn::Linear(32, 64), cs::nn::ReLU(), cs::nn::Linear(64, 64),
+                       cs::nn::ReLU(), cs::nn::Linear(64, 64), cs::nn::ReLU(),
+                       cs::nn::Linear(64, 10));
   cs::optim::SGD opt(m->parameters(), 0.01, 0.9);
   cc::Graph g;
   {

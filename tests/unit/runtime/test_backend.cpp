@@ -15,7 +15,8 @@ TEST(Backend, OneTypePerProcessWithTheExactMessage) {
     FAIL();
   } catch (const cs::Error& e) {
     EXPECT_STREQ(e.what(),
-                 "Cannot instantiate multiple backends. A backend with type CPU has already been instantiated.");
+                 "Cannot instantiate multiple backends. A backend with type CPU has already been "
+                 "instantiated.");
   }
   EXPECT_THROW(cs::backend("TPU"), cs::Error);
 }
@@ -65,7 +66,8 @@ TEST(Optimizer, StateOutsidePreinitializeIsAnError) {
 
 TEST(Optimizer, ConfigureByNameWithAliasesAndErrors) {
   cs::nn::Linear lin(2, 2);
-  auto o = cs::optim::configure_optimizer("sgd", lin->parameters(), {{"learning_rate", 0.5}, {"momentum", 0.9}});
+  auto o = cs::optim::configure_optimizer("sgd", lin->parameters(),
+                                          {{"learning_rate", 0.5}, {"momentum", 0.9}});
   EXPECT_EQ(o->name(), "SGD");
   EXPECT_DOUBLE_EQ(o->param_groups()[0].options.at("lr"), 0.5);
   try {

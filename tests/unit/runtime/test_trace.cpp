@@ -10,7 +10,9 @@ namespace cs = cstorch;
 using cs::Tensor;
 
 namespace {
-Tensor vec(std::vector<float> v) { return cs::from_vector(v, {static_cast<int64_t>(v.size())}); }
+Tensor vec(std::vector<float> v) {
+  return cs::from_vector(v, {static_cast<int64_t>(v.size())});
+}
 }  // namespace
 
 TEST(Trace, BodyRunsOnceAndReplaysWithNewBatches) {
@@ -81,7 +83,9 @@ TEST(Trace, StepClosuresRunInOrderWithMaterialisedValues) {
     return state * 1.0;
   });
   std::vector<std::pair<int, float>> seen;
-  auto record = cs::step_closure([&](const Tensor& v, int i) { seen.push_back({i, v.item<float>()}); });
+  auto record = cs::step_closure([&](const Tensor& v, int i) {
+    seen.push_back({i, v.item<float>()});
+  });
   for (int i = 0; i < 20; ++i) record(step(cs::full({}, 1.0)), i);
   cs::synchronize();
   ASSERT_EQ(seen.size(), 20u);
