@@ -1,6 +1,8 @@
 // Backend rules and compile(); the optimizer preinitialize contract.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstorch/cstorch.h>
 
 namespace cs = cstorch;
@@ -107,4 +109,54 @@ TEST(Module, StateDictAndStrictLoading) {
     EXPECT_NE(m.find("0.bias"), std::string::npos) << m;
     EXPECT_NE(m.find("[5]"), std::string::npos) << m;
   }
+}
+
+// PyTorch's defaults: Linear weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)); Embedding ~ N(0,1);
+// LayerNorm ones and zeros.
+TEST(Module, DefaultInitialisationsFollowPyTorch) {
+  cs::manual_seed(5);
+  cs::nn::Linear lin(400, 300);
+  float bound = 1.0f / std::sqrt(400.0f);
+  for (auto* t : {&lin->weight, &lin->bias}) {
+    auto v = t->to_vector<float>();
+    double sum = 0, sq = 0;
+    float lo = 1e9f, hi = -1e9f;
+    for (float x : v) {
+      sum += x;
+      sq += double(x) * x;
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+    }
+    double mean = sum / v.size(), var = sq / v.size() - mean * mean;
+    EXPECT_GE(lo, -bound);
+    EXPECT_LT(hi, bound);
+    if (v.size() > 1000) {
+      EXPECT_NEAR(mean, 0, 0.01 * bound);
+      EXPECT_NEAR(var, bound * bound / 3, 0.02 * bound * bound / 3);  // uniform variance
+      EXPECT_GT(hi, 0.99f * bound);
+    }
+  }
+  cs::nn::Embedding emb(1000, 64);
+  auto e = emb->weight.to_vector<float>();
+  double m = 0, s = 0;
+  for (float x : e) m += x / e.size();
+  for (float x : e) s += (x - m) * (x - m) / e.size();
+  EXPECT_NEAR(m, 0, 0.02);
+  EXPECT_NEAR(s, 1, 0.03);
+  cs::nn::LayerNorm ln(cs::Shape{8});
+  EXPECT_EQ(ln->weight.to_vector<float>(), std::vector<float>(8, 1.f));
+  EXPECT_EQ(ln->bias.to_vector<float>(), std::vector<float>(8, 0.f));
+  EXPECT_TRUE(lin->weight.requires_grad());
+  EXPECT_EQ(lin->named_parameters()[0].first, "weight");
+}
+
+TEST(Module, TrainEvalReachesChildrenAndDropout) {
+  cs::nn::Sequential m(cs::nn::Linear(4, 4), cs::nn::Dropout(0.5));
+  EXPECT_TRUE(m->is_training());
+  m->eval();
+  EXPECT_FALSE((*m)[1]->is_training());
+  auto x = cs::ones({2, 4});
+  EXPECT_EQ((*m)[1]->forward(x).to_vector<float>(), x.to_vector<float>());  // identity in eval
+  m->train();
+  EXPECT_TRUE((*m)[1]->is_training());
 }
