@@ -9,29 +9,14 @@
 
 #include "cstorch/runtime.h"
 #include "cstorch/tensor.h"
+#include "unit/test_util.h"
 
 namespace cs = cstorch;
+using cs::testing::moments;
 
 namespace {
 
 constexpr int64_t kN = 200000;
-
-struct Moments {
-  double mean = 0, var = 0, min = INFINITY, max = -INFINITY;
-};
-Moments moments(const cs::Tensor& t) {
-  auto v = t.to_vector<double>();
-  Moments m;
-  for (double x : v) {
-    m.mean += x;
-    m.min = std::min(m.min, x);
-    m.max = std::max(m.max, x);
-  }
-  m.mean /= static_cast<double>(v.size());
-  for (double x : v) m.var += (x - m.mean) * (x - m.mean);
-  m.var /= static_cast<double>(v.size() - 1);
-  return m;
-}
 
 // |mean - mu| within 5 standard errors, variance within 5 standard errors of its estimate
 // (`kurt` = E[(x-mu)^4] / sigma^4: 3 for a normal, 1.8 for a uniform).

@@ -9,33 +9,23 @@
 #include "backend/cpu/kernels.h"
 #include "core/internal.h"
 #include "cstorch/tensor.h"
+#include "unit/test_util.h"
 
 using namespace cstorch;
 
 namespace {
 
-using F = std::vector<float>;
+using cstorch::testing::bv;
+using cstorch::testing::expect_error;
+using cstorch::testing::F;
+using cstorch::testing::fv;
+using cstorch::testing::iv;
 using I64 = std::vector<int64_t>;
 using I32 = std::vector<int32_t>;
 
-Tensor fv(F v, Shape s) {
-  return from_vector(v, s);
-}
-Tensor fv(F v) {
-  int64_t n = static_cast<int64_t>(v.size());
-  return from_vector(v, {n});
-}
-Tensor iv(I64 v) {
-  int64_t n = static_cast<int64_t>(v.size());
-  return from_vector(v, {n});
-}
 Tensor i32v(I32 v) {
   int64_t n = static_cast<int64_t>(v.size());
   return from_vector(v, {n});
-}
-Tensor bv(std::vector<uint8_t> v) {
-  int64_t n = static_cast<int64_t>(v.size());
-  return from_vector(v, {n}, DType::boolean);
 }
 std::vector<uint8_t> bools(const Tensor& t) {
   return t.to_vector<uint8_t>();
@@ -52,18 +42,6 @@ void expect_near(const Tensor& t, const std::vector<double>& want, double tol = 
     } else {
       EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "at " << i;
     }
-  }
-}
-
-// Runs `f` and checks it throws cstorch::Error whose message contains each of `parts`.
-void expect_error(const std::function<void()>& f, std::vector<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const auto& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
   }
 }
 

@@ -8,81 +8,12 @@
 
 #include "core/internal.h"
 #include "cstorch/tensor.h"
+#include "unit/test_util.h"
 
 using namespace cstorch;
+using namespace cstorch::testing;
 
 namespace {
-
-using F = std::vector<float>;
-using D = std::vector<double>;
-
-#define EXPECT_ERROR(stmt, ...)                                     \
-  do {                                                              \
-    try {                                                           \
-      stmt;                                                         \
-      ADD_FAILURE() << "no error from: " #stmt;                     \
-    } catch (const cstorch::Error& e) {                             \
-      for (const char* p : {__VA_ARGS__})                           \
-        EXPECT_NE(std::string(e.what()).find(p), std::string::npos) \
-            << "message '" << e.what() << "' lacks '" << p << "'";  \
-    }                                                               \
-  } while (0)
-
-F rvals(int64_t n, double lo, double hi, uint32_t seed) {
-  F v(static_cast<size_t>(n));
-  uint64_t s = 0x9E3779B97F4A7C15ull * (seed + 1);
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(lo + (hi - lo) * static_cast<double>(s >> 11) * 0x1.0p-53);
-  }
-  return v;
-}
-Tensor rt(const Shape& s, uint32_t seed = 1) {
-  return from_vector(rvals(numel(s), -1, 1, seed), s);
-}
-
-void check_grad(const std::function<Tensor(const std::vector<Tensor>&)>& f,
-                const std::vector<Tensor>& inputs, double eps = 1e-2, double rtol = 1e-2,
-                double atol = 1e-4) {
-  std::vector<Tensor> leaves;
-  for (const auto& t : inputs) {
-    Tensor l = from_vector(t.to_vector<float>(), t.shape());
-    l.set_requires_grad();
-    leaves.push_back(l);
-  }
-  Tensor y = f(leaves);
-  Tensor g = from_vector(rvals(y.numel(), -1, 1, 77), y.shape());
-  F gv = g.to_vector<float>();
-  y.backward(g);
-  auto objective = [&](const std::vector<Tensor>& xs) {
-    NoGradGuard ng;
-    D v = f(xs).to_vector<double>();
-    double s = 0;
-    for (size_t i = 0; i < v.size(); ++i) s += gv[i] * v[i];
-    return s;
-  };
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    F base = inputs[i].to_vector<float>();
-    Tensor gi = leaves[i].grad();
-    ASSERT_TRUE(gi.defined()) << "no gradient for input " << i;
-    ASSERT_EQ(gi.shape(), inputs[i].shape());
-    F an = gi.to_vector<float>();
-    for (size_t j = 0; j < base.size(); ++j) {
-      auto eval = [&](double d, double& moved) {
-        F p = base;
-        p[j] = static_cast<float>(base[j] + d);
-        moved = static_cast<double>(p[j]) - base[j];
-        std::vector<Tensor> xs = inputs;
-        xs[i] = from_vector(p, inputs[i].shape());
-        return objective(xs);
-      };
-      double hp, hm;
-      double fp = eval(eps, hp), fm = eval(-eps, hm);
-      double num = (fp - fm) / (hp - hm);
-      EXPECT_NEAR(an[j], num, atol + rtol * std::fabs(num)) << "input " << i << " element " << j;
-    }
-  }
-}
 
 // Host reference of op(A) @ op(B) with broadcast batch dims (A, B rank >= 2).
 D ref_matmul(const F& a, const Shape& sa, const F& b, const Shape& sb, bool ta, bool tb,
@@ -126,12 +57,6 @@ D ref_matmul(const F& a, const Shape& sa, const F& b, const Shape& sb, bool ta, 
 
 Tensor mm_flags(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   return detail::dispatch(ir::OpCode::Matmul, ir::MatmulAttrs{ta, tb}, {a, b});
-}
-
-void expect_close(const D& got, const D& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << what << " element " << i;
 }
 
 }  // namespace

@@ -11,95 +11,12 @@
 #include "core/internal.h"
 #include "cstorch/tensor.h"
 #include "ops/vjp.h"
+#include "unit/test_util.h"
 
 using namespace cstorch;
+using namespace cstorch::testing;
 
 namespace {
-
-using F = std::vector<float>;
-using D = std::vector<double>;
-using I = std::vector<int64_t>;
-
-#define EXPECT_ERROR(stmt, ...)                                     \
-  do {                                                              \
-    try {                                                           \
-      stmt;                                                         \
-      ADD_FAILURE() << "no error from: " #stmt;                     \
-    } catch (const cstorch::Error& e) {                             \
-      for (const char* p : {__VA_ARGS__})                           \
-        EXPECT_NE(std::string(e.what()).find(p), std::string::npos) \
-            << "message '" << e.what() << "' lacks '" << p << "'";  \
-    }                                                               \
-  } while (0)
-
-F rvals(int64_t n, double lo, double hi, uint32_t seed) {
-  F v(static_cast<size_t>(n));
-  uint64_t s = 0x9E3779B97F4A7C15ull * (seed + 1);
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(lo + (hi - lo) * static_cast<double>(s >> 11) * 0x1.0p-53);
-  }
-  return v;
-}
-Tensor rt(const Shape& s, uint32_t seed = 1, double lo = -1, double hi = 1) {
-  return from_vector(rvals(numel(s), lo, hi, seed), s);
-}
-
-// Checks backward() of sum(G * f(inputs)), G fixed, against central differences. Integer
-// inputs (targets, indices) are passed through and not differentiated.
-void check_grad(const std::function<Tensor(const std::vector<Tensor>&)>& f,
-                const std::vector<Tensor>& inputs, double eps = 1e-2, double rtol = 1e-2,
-                double atol = 1e-4) {
-  std::vector<Tensor> leaves;
-  for (const auto& t : inputs) {
-    if (!is_floating(t.dtype())) {
-      leaves.push_back(t);
-      continue;
-    }
-    Tensor l = from_vector(t.to_vector<float>(), t.shape());
-    l.set_requires_grad();
-    leaves.push_back(l);
-  }
-  Tensor y = f(leaves);
-  Tensor g = from_vector(rvals(y.numel(), -1, 1, 77), y.shape());
-  F gv = g.to_vector<float>();
-  y.backward(g);
-  auto objective = [&](const std::vector<Tensor>& xs) {
-    NoGradGuard ng;
-    D v = f(xs).to_vector<double>();
-    double s = 0;
-    for (size_t i = 0; i < v.size(); ++i) s += gv[i] * v[i];
-    return s;
-  };
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!is_floating(inputs[i].dtype())) continue;
-    F base = inputs[i].to_vector<float>();
-    Tensor gi = leaves[i].grad();
-    ASSERT_TRUE(gi.defined()) << "no gradient for input " << i;
-    ASSERT_EQ(gi.shape(), inputs[i].shape());
-    F an = gi.to_vector<float>();
-    for (size_t j = 0; j < base.size(); ++j) {
-      auto eval = [&](double d, double& moved) {
-        F p = base;
-        p[j] = static_cast<float>(base[j] + d);
-        moved = static_cast<double>(p[j]) - base[j];
-        std::vector<Tensor> xs = inputs;
-        xs[i] = from_vector(p, inputs[i].shape());
-        return objective(xs);
-      };
-      double hp, hm;
-      double fp = eval(eps, hp), fm = eval(-eps, hm);
-      double num = (fp - fm) / (hp - hm);
-      EXPECT_NEAR(an[j], num, atol + rtol * std::fabs(num)) << "input " << i << " element " << j;
-    }
-  }
-}
-
-void expect_close(const D& got, const D& want, double tol, const std::string& what = "") {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << what << " element " << i;
-}
 
 // Host softmax of `x` [outer, C, inner] along C.
 D ref_softmax(const F& x, int64_t outer, int64_t C, int64_t inner, bool log) {
@@ -115,10 +32,6 @@ D ref_softmax(const F& x, int64_t outer, int64_t C, int64_t inner, bool log) {
       }
     }
   return y;
-}
-
-Tensor iv(I v, Shape s) {
-  return from_vector(v, s);
 }
 
 }  // namespace

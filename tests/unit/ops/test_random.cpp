@@ -9,6 +9,7 @@
 
 #include "cstorch/runtime.h"
 #include "cstorch/tensor.h"
+#include "unit/test_util.h"
 
 namespace cstorch::cpu {
 // Defined in src/backend/cpu/random.cpp (no header: only this test calls it directly).
@@ -16,36 +17,11 @@ void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]
 }  // namespace cstorch::cpu
 
 using namespace cstorch;
+using cstorch::testing::expect_error;
+using cstorch::testing::Moments;
+using cstorch::testing::moments;
 
 namespace {
-
-void expect_error(const std::function<void()>& f, std::vector<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const auto& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
-  }
-}
-
-struct Moments {
-  double mean = 0, var = 0, min = 1e300, max = -1e300;
-};
-Moments moments(const Tensor& t) {
-  auto v = t.to_vector<double>();
-  Moments m;
-  for (double x : v) {
-    m.mean += x;
-    m.min = std::min(m.min, x);
-    m.max = std::max(m.max, x);
-  }
-  m.mean /= static_cast<double>(v.size());
-  for (double x : v) m.var += (x - m.mean) * (x - m.mean);
-  m.var /= static_cast<double>(v.size() - 1);
-  return m;
-}
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;

@@ -8,24 +8,13 @@
 
 #include "cstorch/runtime.h"
 #include "cstorch/tensor.h"
+#include "unit/test_util.h"
 
 using namespace cstorch;
+using namespace cstorch::testing;
 
 namespace {
 
-using F = std::vector<float>;
-using I = std::vector<int64_t>;
-using B = std::vector<uint8_t>;
-
-Tensor fv(F v, Shape s) {
-  return from_vector(v, s);
-}
-Tensor iv(I v, Shape s) {
-  return from_vector(v, s);
-}
-Tensor bv(B v, Shape s) {
-  return from_vector(v, s, DType::boolean);
-}
 // 0, 1, 2, ... in row-major order, of any dtype (exact in bf16 up to 256).
 Tensor iota(Shape s, DType t) {
   return arange(0, static_cast<double>(numel(s)), 1, t).reshape(s);
@@ -42,19 +31,6 @@ I range_i(int64_t n) {
   std::iota(v.begin(), v.end(), 0);
   return v;
 }
-
-// Expects `stmt` to throw a cstorch::Error whose message contains every string in `parts`.
-#define EXPECT_ERROR(stmt, ...)                                     \
-  do {                                                              \
-    try {                                                           \
-      stmt;                                                         \
-      ADD_FAILURE() << "no error from: " #stmt;                     \
-    } catch (const cstorch::Error& e) {                             \
-      for (const char* p : {__VA_ARGS__})                           \
-        EXPECT_NE(std::string(e.what()).find(p), std::string::npos) \
-            << "message '" << e.what() << "' lacks '" << p << "'";  \
-    }                                                               \
-  } while (0)
 
 // Ops of other families are placeholders until they land; skip the tests that need them.
 #define SKIP_UNLESS_BUILT(stmt)                                           \
