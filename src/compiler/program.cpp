@@ -220,7 +220,11 @@ void Program::run(const void* const* batch, void* const* outputs) {
   for (size_t s = 0; s < g_.state.size(); ++s) {
     const auto& slot = g_.state[s];
     const auto& node = slot.impl->node;
-    if (node->shape != slot.shape || node->dtype != slot.dtype || !node->buffer)
+    CS_CHECK(node->buffer != nullptr,
+             "state tensor {} '{}' (op '{}') has no value to read; it was replaced by a tensor "
+             "that is not materialised",
+             s, slot.impl->name, node->name());
+    if (node->shape != slot.shape || node->dtype != slot.dtype)
       fail(
           "state tensor {}'{}' is {}{} but the step was compiled for {}{}; reassigning a "
           "parameter or buffer with another shape or dtype needs a new trace",

@@ -48,5 +48,10 @@ Tensor scalar_like(double v, const Tensor& like);
 
 bool in_trace();
 
+// Leaves that require grad (weakly held), so a trace can note which of them had a .grad when
+// the step was called: that decides whether the body assigns or accumulates gradients.
+void register_grad_leaf(const std::shared_ptr<TensorImpl>& impl);
+std::vector<std::shared_ptr<TensorImpl>> live_grad_leaves();
+
 }  // namespace detail
 }  // namespace cstorch

@@ -1,5 +1,6 @@
 // Tensor handle methods: metadata, host reads, in-place updates and shape conveniences.
 #include <cstring>
+#include <mutex>
 #include <sstream>
 
 #include "core/internal.h"
@@ -8,6 +9,29 @@
 namespace cstorch {
 
 using detail::host_data;
+
+namespace detail {
+namespace {
+std::mutex g_leaves_mu;
+std::vector<std::weak_ptr<TensorImpl>> g_leaves;
+size_t g_prune_at = 64;
+}  // namespace
+void register_grad_leaf(const std::shared_ptr<TensorImpl>& impl) {
+  std::lock_guard<std::mutex> l(g_leaves_mu);
+  if (g_leaves.size() >= g_prune_at) {  // drop dead entries; amortised O(1)
+    std::erase_if(g_leaves, [](const auto& w) { return w.expired(); });
+    g_prune_at = std::max<size_t>(64, 2 * g_leaves.size());
+  }
+  g_leaves.push_back(impl);
+}
+std::vector<std::shared_ptr<TensorImpl>> live_grad_leaves() {
+  std::lock_guard<std::mutex> l(g_leaves_mu);
+  std::vector<std::shared_ptr<TensorImpl>> r;
+  for (auto& w : g_leaves)
+    if (auto p = w.lock()) r.push_back(std::move(p));
+  return r;
+}
+}  // namespace detail
 
 std::shared_ptr<ir::Node> Tensor::node() const {
   CS_CHECK(defined(), "tensor is undefined");
@@ -47,6 +71,7 @@ Tensor& Tensor::set_requires_grad(bool r) {
              dtype_name(dtype()));
   }
   impl_->requires_grad = r;
+  if (r) detail::register_grad_leaf(impl_);
   if (impl_->node->inputs.empty()) {
     impl_->node->requires_grad = r;
     if (r)

@@ -72,6 +72,9 @@ static void restore(runtime::TraceContext& ctx) {
 static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tensor>& inputs) {
   compiler::Graph g;
   Variant variant;
+  // Gradient presence as the caller left it, before the body (which may zero_grad first) runs.
+  std::unordered_map<TensorImpl*, bool> had_grad;
+  for (auto& leaf : live_grad_leaves()) had_grad[leaf.get()] = leaf->grad != nullptr;
   size_t traced_ops = 0;
   {
     runtime::TraceContext ctx;
@@ -135,9 +138,11 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
       throw;
     }
     restore(ctx);
-    for (auto& c : ctx.captures())
-      if (c.impl->requires_grad && c.input_node)
-        variant.grad_presence.push_back({c.impl, c.had_grad});
+    for (auto& c : ctx.captures()) {
+      if (!c.impl->requires_grad || !c.input_node) continue;
+      auto it = had_grad.find(c.impl.get());
+      variant.grad_presence.push_back({c.impl, it != had_grad.end() ? it->second : c.had_grad});
+    }
     g.nodes = ctx.nodes();
     g.batch_inputs = ctx.batch_inputs();
     traced_ops = g.count_ops();
@@ -164,6 +169,8 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
       break;
     }
   if (!program) {
+    // Tracing rebinds captured tensors for a moment: queued steps must not see that.
+    ex.synchronize();
     variants.push_back(trace_and_compile(*impl_, inputs));
     program = variants.back().program;
   }

@@ -207,3 +207,47 @@ TEST(Runtime, ThreadCountReachesTheExecutorThread) {
   EXPECT_EQ(seen, 2);
   EXPECT_EQ(cs::get_num_threads(), 2);
 }
+
+// PyTorch's usual order (zero_grad first): gradients exist between calls but the body drops
+// them before use, so one extra variant is traced at most, not one per call.
+TEST(Trace, ZeroGradFirstBodyIsNotRetracedEveryCall) {
+  cs::manual_seed(2);
+  cs::nn::Sequential m(cs::nn::Linear(6, 8), cs::nn::ReLU(), cs::nn::Linear(8, 3));
+  cs::optim::SGD opt(m->parameters(), 0.1, 0.9);
+  int traces = 0;
+  auto step = cs::trace([&](const Tensor& x, const Tensor& y) {
+    ++traces;
+    opt.zero_grad();
+    auto loss = cs::cross_entropy(m(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  });
+  Tensor x = cs::randn({4, 6});
+  Tensor y = cs::from_vector(std::vector<int64_t>{0, 1, 2, 0}, {4});
+  float first = 0, last = 0;
+  for (int i = 0; i < 30; ++i) {
+    auto l = step(x, y);
+    if (i == 0) first = l.item<float>();
+    if (i == 29) last = l.item<float>();
+  }
+  EXPECT_LE(traces, 2);
+  EXPECT_LT(last, first);
+}
+
+// Tracing a new signature while earlier steps are still queued (the last, smaller batch).
+TEST(Trace, RetracingWhileStepsAreQueuedIsSafe) {
+  cs::manual_seed(4);
+  cs::nn::Sequential m(cs::nn::Linear(32, 64), cs::nn::ReLU(), cs::nn::Linear(64, 4));
+  cs::optim::SGD opt(m->parameters(), 0.01, 0.9);
+  auto step = cs::trace([&](const Tensor& x) {
+    auto loss = cs::sum(m(x));
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return loss;
+  });
+  for (int round = 0; round < 20; ++round)
+    for (int64_t b : {16, 16, 16, 5}) step(cs::randn({b, 32}));
+  EXPECT_NO_THROW(cs::synchronize());
+}
