@@ -166,6 +166,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, double b);
 Tensor where(const Tensor& cond, double a, const Tensor& b);
 Tensor clamp(const Tensor& a, std::optional<double> lo, std::optional<double> hi);
+// a + value * b * c in one pass (torch.addcmul), float dtypes, broadcasting. Optimizers use
+// it for their updates: one kernel and one rounding step fewer than mul then add.
+Tensor addcmul(const Tensor& a, const Tensor& b, const Tensor& c, double value = 1.0);
 
 // Scalars follow PyTorch: a scalar takes the tensor's dtype (a float scalar with an integer
 // tensor gives f32).

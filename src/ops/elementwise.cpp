@@ -289,6 +289,26 @@ std::vector<Tensor> vjp_Sub(const VjpArgs& a) {
   if (a.needs[1]) r[1] = reduce_to(neg(a.grad), a.inputs[1]);
   return r;
 }
+void infer_Addcmul(ir::Node& n) {
+  check_arity(n, 3);
+  const auto &a = input(n, 0), &b = input(n, 1), &c = input(n, 2);
+  CS_CHECK(a.dtype == b.dtype && b.dtype == c.dtype,
+           "addcmul: input dtypes {}, {} and {} differ; cast them to one dtype first",
+           dtype_name(a.dtype), dtype_name(b.dtype), dtype_name(c.dtype));
+  n.shape = detail::broadcast_shapes(a.shape, detail::broadcast_shapes(b.shape, c.shape, "addcmul"),
+                                     "addcmul");
+  n.dtype = a.dtype;
+  require_float(n, n.dtype);
+  check_broadcast_rank(n);
+}
+std::vector<Tensor> vjp_Addcmul(const VjpArgs& a) {
+  std::vector<Tensor> r(3);
+  if (a.needs[0]) r[0] = reduce_to(a.grad, a.inputs[0]);
+  if (a.needs[1]) r[1] = reduce_to(a.grad * a.inputs[2], a.inputs[1]);
+  if (a.needs[2]) r[2] = reduce_to(a.grad * a.inputs[1], a.inputs[2]);
+  return r;
+}
+
 std::vector<Tensor> vjp_Mul(const VjpArgs& a) {
   std::vector<Tensor> r(2);
   if (a.needs[0]) r[0] = reduce_to(a.grad * a.inputs[1], a.inputs[0]);
@@ -490,6 +510,17 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 Tensor mul(const Tensor& a, const Tensor& b) {
   return binary(OpCode::Mul, a, b, "mul");
 }
+Tensor addcmul(const Tensor& a, const Tensor& b, const Tensor& c, double value) {
+  check_defined(a, "addcmul");
+  check_defined(b, "addcmul");
+  check_defined(c, "addcmul");
+  DType t = promote_types(a.dtype(), promote_types(b.dtype(), c.dtype()));
+  CS_CHECK(is_floating(t), "addcmul: dtype {} is not supported (floating-point dtypes only)",
+           dtype_name(t));
+  Tensor cc = value == 1.0 ? c : c * value;
+  return detail::dispatch(OpCode::Addcmul, ir::NoAttrs{}, {cast(a, t), cast(b, t), cast(cc, t)});
+}
+
 Tensor div(const Tensor& a, const Tensor& b) {
   check_defined(a, "div");
   check_defined(b, "div");

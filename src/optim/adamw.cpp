@@ -45,11 +45,12 @@ void AdamW::step() {
       Tensor& t = state(p, "step");
       Tensor& m = state(p, "exp_avg");
       Tensor& v = state(p, "exp_avg_sq");
+      Tensor c1 = scalar_tensor(1 - b1, DType::f32);
       t.copy_(t + 1.0);
       if (wd != 0) p.copy_(p * (1.0 - g.lr * wd));
       // torch's lerp for weight < 0.5: m + w * (g - m)
-      m.copy_(m + (grad - m) * (1 - b1));
-      v.copy_(v * b2 + grad * grad * (1 - b2));
+      m.copy_(addcmul(m, grad - m, c1));
+      v.copy_(addcmul(v * b2, grad, grad * (1 - b2)));  // b2*v + (1-b2)*g*g, as torch's addcmul_
       Tensor bc1 = 1.0 - pow(b1, t);
       Tensor bc2_sqrt = sqrt(1.0 - pow(b2, t));
       Tensor vv = v;
@@ -59,7 +60,7 @@ void AdamW::step() {
         vv = mx;
       }
       Tensor denom = sqrt(vv) / bc2_sqrt + eps;
-      p.copy_(p - (g.lr / bc1) * (m / denom));
+      p.copy_(addcmul(p, m / denom, -(g.lr / bc1)));  // torch's addcdiv_(m, denom, -step_size)
     }
   }
 }

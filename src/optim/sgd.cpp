@@ -3,6 +3,10 @@
 // with dampening 0 a zero-initialised buffer gives buf = d exactly; with dampening != 0 a
 // per-parameter "initialized" flag selects it with where().
 #include "core/internal.h"
+
+namespace cstorch {
+using detail::scalar_like;
+}
 #include "cstorch/optim/optimizer.h"
 
 namespace cstorch::optim {
@@ -38,25 +42,27 @@ void SGD::step() {
     double momentum = option(g, "momentum"), dampening = option(g, "dampening");
     double wd = option(g, "weight_decay");
     bool nesterov = option(g, "nesterov") != 0, maximize = option(g, "maximize") != 0;
+    Tensor neg_lr = -g.lr;  // once per group; every update is then one fused kernel
+    Tensor mom = scalar_tensor(momentum, DType::f32);
     for (auto& p : g.params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       Tensor d = maximize ? -grad : grad;
-      if (wd != 0) d = d + p * wd;
+      if (wd != 0) d = addcmul(d, p, scalar_like(wd, p));
       if (momentum != 0) {
         Tensor& buf = state(p, "momentum_buffer");
         Tensor nb;
         if (dampening == 0) {
-          nb = buf * momentum + d;
+          nb = addcmul(d, buf, mom);
         } else {
           Tensor& init = state(p, "initialized");
-          nb = where(init > 0.5, buf * momentum + d * (1 - dampening), d);
+          nb = where(init > 0.5, addcmul(d * (1 - dampening), buf, mom), d);
           init.fill_(1);
         }
         buf.copy_(nb);
-        d = nesterov ? d + nb * momentum : nb;
+        d = nesterov ? addcmul(d, nb, mom) : nb;
       }
-      p.copy_(p - d * g.lr);
+      p.copy_(addcmul(p, d, neg_lr));  // p + d * (-lr), as torch's p.add_(d, alpha=-lr)
     }
   }
 }

@@ -578,6 +578,46 @@ void cpu_Where(const ir::Node& n, const void* const* in, void* out) {
       return where_kernel<uint64_t>(n, in, out);
   }
 }
+// out = a + b * c. Fast paths: all the same size, and same-size a and b with a
+// single-element c (the optimizer update p + g * (-lr)).
+template <class T>
+void addcmul_kernel(const ir::Node& n, const void* const* in, void* out) {
+  const T* a = static_cast<const T*>(in[0]);
+  const T* b = static_cast<const T*>(in[1]);
+  const T* c = static_cast<const T*>(in[2]);
+  T* o = static_cast<T*>(out);
+  const int64_t total = n.numel();
+  if (total == 0) return;
+  const int64_t na = n.inputs[0]->numel(), nb = n.inputs[1]->numel(), nc = n.inputs[2]->numel();
+  if (na == total && nb == total && nc == 1) {
+    const auto cv = load(c[0]);
+    parallel_for(total, kElementwiseGrain, [&](int64_t s, int64_t e) {
+#pragma omp simd
+      for (int64_t i = s; i < e; ++i) o[i] = store<T>(load(a[i]) + load(b[i]) * cv);
+    });
+    return;
+  }
+  if (na == total && nb == total && nc == total) {
+    parallel_for(total, kElementwiseGrain, [&](int64_t s, int64_t e) {
+#pragma omp simd
+      for (int64_t i = s; i < e; ++i) o[i] = store<T>(load(a[i]) + load(b[i]) * load(c[i]));
+    });
+    return;
+  }
+  Bcast<3> bc;
+  make_bcast(n, bc);
+  const int64_t sa = bc.st[0][bc.nd - 1], sb = bc.st[1][bc.nd - 1], sc = bc.st[2][bc.nd - 1];
+  bcast_for(bc, total, kElementwiseGrain, [&](int64_t oo, const int64_t* off, int64_t len) {
+    const T *pa = a + off[0], *pb = b + off[1], *pc = c + off[2];
+    T* po = o + oo;
+    for (int64_t j = 0; j < len; ++j)
+      po[j] = store<T>(load(pa[j * sa]) + load(pb[j * sb]) * load(pc[j * sc]));
+  });
+}
+void cpu_Addcmul(const ir::Node& n, const void* const* in, void* out) {
+  dispatch_float(n.dtype, "addcmul", [&]<class T>(T*) { addcmul_kernel<T>(n, in, out); });
+}
+
 // grad where the relu output is positive (PyTorch's threshold_backward: out <= 0 gives 0).
 void cpu_ReluGrad(const ir::Node& n, const void* const* in, void* out) {
   binary_float(n, in, out, kElementwiseGrain,
