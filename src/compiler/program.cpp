@@ -9,7 +9,10 @@
 #include "compiler/program.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 
 namespace cstorch::compiler {
@@ -36,6 +39,29 @@ double node_flops(const ir::Node& n) {
 Program::Program(Graph g, DeviceType device, ProgramStats traced)
     : g_(std::move(g)), device_(device), stats_(traced) {
   plan();
+  const char* p = std::getenv("CSTORCH_PROFILE");
+  profile_ = p && *p && std::string(p) != "0";
+  step_seconds_.assign(steps_.size(), 0.0);
+}
+
+Program::~Program() {
+  if (!profile_ || runs_ == 0) return;
+  std::map<std::string, std::pair<double, int>> by_op;
+  double total = 0;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    auto& e = by_op[steps_[i].node->name()];
+    e.first += step_seconds_[i];
+    e.second++;
+    total += step_seconds_[i];
+  }
+  std::vector<std::pair<double, std::string>> rows;
+  for (auto& [k, v] : by_op) rows.push_back({v.first, k});
+  std::sort(rows.rbegin(), rows.rend());
+  fmt::print(stderr, "cstorch profile: {} executions, {:.1f} us of kernels per execution\n", runs_,
+             1e6 * total / runs_);
+  for (auto& [sec, name] : rows)
+    fmt::print(stderr, "  {:<16} {:>5} calls {:>9.1f} us/exec {:>5.1f}%\n", name,
+               by_op[name].second, 1e6 * sec / runs_, 100 * sec / total);
 }
 
 void Program::plan() {
@@ -239,10 +265,19 @@ void Program::run(const void* const* batch, void* const* outputs) {
 
   const uint32_t* ids = input_ids_.data();
   const void** ins = in_scratch_.data();
-  for (const auto& st : steps_) {
+  ++runs_;
+  for (size_t si = 0; si < steps_.size(); ++si) {
+    const auto& st = steps_[si];
     for (uint32_t j = 0; j < st.num_inputs; ++j) ins[j] = ptrs_[ids[st.first_input + j]];
     try {
-      st.kernel(*st.node, ins, ptrs_[st.out]);
+      if (profile_) {
+        auto t0 = std::chrono::steady_clock::now();
+        st.kernel(*st.node, ins, ptrs_[st.out]);
+        step_seconds_[si] +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      } else {
+        st.kernel(*st.node, ins, ptrs_[st.out]);
+      }
     } catch (const std::exception& e) {
       fail("op '{}' (node %{}, output {}{}): {}", st.node->name(), st.node->id,
            dtype_name(st.node->dtype), shape_str(st.node->shape), e.what());

@@ -33,6 +33,8 @@ class Program {
  public:
   // Builds from an optimised graph: plans memory and resolves kernels for `device`.
   Program(Graph g, DeviceType device, ProgramStats traced_stats);
+  // With CSTORCH_PROFILE set, prints the time spent per op kind over all executions.
+  ~Program();
 
   // Executes once. `batch[i]` points at batch input i, `outputs[i]` at a buffer of output i's
   // size. State buffers are read from (and written into) the slots' tensors. Errors are
@@ -68,6 +70,9 @@ class Program {
   Pairs alias_ids_;                           // (alias value id, its input's value id)
   Pairs final_outputs_, state_copies_;        // copies after the last kernel
   std::vector<void*> state_ptrs_;
+  bool profile_ = false;
+  std::vector<double> step_seconds_;  // per kernel call, summed over executions
+  int64_t runs_ = 0;
 };
 
 }  // namespace cstorch::compiler

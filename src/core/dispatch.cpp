@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "core/internal.h"
 #include "runtime/sync.h"
@@ -27,11 +29,40 @@ NoGradGuard::~NoGradGuard() {
 
 namespace ir {
 
+namespace {
+// A cache of freed host blocks by rounded size. Eager training loops allocate the same sizes
+// every step; reusing blocks avoids malloc and, for large tensors, the fresh pages (faults and
+// zeroing) of an mmap per allocation. Bounded: beyond kCacheLimit freed blocks go back to libc.
+constexpr size_t kCacheLimit = size_t{256} << 20;
+struct BlockCache {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free;
+  size_t bytes = 0;
+};
+BlockCache& block_cache() {
+  static BlockCache* c = new BlockCache();  // never destroyed: buffers may outlive statics
+  return *c;
+}
+size_t block_size(size_t nbytes) {
+  size_t n = nbytes < 4096 ? (nbytes + 63) / 64 * 64 : (nbytes + 4095) / 4096 * 4096;
+  return n == 0 ? 64 : n;
+}
+}  // namespace
+
 std::shared_ptr<Buffer> Buffer::alloc(size_t nbytes) {
   auto b = std::make_shared<Buffer>();
-  size_t n = (nbytes + 63) / 64 * 64;
-  if (n == 0) n = 64;
-  b->data = std::aligned_alloc(64, n);
+  size_t n = block_size(nbytes);
+  {
+    auto& c = block_cache();
+    std::lock_guard<std::mutex> l(c.mu);
+    auto it = c.free.find(n);
+    if (it != c.free.end() && !it->second.empty()) {
+      b->data = it->second.back();
+      it->second.pop_back();
+      c.bytes -= n;
+    }
+  }
+  if (!b->data) b->data = std::aligned_alloc(64, n);
   if (!b->data) fail("out of host memory allocating {} bytes", nbytes);
   b->nbytes = nbytes;
   b->owned = true;
@@ -45,7 +76,18 @@ std::shared_ptr<Buffer> Buffer::wrap(void* data, size_t nbytes) {
   return b;
 }
 Buffer::~Buffer() {
-  if (owned) std::free(data);
+  if (!owned || !data) return;
+  size_t n = block_size(nbytes);
+  auto& c = block_cache();
+  {
+    std::lock_guard<std::mutex> l(c.mu);
+    if (c.bytes + n <= kCacheLimit) {
+      c.free[n].push_back(data);
+      c.bytes += n;
+      return;
+    }
+  }
+  std::free(data);
 }
 
 NodePtr Node::make(OpCode op, Attrs attrs, std::vector<NodePtr> inputs) {
