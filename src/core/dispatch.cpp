@@ -170,7 +170,8 @@ static void run_eager(ir::Node& n) {
   kernel(n, in, n.buffer->data);
 }
 
-Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& inputs) {
+Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& inputs,
+                const std::optional<OutSpec>& out) {
   auto* ctx = runtime::TraceContext::current();
   const auto& info = ir::op_info(op);
   std::vector<ir::NodePtr> in_nodes;
@@ -195,6 +196,12 @@ Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& input
   }
   auto node = ir::Node::make(op, std::move(attrs), std::move(in_nodes));
   CS_CHECK(info.infer != nullptr, "op '{}' has no shape rule in this build", info.name);
+  if (out) {
+    for (auto d : out->shape)
+      CS_CHECK(d >= 0, "{}: negative dimension in shape {}", info.name, shape_str(out->shape));
+    node->shape = out->shape;
+    node->dtype = out->dtype;
+  }
   info.infer(*node);
   node->requires_grad = any_grad && is_grad_enabled() && !(info.traits & ir::kNoGrad);
   if (ctx) {

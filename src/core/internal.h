@@ -2,6 +2,7 @@
 // one dispatch entry point that either runs an op (eager) or records it (traced), and helpers.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,14 @@ Tensor make_tensor(ir::NodePtr node);
 namespace detail {
 
 // Runs (eager) or records (traced) `op` on `inputs`. The single entry point for every op.
-Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& inputs);
+// Ops whose output shape is not a function of their inputs (creation ops, random draws) pass
+// it as `out`; their shape rule then only validates.
+struct OutSpec {
+  Shape shape;
+  DType dtype;
+};
+Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& inputs,
+                const std::optional<OutSpec>& out = std::nullopt);
 
 // Replaces the value of `self` with `value` (same shape; value is cast to self's dtype).
 // Eager: writes into self's buffer. Traced: rebinds self to the new node (a state write).

@@ -3,17 +3,16 @@
 #include <numeric>
 
 #include "core/internal.h"
+#include "core/splitmix.h"
 #include "cstorch/utils/data.h"
+
+namespace cstorch::detail {
+void end_step_numbering(int64_t next);
+}
 
 namespace cstorch::utils::data {
 
 namespace {
-uint64_t splitmix(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 DataExecutor* g_current = nullptr;
 }  // namespace
 
@@ -46,7 +45,7 @@ void TensorLoader::reset() {
     std::sort(order_.begin(), order_.end());
     uint64_t s = seed_ * 1000003ull + static_cast<uint64_t>(epoch_);
     for (int64_t i = n_ - 1; i > 0; --i)
-      std::swap(order_[i], order_[splitmix(s) % static_cast<uint64_t>(i + 1)]);
+      std::swap(order_[i], order_[splitmix64_next(s) % static_cast<uint64_t>(i + 1)]);
   }
   ++epoch_;
 }
@@ -86,7 +85,13 @@ DataExecutor::DataExecutor(DataLoader& loader, ExecutorOptions o)
   g_current = this;
 }
 DataExecutor::~DataExecutor() {
-  if (g_current == this) g_current = nullptr;
+  finish();
+}
+// Stops being the current executor and hands step numbering back to the runtime's counter.
+void DataExecutor::finish() {
+  if (g_current != this) return;
+  g_current = nullptr;
+  detail::end_step_numbering(step_ + 1);
 }
 DataExecutor* DataExecutor::current() {
   return g_current;
@@ -130,7 +135,7 @@ DataExecutor::iterator& DataExecutor::iterator::operator++() {
   if (!ex_->fetch()) {
     end_ = true;
     synchronize();  // the run is over when every step and closure has run
-    g_current = nullptr;
+    ex_->finish();
   }
   return *this;
 }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/splitmix.h"
 #include "cstorch/core/error.h"
 
 // The generator promises identical bytes on every machine. Fused multiply-adds (which GCC emits
@@ -279,20 +280,15 @@ bool mnist_files_exist(const std::string& dir) {
 
 namespace {
 
-// splitmix64's finaliser: a bijective 64-bit mix. All randomness is a counter run through it, so
-// any sample can be generated independently of the others (and of the thread that draws it).
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+// All randomness is a counter run through splitmix64's mix, so any sample can be generated
+// independently of the others (and of the thread that draws it).
 uint64_t hash2(uint64_t a, uint64_t b) {
-  return mix64(a ^ mix64(b + 0x9e3779b97f4a7c15ULL));
+  return mix64(a ^ mix64(b + kGoldenGamma));
 }
 
 struct Rng {
   uint64_t state;
-  uint64_t next() { return mix64(state += 0x9e3779b97f4a7c15ULL); }
+  uint64_t next() { return splitmix64_next(state); }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
   // Irwin-Hall with 4 terms (the four 16-bit quarters of one draw): mean 0, variance 1, bounded

@@ -24,18 +24,7 @@ CS_NO_VJP(Arange)
 }  // namespace ops
 
 static Tensor make_full(const Shape& s, double v, DType t) {
-  for (auto d : s) CS_CHECK(d >= 0, "full: negative dimension in shape {}", shape_str(s));
-  auto n = ir::Node::make(ir::OpCode::Full, ir::FullAttrs{v}, {});
-  n->shape = s;
-  n->dtype = t;
-  if (detail::in_trace()) {
-    runtime::TraceContext::current()->record(n);
-    return make_tensor(n);
-  }
-  n->buffer = ir::Buffer::alloc(n->nbytes());
-  ir::kernels_for(DeviceType::CPU)
-      .kernels[static_cast<int>(ir::OpCode::Full)](*n, nullptr, n->buffer->data);
-  return make_tensor(n);
+  return detail::dispatch(ir::OpCode::Full, ir::FullAttrs{v}, {}, detail::OutSpec{s, t});
 }
 
 Tensor full(const Shape& s, double value, DType dtype) {
@@ -70,17 +59,8 @@ Tensor arange(double start, double end, double step, DType dtype) {
            "direction",
            start, end, step);
   int64_t count = static_cast<int64_t>(std::ceil((end - start) / step));
-  auto n = ir::Node::make(ir::OpCode::Arange, ir::ArangeAttrs{start, step}, {});
-  n->shape = {count};
-  n->dtype = dtype;
-  if (detail::in_trace()) {
-    runtime::TraceContext::current()->record(n);
-    return make_tensor(n);
-  }
-  n->buffer = ir::Buffer::alloc(n->nbytes());
-  ir::kernels_for(DeviceType::CPU)
-      .kernels[static_cast<int>(ir::OpCode::Arange)](*n, nullptr, n->buffer->data);
-  return make_tensor(n);
+  return detail::dispatch(ir::OpCode::Arange, ir::ArangeAttrs{start, step}, {},
+                          detail::OutSpec{{count}, dtype});
 }
 
 Tensor from_blob(const void* data, const Shape& shape, DType dtype) {

@@ -57,45 +57,18 @@ Tensor& generator_state() {
   return state;
 }
 
-void check_shape(const Shape& s, const char* op) {
-  for (auto d : s) CS_CHECK(d >= 0, "{}: negative dimension in shape {}", op, shape_str(s));
-}
-
-// Builds the draw node by hand (dispatch infers shapes from inputs, but a draw's shape comes
-// from the caller), then advances the generator offset by one.
+// One draw from the generator state (its only input), then the offset advances by one.
 Tensor draw(ir::OpCode op, const Shape& s, DType dtype, ir::RandomAttrs attrs, const char* name) {
-  check_shape(s, name);
   if (op != ir::OpCode::Bernoulli)
     CS_CHECK(is_floating(dtype), "{}: dtype {} is not supported (floating-point dtypes only)", name,
              dtype_name(dtype));
   Tensor& state = generator_state();
-  auto* ctx = runtime::TraceContext::current();
-  ir::NodePtr state_node;
-  if (ctx) {
-    state_node = ctx->resolve(state.impl_ptr());
-  } else {
-    detail::host_data(state, name);  // waits for a pending step that writes the state
-    state_node = state.impl()->node;
-  }
-  auto n = ir::Node::make(op, attrs, {state_node});
-  n->shape = s;
-  n->dtype = dtype;
-  ir::op_info(op).infer(*n);
-  if (ctx) {
-    ctx->record(n);
-  } else {
-    const void* in[1] = {state_node->buffer->data};
-    n->buffer = ir::Buffer::alloc(n->nbytes());
-    auto kernel = ir::kernels_for(DeviceType::CPU).kernels[static_cast<int>(op)];
-    CS_CHECK(kernel != nullptr, "op '{}' has no CPU kernel in this build", n->name());
-    kernel(*n, in, n->buffer->data);
-    n->inputs.clear();  // an eager value needs no history
-  }
+  Tensor out = detail::dispatch(op, attrs, {state}, detail::OutSpec{s, dtype});
   {
     NoGradGuard ng;
     detail::assign_inplace(state, add(state, from_vector(std::vector<int64_t>{0, 1}, {2})), "rng");
   }
-  return make_tensor(std::move(n));
+  return out;
 }
 
 }  // namespace

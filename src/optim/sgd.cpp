@@ -43,7 +43,7 @@ void SGD::step() {
     double wd = option(g, "weight_decay");
     bool nesterov = option(g, "nesterov") != 0, maximize = option(g, "maximize") != 0;
     Tensor neg_lr = -g.lr;  // once per group; every update is then one fused kernel
-    Tensor mom = scalar_tensor(momentum, DType::f32);
+    Tensor mom = momentum != 0 ? scalar_tensor(momentum, DType::f32) : Tensor();
     for (auto& p : g.params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;

@@ -131,11 +131,6 @@ void Executor::synchronize() {
   wait_for(last);
 }
 
-bool Executor::busy() const {
-  std::lock_guard<std::mutex> l(m_);
-  return done_id_ < next_id_ - 1;
-}
-
 void Executor::set_lookahead(int n) {
   CS_CHECK(n >= 1, "set_lookahead: lookahead must be at least 1 step, got {}", n);
   std::lock_guard<std::mutex> l(m_);
@@ -150,9 +145,6 @@ void synchronize() {
 }
 void wait_for_job(int64_t job) {
   Executor::get().wait_for(job);
-}
-bool executor_busy() {
-  return Executor::get().busy();
 }
 
 }  // namespace cstorch::runtime
@@ -194,6 +186,11 @@ int64_t current_step() {
 namespace detail {
 void enqueue_closure(std::function<void()> fn, std::string what) {
   runtime::Executor::get().enqueue(std::move(fn), false, current_step(), std::move(what));
+}
+// A DataExecutor has finished numbering steps: executions count on from `next`.
+void end_step_numbering(int64_t next) {
+  g_step = next;
+  g_step_set = false;
 }
 // Step number for the next execution; advances the implicit counter when no DataExecutor
 // numbers the steps.

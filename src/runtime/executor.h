@@ -20,7 +20,6 @@ class Executor {
   int64_t enqueue(std::function<void()> fn, bool is_step, int64_t step, std::string what);
   void synchronize();
   void wait_for(int64_t job);
-  bool busy() const;
   void rethrow_if_failed();  // the client-side check at every enqueue
   void set_lookahead(int n);
   int64_t executions() const { return executions_; }

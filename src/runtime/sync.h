@@ -10,7 +10,5 @@ bool on_executor_thread();
 void synchronize();
 // Waits until job `job` has run (or fails as synchronize does).
 void wait_for_job(int64_t job);
-// True if jobs are queued or running.
-bool executor_busy();
 
 }  // namespace cstorch::runtime

@@ -44,7 +44,7 @@ ir::NodePtr TraceContext::resolve(const std::shared_ptr<TensorImpl>& impl) {
     if (impl->requires_grad) in->leaf = impl;
   }
   capture_index_[impl.get()] = captures_.size();
-  captures_.push_back(Capture{impl, n, in, impl->grad != nullptr});
+  captures_.push_back(Capture{impl, n, in});
   nodes_.push_back(in);
   return in;
 }
@@ -69,7 +69,7 @@ Tensor TraceContext::add_batch_input(const Shape& s, DType t) {
 size_t TraceContext::add_persistent(const std::shared_ptr<TensorImpl>& impl, ir::NodePtr original) {
   // No Input node: the slot is written, never read.
   capture_index_[impl.get()] = captures_.size();
-  captures_.push_back(Capture{impl, std::move(original), nullptr, false});
+  captures_.push_back(Capture{impl, std::move(original), nullptr});
   return captures_.size() - 1;
 }
 

@@ -15,7 +15,6 @@ struct Capture {
   std::shared_ptr<TensorImpl> impl;
   ir::NodePtr original;    // the impl's node before the trace (holds the state buffer)
   ir::NodePtr input_node;  // the Input(State) node that reads it
-  bool had_grad = false;   // whether it had a .grad when the trace captured it
 };
 
 class TraceContext {

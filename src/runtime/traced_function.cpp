@@ -17,6 +17,7 @@ int64_t next_execution_step();
 }
 
 namespace {
+constexpr size_t kMaxStepIO = 64;  // batch tensors in, tensors out, per traced step
 int64_t g_traces = 0;
 std::atomic<int64_t> g_last_allocs{-1};
 }  // namespace
@@ -140,13 +141,16 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
     restore(ctx);
     for (auto& c : ctx.captures()) {
       if (!c.impl->requires_grad || !c.input_node) continue;
-      auto it = had_grad.find(c.impl.get());
-      variant.grad_presence.push_back({c.impl, it != had_grad.end() ? it->second : c.had_grad});
+      // Every leaf that requires grad is registered (set_requires_grad), so it is in the snapshot.
+      variant.grad_presence.push_back({c.impl, had_grad.at(c.impl.get())});
     }
     g.nodes = ctx.nodes();
     g.batch_inputs = ctx.batch_inputs();
     traced_ops = g.count_ops();
   }
+  CS_CHECK(g.batch_inputs.size() <= kMaxStepIO && g.outputs.size() <= kMaxStepIO,
+           "trace '{}': the step has {} input and {} output tensors; at most {} of each", f.name,
+           g.batch_inputs.size(), g.outputs.size(), kMaxStepIO);
   ++g_traces;
   compiler::optimize(g, f.name);
   compiler::ProgramStats st;
@@ -194,10 +198,8 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
   }
   int64_t step = next_execution_step();
   auto job = [program, batch = std::move(batch), out_bufs = std::move(out_bufs)]() {
-    const void* bp[64];
-    void* op[64];
-    CS_CHECK(batch.size() <= 64 && out_bufs.size() <= 64,
-             "a step has at most 64 inputs and outputs");
+    const void* bp[kMaxStepIO];  // sizes checked when the step was traced
+    void* op[kMaxStepIO];
     for (size_t i = 0; i < batch.size(); ++i) bp[i] = batch[i]->data;
     for (size_t i = 0; i < out_bufs.size(); ++i) op[i] = out_bufs[i]->data;
     runtime::AllocCounter counter;

@@ -101,6 +101,7 @@ class DataExecutor {
 
  private:
   bool fetch();
+  void finish();
   DataLoader& loader_;
   int64_t num_steps_, ckpt_;
   int64_t step_ = -1;

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include <cstorch/cstorch.h>
 
@@ -170,5 +171,15 @@ TEST(Passes, GraphDumpsWhenTheSettingIsOn) {
   unsetenv("CSTORCH_DUMP_GRAPHS");
   EXPECT_TRUE(std::filesystem::exists(dir / "dumped-00-traced.txt"));
   EXPECT_TRUE(std::filesystem::exists(dir / "dumped-00-traced.dot"));
-  EXPECT_TRUE(std::filesystem::exists(dir / "dumped-06-dce.txt"));
+  // One text and one Graphviz file after every pass of the pipeline.
+  std::set<std::string> passes;
+  size_t txt = 0, dot = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    auto name = e.path().stem().string();  // dumped-NN-<pass>
+    passes.insert(name.substr(name.rfind('-') + 1));
+    (e.path().extension() == ".txt" ? txt : dot)++;
+  }
+  EXPECT_EQ(txt, dot);
+  for (const char* p : {"traced", "dce", "cse", "constant_fold", "simplify"})
+    EXPECT_TRUE(passes.count(p)) << p;
 }
