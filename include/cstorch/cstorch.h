@@ -7,5 +7,6 @@
 #include "cstorch/nn/module.h"
 #include "cstorch/optim/optimizer.h"
 #include "cstorch/runtime.h"
+#include "cstorch/state.h"
 #include "cstorch/tensor.h"
 #include "cstorch/utils/data.h"

@@ -27,6 +27,25 @@ std::vector<std::string> StateDict::keys() const {
   return r;
 }
 
+State StateDict::to_state() const {
+  State s = State::map();
+  for (const auto& [k, v] : items_) s.set(k, v);
+  return s;
+}
+
+StateDict StateDict::from_state(const State& s) {
+  CS_CHECK(s.is_map(), "state_dict: expected a map of tensors, got a {}", kind_name(s.kind()));
+  StateDict d;
+  const auto& keys = s.keys();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const State& v = s.items()[i];
+    CS_CHECK(v.is_tensor(), "state_dict: key '{}' holds a {}, not a tensor", keys[i],
+             kind_name(v.kind()));
+    d.insert(keys[i], v.as_tensor());
+  }
+  return d;
+}
+
 Tensor Module::forward(const Tensor&) {
   fail("{} has no single-tensor forward(); call its own methods", type_name_);
 }

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "cstorch/state.h"
 #include "cstorch/tensor.h"
 
 namespace cstorch::nn {
@@ -22,6 +23,11 @@ class StateDict {
   auto begin() const { return items_.begin(); }
   auto end() const { return items_.end(); }
   std::vector<std::string> keys() const;
+
+  // As a nested State map (key -> tensor), and back (every value must be a tensor; the error
+  // names the key that is not).
+  State to_state() const;
+  static StateDict from_state(const State& s);
 
  private:
   std::vector<std::pair<std::string, Tensor>> items_;
