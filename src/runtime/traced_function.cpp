@@ -38,6 +38,15 @@ namespace detail {
 struct Variant {
   std::shared_ptr<compiler::Program> program;
   std::vector<std::pair<std::weak_ptr<TensorImpl>, bool>> grad_presence;
+  // The .grad handles the body left on parameters where it changed them (a gradient created
+  // in the step, or zero_grad setting it to none). The body does not run on a replay, so
+  // every call re-applies them: the caller then sees what an eager call would leave, and the
+  // next step (or another traced function) selects its variant from that.
+  std::vector<std::pair<std::weak_ptr<TensorImpl>, std::shared_ptr<TensorImpl>>> grad_after;
+  void apply_grads() const {
+    for (auto& [w, g] : grad_after)
+      if (auto impl = w.lock()) impl->grad = g;
+  }
   bool matches() const {
     for (auto& [w, had] : grad_presence) {
       auto impl = w.lock();
@@ -74,8 +83,8 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
   compiler::Graph g;
   Variant variant;
   // Gradient presence as the caller left it, before the body (which may zero_grad first) runs.
-  std::unordered_map<TensorImpl*, bool> had_grad;
-  for (auto& leaf : live_grad_leaves()) had_grad[leaf.get()] = leaf->grad != nullptr;
+  std::unordered_map<TensorImpl*, std::shared_ptr<TensorImpl>> grad_before;
+  for (auto& leaf : live_grad_leaves()) grad_before[leaf.get()] = leaf->grad;
   size_t traced_ops = 0;
   {
     runtime::TraceContext ctx;
@@ -142,7 +151,9 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
     for (auto& c : ctx.captures()) {
       if (!c.impl->requires_grad || !c.input_node) continue;
       // Every leaf that requires grad is registered (set_requires_grad), so it is in the snapshot.
-      variant.grad_presence.push_back({c.impl, had_grad.at(c.impl.get())});
+      const auto& before = grad_before.at(c.impl.get());
+      variant.grad_presence.push_back({c.impl, before != nullptr});
+      if (c.impl->grad != before) variant.grad_after.push_back({c.impl, c.impl->grad});
     }
     g.nodes = ctx.nodes();
     g.batch_inputs = ctx.batch_inputs();
@@ -166,18 +177,20 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
   ex.rethrow_if_failed();
   std::string sig = signature(inputs);
   auto& variants = impl_->cache[sig];
-  std::shared_ptr<compiler::Program> program;
+  const Variant* variant = nullptr;
   for (auto& v : variants)
     if (v.matches()) {
-      program = v.program;
+      variant = &v;
       break;
     }
-  if (!program) {
+  if (!variant) {
     // Tracing rebinds captured tensors for a moment: queued steps must not see that.
     ex.synchronize();
     variants.push_back(trace_and_compile(*impl_, inputs));
-    program = variants.back().program;
+    variant = &variants.back();
   }
+  std::shared_ptr<compiler::Program> program = variant->program;
+  variant->apply_grads();
 
   // Bind this execution: batch buffers (kept alive by the job) and fresh output buffers.
   std::vector<std::shared_ptr<ir::Buffer>> batch;

@@ -1,0 +1,32 @@
+// Model Zoo models and data processors, registered by name so YAML can name them.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "cstorch/nn/module.h"
+#include "cstorch/runtime.h"
+#include "cstorch/utils/data.h"
+#include "modelzoo/registry.h"
+
+namespace modelzoo {
+
+// A trainable model: a Module whose loss() maps one batch to a 0-d f32 loss. loss() runs
+// inside the traced step (tensor ops only). In eval mode (is_training() false) a model may
+// also update its metrics (cstorch/metrics.h), which the Trainer logs after validation.
+class Model : public cstorch::nn::Module {
+ public:
+  explicit Model(std::string type_name) : Module(std::move(type_name)) {}
+  virtual cstorch::Tensor loss(const cstorch::Batch& batch) = 0;
+};
+
+using ModelPtr = std::shared_ptr<Model>;
+using DataLoaderPtr = std::shared_ptr<cstorch::utils::data::DataLoader>;
+
+// Models by name (`model: {name: fc_mnist, ...}`): the factory gets the model's arguments
+// (the map without `name`).
+Registry<ModelPtr>& models();
+// Data processors by name (`data_processor: MNISTDataProcessor`): the factory gets the whole
+// dataloader map (batch_size, data_dir, split, ...).
+Registry<DataLoaderPtr>& data_processors();
+
+}  // namespace modelzoo

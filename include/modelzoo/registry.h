@@ -1,0 +1,72 @@
+// Registries of named components (models, data processors, callbacks, loggers) so a YAML file
+// can name them. Names are matched case-insensitively; an unknown name is an error that lists
+// the registered ones. Components register from static initialisers:
+//
+//   MODELZOO_REGISTER(models, "fc_mnist", [](const modelzoo::ConfigView& a) { ... });
+//
+// Shared libraries in a plugin directory (`cszoo --python_paths DIR`, kept for the command
+// line's compatibility) are loaded with load_plugins(); their static initialisers register
+// more components without rebuilding cszoo.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/ranges.h>
+
+#include "modelzoo/config_view.h"
+
+namespace modelzoo {
+
+std::string lower(std::string s);
+
+template <class T>
+class Registry {
+ public:
+  using Factory = std::function<T(const ConfigView& args)>;
+  explicit Registry(std::string what) : what_(std::move(what)) {}
+
+  // Registers `name`; registering a name twice is an error.
+  void add(const std::string& name, Factory f) {
+    auto key = lower(name);
+    CS_CHECK(!entries_.count(key), "{} '{}' is registered twice", what_, name);
+    entries_[key] = {name, std::move(f)};
+  }
+  bool contains(const std::string& name) const { return entries_.count(lower(name)) > 0; }
+  // Registered names, sorted.
+  std::vector<std::string> names() const {
+    std::vector<std::string> r;
+    for (const auto& [k, v] : entries_) r.push_back(v.first);
+    return r;
+  }
+  // Builds `name` with `args`; `where` is the key path of the name for error messages.
+  T create(const std::string& name, const ConfigView& args, const std::string& where) const {
+    auto it = entries_.find(lower(name));
+    if (it == entries_.end())
+      cstorch::fail("{}: unknown {} '{}' (registered: {})", where, what_, name,
+                    fmt::join(names(), ", "));
+    return it->second.second(args);
+  }
+
+ private:
+  std::string what_;
+  std::map<std::string, std::pair<std::string, Factory>> entries_;
+};
+
+// Loads every shared library (*.so) in each directory, in name order. A directory that does
+// not exist or a library that fails to load is an error naming it and the loader's message.
+// Returns the paths loaded.
+std::vector<std::string> load_plugins(const std::vector<std::string>& dirs);
+
+}  // namespace modelzoo
+
+#define MODELZOO_CONCAT2(a, b) a##b
+#define MODELZOO_CONCAT(a, b) MODELZOO_CONCAT2(a, b)
+// Registers a factory in registry `reg()` at static-initialisation time.
+#define MODELZOO_REGISTER(reg, name, ...)                                     \
+  static const bool MODELZOO_CONCAT(modelzoo_registered_, __COUNTER__) = [] { \
+    ::modelzoo::reg().add(name, __VA_ARGS__);                                 \
+    return true;                                                              \
+  }()

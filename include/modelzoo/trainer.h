@@ -1,0 +1,123 @@
+// modelzoo::Trainer: the YAML-driven training loop (api.md §10).
+//
+//   trainer:
+//     init: {device | backend, model_dir, seed, model, optimizer, schedulers, precision, loop,
+//            checkpoint, logging, callbacks, loggers}
+//     fit: {train_dataloader, val_dataloader, ckpt_path}
+//     validate: {val_dataloader, ckpt_path}
+//     validate_all: {val_dataloaders, ckpt_paths}
+//
+// A file may hold one `trainer:` map or a list of `{trainer: ...}` phases, run in order.
+// Every invalid input is a cstorch::Error naming its key path.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cstorch/backend.h"
+#include "cstorch/optim/optimizer.h"
+#include "cstorch/state.h"
+#include "modelzoo/callback.h"
+#include "modelzoo/model.h"
+
+namespace modelzoo {
+
+// trainer.init.loop
+struct LoopConfig {
+  std::optional<int64_t> num_steps, max_steps, num_epochs, steps_per_epoch;
+  int64_t eval_frequency = 0;         // validate every N training steps (0: only when asked)
+  std::optional<int64_t> eval_steps;  // batches per validation (default: the whole loader)
+  int64_t grad_accum_steps = 1;       // micro-batches per optimizer step
+};
+
+// trainer.init.checkpoint
+struct CheckpointConfig {
+  int64_t steps = 0;  // save every N steps and at the end (0: only at the end)
+  bool autoload_last_checkpoint = true;
+  bool save_initial_checkpoint = false;
+  int64_t keep_last = 0;  // keep the newest N checkpoints (0: keep all)
+  bool save_at_end = true;
+};
+
+// trainer.init.logging
+struct LoggingConfig {
+  int64_t log_steps = 1;  // log loss and learning rate every N steps
+};
+
+class Trainer {
+ public:
+  // From the `trainer.init` map; `view.path()` prefixes error messages.
+  explicit Trainer(const ConfigView& init);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains on `train` (validating on `val` every eval_frequency steps when given). Resumes
+  // from `ckpt_path`, else from the latest checkpoint in model_dir (autoload).
+  void fit(DataLoaderPtr train, DataLoaderPtr val = nullptr,
+           std::optional<std::string> ckpt_path = std::nullopt);
+  // One pass over `val` (eval_steps batches), after loading `ckpt_path` if given. Returns the
+  // mean loss and logs it with every metric the model updated.
+  double validate(DataLoaderPtr val, std::optional<std::string> ckpt_path = std::nullopt);
+  // validate() for each checkpoint (default: every checkpoint in model_dir, oldest first).
+  std::vector<double> validate_all(DataLoaderPtr val, std::vector<std::string> ckpt_paths = {});
+
+  // Components.
+  Model& model() { return *model_; }
+  ModelPtr model_ptr() { return model_; }
+  cstorch::optim::Optimizer* optimizer() { return optimizer_.get(); }
+  const std::shared_ptr<cstorch::Backend>& backend() const { return backend_; }
+  const std::string& model_dir() const { return model_dir_; }
+  const LoopConfig& loop() const { return loop_; }
+  const CheckpointConfig& checkpoint_config() const { return ckpt_; }
+  int64_t global_step() const { return global_step_; }
+  void add_callback(CallbackPtr cb);
+  const std::vector<CallbackPtr>& callbacks() const { return callbacks_; }
+
+  // The full training state under the checkpoint keys of api.md §10.
+  cstorch::State state_dict();
+  void load_state_dict(const cstorch::State& state);
+  // Writes model_dir/checkpoint_{global_step}.mdl now (waits for pending steps).
+  std::string save_checkpoint();
+  void load_checkpoint(const std::string& path);
+  // Checkpoint files in model_dir, oldest step first.
+  std::vector<std::pair<int64_t, std::string>> checkpoints() const;
+
+  // Calls `hook` on every callback in order.
+  template <class F>
+  void each(F&& hook) {
+    for (auto& cb : callbacks_) hook(*cb);
+  }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<cstorch::Backend> backend_;
+  ModelPtr model_;
+  std::unique_ptr<cstorch::optim::Optimizer> optimizer_;
+  std::string model_dir_;
+  LoopConfig loop_;
+  CheckpointConfig ckpt_;
+  LoggingConfig logging_;
+  std::vector<CallbackPtr> callbacks_;
+  int64_t global_step_ = 0;
+  uint64_t seed_ = 0;
+};
+
+// Which phase methods run_config calls.
+enum class Mode { Fit, Validate, ValidateAll };
+
+// Overrides from the command line, applied to every phase's init.
+struct RunOverrides {
+  std::optional<std::string> model_dir;
+  std::optional<std::string> checkpoint_path;
+  bool compile_only = false;
+  bool validate_only = false;
+};
+
+// Runs every phase of a config (the root map holding `trainer`); errors name key paths.
+void run_config(const Config& root, Mode mode, const RunOverrides& overrides = {});
+
+}  // namespace modelzoo

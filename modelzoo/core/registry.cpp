@@ -1,0 +1,37 @@
+// Registries and plugin loading.
+#include "modelzoo/registry.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+namespace modelzoo {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::vector<std::string> load_plugins(const std::vector<std::string>& dirs) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> loaded;
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    CS_CHECK(fs::is_directory(d, ec), "plugin path '{}' is not a directory", d);
+    std::vector<std::string> libs;
+    for (const auto& e : fs::directory_iterator(d))
+      if (e.is_regular_file() && e.path().extension() == ".so") libs.push_back(e.path().string());
+    std::sort(libs.begin(), libs.end());
+    for (const auto& lib : libs) {
+      // RTLD_GLOBAL: a plugin may depend on symbols of a plugin loaded before it.
+      void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
+      if (!h) cstorch::fail("cannot load plugin '{}': {}", lib, dlerror());
+      loaded.push_back(lib);
+    }
+  }
+  return loaded;
+}
+
+}  // namespace modelzoo

@@ -1,0 +1,107 @@
+// FC-MNIST for the Trainer: the model ("fc_mnist": `depth` hidden layers of `hidden_size`, or
+// an explicit `hidden_sizes` list, ReLU, optional dropout, cross-entropy loss) and the
+// "MNISTDataProcessor" over MNIST IDX files (synthetic digits are written first when the
+// folder has none and `synthetic` is true, the default).
+#include <mutex>
+
+#include "cstorch/data/mnist.h"
+#include "cstorch/nn/functional.h"
+#include "cstorch/nn/layers.h"
+#include "modelzoo/model.h"
+
+namespace modelzoo {
+namespace {
+
+namespace cs = cstorch;
+
+class FcMnist : public Model {
+ public:
+  FcMnist(const std::vector<int64_t>& hidden, double dropout) : Model("FcMnist") {
+    int64_t in = cs::data::kMnistPixels;
+    for (size_t i = 0; i < hidden.size(); ++i) {
+      net_->push_back(cs::nn::Linear(in, hidden[i]).module());
+      net_->push_back(cs::nn::ReLU().module());
+      if (dropout > 0) net_->push_back(cs::nn::Dropout(dropout).module());
+      in = hidden[i];
+    }
+    net_->push_back(cs::nn::Linear(in, 10).module());
+    register_module("net", net_.ptr());
+  }
+  cs::Tensor loss(const cs::Batch& b) override {
+    return cs::nn::functional::cross_entropy(net_(b.at("x")), b.at("y"));
+  }
+
+ private:
+  cs::nn::Sequential net_;
+};
+
+MODELZOO_REGISTER(models, "fc_mnist", [](const ConfigView& a) -> ModelPtr {
+  a.check_keys({"depth", "hidden_size", "hidden_sizes", "dropout"});
+  std::vector<int64_t> hidden;
+  if (a.has("hidden_sizes")) {
+    if (a.has("depth") || a.has("hidden_size"))
+      a.error("give either hidden_sizes or depth and hidden_size, not both");
+    ConfigView hs = a.at("hidden_sizes");
+    for (size_t i = 0; i < hs.size(); ++i) hidden.push_back(hs.at(i).as_int());
+  } else {
+    int64_t depth = a.get_int("depth", 2), width = a.get_int("hidden_size", 256);
+    if (depth < 0) a.error(fmt::format("depth must be 0 or more, got {}", depth));
+    hidden.assign(static_cast<size_t>(depth), width);
+  }
+  for (size_t i = 0; i < hidden.size(); ++i)
+    if (hidden[i] < 1) a.error(fmt::format("hidden layer {} has size {}", i, hidden[i]));
+  double dropout = a.get_double("dropout", 0.0);
+  if (dropout < 0 || dropout >= 1)
+    cs::fail("{}: must be in [0, 1), got {}", a.child_path("dropout"), dropout);
+  return std::make_shared<FcMnist>(hidden, dropout);
+});
+
+// Writes the synthetic digits once per folder per process (several data processors may name
+// the same folder).
+void ensure_mnist(const std::string& dir, bool synthetic, const std::string& where) {
+  static std::mutex m;
+  std::lock_guard<std::mutex> lock(m);
+  if (cs::data::mnist_files_exist(dir)) return;
+  if (!synthetic)
+    cs::fail("{}: no MNIST files in '{}' (set synthetic: true to generate digits)", where, dir);
+  fmt::print("no MNIST files in {}: writing synthetic digits (60000 train, 10000 test)\n", dir);
+  cs::data::write_synthetic_mnist(dir, 60000, 10000, 2024);
+}
+
+MODELZOO_REGISTER(data_processors, "MNISTDataProcessor", [](const ConfigView& a) -> DataLoaderPtr {
+  a.check_keys({"data_processor", "data_dir", "batch_size", "split", "shuffle", "shuffle_seed",
+                "drop_last", "synthetic", "num_workers"});
+  std::string dir = a.get_string("data_dir", "data/mnist");
+  std::string split = a.get_string("split", "train");
+  if (split != "train" && split != "test")
+    cs::fail("{}: must be train or test, got '{}'", a.child_path("split"), split);
+  int64_t batch = a.at("batch_size").as_int();
+  if (batch < 1) cs::fail("{}: must be at least 1, got {}", a.child_path("batch_size"), batch);
+  bool train = split == "train";
+  ensure_mnist(dir, a.get_bool("synthetic", true), a.child_path("data_dir"));
+  cs::Config args = {{"data_dir", dir},
+                     {"split", split},
+                     {"batch_size", batch},
+                     {"shuffle", a.get_bool("shuffle", train)},
+                     {"seed", a.get_int("shuffle_seed", 0)},
+                     {"drop_last", a.get_bool("drop_last", train)}};
+  auto input_fn =
+      [](const cs::Config& args,
+         const cs::utils::data::WorkerInfo& w) -> std::shared_ptr<cs::utils::data::Loader> {
+    auto s = cs::data::load_mnist_split(args.at("data_dir"), args.at("split"));
+    int64_t n = s.images.dims[0];
+    std::vector<float> x(s.images.data.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = (static_cast<float>(s.images.data[i]) / 255.0f - 0.1307f) / 0.3081f;
+    std::vector<int64_t> y(s.labels.data.begin(), s.labels.data.end());
+    cs::Batch data{{"x", cs::from_vector(x, {n, cs::data::kMnistPixels})},
+                   {"y", cs::from_vector(y, {n})}};
+    return std::make_shared<cs::utils::data::TensorLoader>(
+        data, args.at("batch_size").get<int64_t>(), args.at("shuffle").get<bool>(),
+        args.at("seed").get<uint64_t>(), args.at("drop_last").get<bool>(), w);
+  };
+  return std::make_shared<cs::utils::data::DataLoader>(input_fn, args);
+});
+
+}  // namespace
+}  // namespace modelzoo

@@ -1,0 +1,80 @@
+// run_config: every trainer phase of a YAML config, in order.
+#include <filesystem>
+
+#include "modelzoo/trainer.h"
+
+namespace modelzoo {
+
+namespace {
+
+DataLoaderPtr make_dataloader(const ConfigView& v) {
+  v.expect_map();
+  std::string name = v.at("data_processor").as_string();
+  return data_processors().create(name, v, v.child_path("data_processor"));
+}
+
+void run_phase(const ConfigView& phase, Mode mode, const RunOverrides& o) {
+  phase.check_keys({"init", "fit", "validate", "validate_all"});
+  Config init = phase.at("init").value();
+  if (!init.is_object()) phase.at("init").expect_map();
+  if (o.model_dir) init["model_dir"] = *o.model_dir;
+  ConfigView iv(init, phase.child_path("init"));
+  Trainer trainer(iv);
+  auto ckpt_of = [&](const ConfigView& v) -> std::optional<std::string> {
+    if (o.checkpoint_path) return o.checkpoint_path;
+    if (v.has("ckpt_path")) return v.at("ckpt_path").as_string();
+    return std::nullopt;
+  };
+  switch (mode) {
+    case Mode::Fit: {
+      ConfigView f = phase.at("fit");
+      f.check_keys({"train_dataloader", "val_dataloader", "ckpt_path"});
+      auto train = make_dataloader(f.at("train_dataloader"));
+      DataLoaderPtr val;
+      if (f.has("val_dataloader")) val = make_dataloader(f.at("val_dataloader"));
+      trainer.fit(train, val, ckpt_of(f));
+      break;
+    }
+    case Mode::Validate: {
+      ConfigView v = phase.at("validate");
+      v.check_keys({"val_dataloader", "ckpt_path"});
+      trainer.validate(make_dataloader(v.at("val_dataloader")), ckpt_of(v));
+      break;
+    }
+    case Mode::ValidateAll: {
+      ConfigView v = phase.at("validate_all");
+      v.check_keys({"val_dataloaders", "val_dataloader", "ckpt_paths"});
+      ConfigView dl = v.has("val_dataloaders") ? v.at("val_dataloaders") : v.at("val_dataloader");
+      std::vector<std::string> paths;
+      if (o.checkpoint_path) paths.push_back(*o.checkpoint_path);
+      if (v.has("ckpt_paths")) paths = v.at("ckpt_paths").as_string_list();
+      if (dl.value().is_array()) {
+        for (size_t i = 0; i < dl.size(); ++i)
+          trainer.validate_all(make_dataloader(dl.at(i)), paths);
+      } else {
+        trainer.validate_all(make_dataloader(dl), paths);
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+void run_config(const Config& root, Mode mode, const RunOverrides& o) {
+  ConfigView r(root, "");
+  r.expect_map();
+  r.check_keys({"trainer"});
+  ConfigView t = r.at("trainer");
+  if (t.value().is_array()) {
+    for (size_t i = 0; i < t.size(); ++i) {
+      ConfigView entry = t.at(i);
+      entry.check_keys({"trainer"});
+      run_phase(entry.at("trainer"), mode, o);
+    }
+  } else {
+    run_phase(t, mode, o);
+  }
+}
+
+}  // namespace modelzoo

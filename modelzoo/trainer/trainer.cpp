@@ -1,0 +1,438 @@
+// modelzoo::Trainer: configuration, the fit / validate loops, and the checkpoint state.
+#include "modelzoo/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <regex>
+
+#include "cstorch/tensor.h"
+#include "modelzoo/trainer/core_callbacks.h"
+
+namespace modelzoo {
+
+namespace fs = std::filesystem;
+namespace data = cstorch::utils::data;
+using cstorch::Batch;
+using cstorch::State;
+using cstorch::Tensor;
+
+Registry<ModelPtr>& models() {
+  static Registry<ModelPtr> r("model");
+  return r;
+}
+Registry<DataLoaderPtr>& data_processors() {
+  static Registry<DataLoaderPtr> r("data processor");
+  return r;
+}
+Registry<CallbackPtr>& callbacks() {
+  static Registry<CallbackPtr> r("callback");
+  return r;
+}
+
+// Runs `body`; a cstorch::Error from it is rethrown with `path: ` in front, for components
+// (optimizers, schedulers) whose own errors do not know where in the YAML they were named.
+template <class F>
+static auto with_path(const std::string& path, F&& body) {
+  try {
+    return body();
+  } catch (const cstorch::Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind(path, 0) == 0) throw;
+    cstorch::fail("{}: {}", path, msg);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+static std::shared_ptr<cstorch::Backend> make_backend(const ConfigView& init) {
+  const bool has_device = init.has("device"), has_backend = init.has("backend");
+  if (has_device && has_backend)
+    cstorch::fail(
+        "backend and device are mutually exclusive arguments of Trainer. Please only provide "
+        "one or the other");
+  if (has_backend) {
+    ConfigView b = init.at("backend");
+    b.check_keys({"backend_type", "cluster_config", "artifact_dir", "compile_dir", "compile_only",
+                  "validate_only"});
+    cstorch::BackendOptions o;
+    o.artifact_dir = b.get_string("artifact_dir", o.artifact_dir);
+    o.compile_dir = b.get_string("compile_dir", o.compile_dir);
+    o.compile_only = b.get_bool("compile_only", false);
+    o.validate_only = b.get_bool("validate_only", false);
+    if (b.has("cluster_config")) {
+      ConfigView c = b.at("cluster_config");
+      c.check_keys({"num_csx", "max_wgt_servers", "max_act_per_csx", "num_workers_per_csx",
+                    "mount_dirs", "python_paths", "transfer_processes", "job_labels",
+                    "mgmt_address"});
+      auto& cc = o.cluster_config;
+      cc.num_csx = static_cast<int>(c.get_int("num_csx", cc.num_csx));
+      cc.max_wgt_servers = static_cast<int>(c.get_int("max_wgt_servers", cc.max_wgt_servers));
+      cc.max_act_per_csx = static_cast<int>(c.get_int("max_act_per_csx", cc.max_act_per_csx));
+      cc.num_workers_per_csx =
+          static_cast<int>(c.get_int("num_workers_per_csx", cc.num_workers_per_csx));
+      cc.transfer_processes =
+          static_cast<int>(c.get_int("transfer_processes", cc.transfer_processes));
+      if (c.has("mount_dirs")) cc.mount_dirs = c.at("mount_dirs").as_string_list();
+      if (c.has("python_paths")) cc.python_paths = c.at("python_paths").as_string_list();
+      if (c.has("job_labels")) cc.job_labels = c.at("job_labels").as_string_list();
+      cc.mgmt_address = c.get_string("mgmt_address", cc.mgmt_address);
+    }
+    std::string type = b.at("backend_type").as_string();
+    return with_path(b.path(), [&] { return cstorch::backend(type, o); });
+  }
+  std::string device = has_device ? init.at("device").as_string() : "CPU";
+  return with_path(init.child_path("device"), [&] { return cstorch::backend(device); });
+}
+
+static LoopConfig parse_loop(const ConfigView& v) {
+  LoopConfig l;
+  if (v.is_null()) return l;
+  v.check_keys({"num_steps", "max_steps", "num_epochs", "steps_per_epoch", "eval_frequency",
+                "eval_steps", "grad_accum_steps"});
+  l.num_steps = v.get_opt_int("num_steps");
+  l.max_steps = v.get_opt_int("max_steps");
+  l.num_epochs = v.get_opt_int("num_epochs");
+  l.steps_per_epoch = v.get_opt_int("steps_per_epoch");
+  l.eval_frequency = v.get_int("eval_frequency", 0);
+  l.eval_steps = v.get_opt_int("eval_steps");
+  l.grad_accum_steps = v.get_int("grad_accum_steps", 1);
+  auto positive = [&](const char* key, std::optional<int64_t> x) {
+    if (x && *x < 1) cstorch::fail("{}: must be at least 1, got {}", v.child_path(key), *x);
+  };
+  positive("num_steps", l.num_steps);
+  positive("max_steps", l.max_steps);
+  positive("num_epochs", l.num_epochs);
+  positive("steps_per_epoch", l.steps_per_epoch);
+  positive("eval_steps", l.eval_steps);
+  positive("grad_accum_steps", l.grad_accum_steps);
+  if (l.eval_frequency < 0)
+    cstorch::fail("{}: must be 0 or more, got {}", v.child_path("eval_frequency"),
+                  l.eval_frequency);
+  if (l.num_steps && l.num_epochs)
+    cstorch::fail("{}: num_epochs and num_steps are mutually exclusive", v.path());
+  return l;
+}
+
+static CheckpointConfig parse_checkpoint(const ConfigView& v) {
+  CheckpointConfig c;
+  if (v.is_null()) return c;
+  v.check_keys(
+      {"steps", "autoload_last_checkpoint", "save_initial_checkpoint", "keep_last", "save_at_end"});
+  c.steps = v.get_int("steps", 0);
+  if (c.steps < 0) cstorch::fail("{}: must be 0 or more, got {}", v.child_path("steps"), c.steps);
+  c.autoload_last_checkpoint = v.get_bool("autoload_last_checkpoint", true);
+  c.save_initial_checkpoint = v.get_bool("save_initial_checkpoint", false);
+  c.keep_last = v.get_int("keep_last", 0);
+  c.save_at_end = v.get_bool("save_at_end", true);
+  if (c.keep_last < 0)
+    cstorch::fail("{}: must be 0 or more, got {}", v.child_path("keep_last"), c.keep_last);
+  return c;
+}
+
+struct Trainer::Impl {
+  std::vector<std::shared_ptr<CoreCallback>> core;
+};
+
+Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
+  init.check_keys({"device", "backend", "model_dir", "seed", "model", "optimizer", "schedulers",
+                   "precision", "loop", "checkpoint", "logging", "callbacks", "loggers"});
+  backend_ = make_backend(init);
+  model_dir_ = init.get_string("model_dir", "./model_dir");
+  seed_ = static_cast<uint64_t>(init.get_int("seed", 0));
+  loop_ = parse_loop(init.has("loop") ? init.at("loop") : ConfigView(Config(), ""));
+  ckpt_ =
+      parse_checkpoint(init.has("checkpoint") ? init.at("checkpoint") : ConfigView(Config(), ""));
+  if (init.has("logging")) {
+    ConfigView l = init.at("logging");
+    l.check_keys({"log_steps"});
+    logging_.log_steps = l.get_int("log_steps", 1);
+    if (logging_.log_steps < 1)
+      cstorch::fail("{}: must be at least 1, got {}", l.child_path("log_steps"),
+                    logging_.log_steps);
+  }
+
+  // The model, built after seeding so its initial weights depend on `seed` only.
+  cstorch::manual_seed(seed_);
+  ConfigView mv = init.at("model");
+  mv.expect_map();
+  std::string model_name = mv.at("name").as_string();
+  Config model_args = mv.value();
+  model_args.erase("name");
+  ConfigView margs(model_args, mv.path());
+  model_ = models().create(model_name, margs, mv.child_path("name"));
+  cstorch::compile(std::static_pointer_cast<cstorch::nn::Module>(model_), backend_);
+
+  if (init.has("optimizer")) {
+    ConfigView ov = init.at("optimizer");
+    auto [name, args] = ov.named_entry();
+    optimizer_ = with_path(ov.child_path(name), [&, &name = name, &args = args] {
+      return cstorch::optim::configure_optimizer(name, model_->parameters(), args);
+    });
+  }
+  if (init.has("schedulers"))
+    cstorch::fail("{}: LR schedulers are not available in this build",
+                  init.child_path("schedulers"));
+  if (init.has("precision")) {
+    ConfigView p = init.at("precision");
+    p.check_keys({"enabled"});
+    if (p.get_bool("enabled", false))
+      cstorch::fail("{}: mixed precision is not available in this build", p.path());
+  }
+
+  // Core callbacks first (logging, checkpointing), then the user's, in the order given.
+  impl_->core.push_back(std::make_shared<LoggingCallback>(logging_.log_steps));
+  impl_->core.push_back(std::make_shared<CheckpointCallback>());
+  for (auto& c : impl_->core) callbacks_.push_back(c);
+  if (init.has("callbacks")) {
+    ConfigView cv = init.at("callbacks");
+    for (size_t i = 0; i < cv.size(); ++i) {
+      auto [name, args] = cv.at(i).named_entry();
+      ConfigView av(args, cv.at(i).child_path(name));
+      callbacks_.push_back(::modelzoo::callbacks().create(name, av, cv.at(i).path()));
+    }
+  }
+  if (init.has("loggers"))
+    cstorch::fail("{}: loggers are not available in this build", init.child_path("loggers"));
+
+  each([&](Callback& c) { c.pre_setup(*this); });
+  each([&](Callback& c) { c.setup(*this); });
+  each([&](Callback& c) { c.post_setup(*this); });
+}
+
+Trainer::~Trainer() {
+  try {
+    cstorch::synchronize();
+  } catch (...) {
+    // An execution error was already reported to the caller at its sync point.
+  }
+  for (auto& cb : callbacks_) {
+    try {
+      cb->finalize(*this);
+    } catch (...) {
+    }
+  }
+}
+
+void Trainer::add_callback(CallbackPtr cb) {
+  cb->pre_setup(*this);
+  cb->setup(*this);
+  cb->post_setup(*this);
+  callbacks_.push_back(std::move(cb));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoint state
+
+State Trainer::state_dict() {
+  cstorch::synchronize();
+  State s = State::map();
+  s.set("model", model_->state_dict().to_state());
+  s.set("global_step", global_step_);
+  s.set("rng_state", cstorch::rng_state());
+  return s;
+}
+
+void Trainer::load_state_dict(const State& s) {
+  cstorch::synchronize();
+  model_->load_state_dict(cstorch::nn::StateDict::from_state(s.at("model")));
+  global_step_ = s.at("global_step").as_int();
+  if (s.contains("rng_state")) cstorch::set_rng_state(s.at("rng_state").as_tensor());
+}
+
+std::vector<std::pair<int64_t, std::string>> Trainer::checkpoints() const {
+  std::vector<std::pair<int64_t, std::string>> r;
+  std::error_code ec;
+  if (!fs::is_directory(model_dir_, ec)) return r;
+  static const std::regex re("checkpoint_([0-9]+)\\.mdl");
+  for (const auto& e : fs::directory_iterator(model_dir_)) {
+    std::smatch m;
+    std::string name = e.path().filename().string();
+    if (e.is_regular_file() && std::regex_match(name, m, re))
+      r.push_back({std::stoll(m[1].str()), e.path().string()});
+  }
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+std::string Trainer::save_checkpoint() {
+  cstorch::fail("checkpoints are not available in this build");
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  cstorch::fail("cannot load checkpoint '{}': checkpoints are not available in this build", path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loops
+
+void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::string> ckpt_path) {
+  CS_CHECK(train != nullptr, "Trainer.fit: a training dataloader is required");
+  CS_CHECK(optimizer_ != nullptr, "Trainer.fit: trainer.init.optimizer is required for training");
+  each([&](Callback& c) { c.on_fit_start(*this); });
+  try {
+    if (ckpt_path) {
+      load_checkpoint(*ckpt_path);
+    } else if (ckpt_.autoload_last_checkpoint) {
+      auto found = checkpoints();
+      if (!found.empty()) load_checkpoint(found.back().second);
+    }
+
+    const int64_t accum = loop_.grad_accum_steps;
+    int64_t loader_len = train->loader().size();
+    int64_t spe = loop_.steps_per_epoch.value_or(loader_len > 0 ? loader_len / accum : -1);
+    if (loop_.steps_per_epoch && loader_len > 0 && *loop_.steps_per_epoch * accum > loader_len)
+      cstorch::fail("trainer.init.loop.steps_per_epoch: {} exceeds the dataloader's {} batches",
+                    *loop_.steps_per_epoch, loader_len);
+    if (!loop_.num_steps && !loop_.max_steps && !loop_.num_epochs)
+      cstorch::fail("One of num_epochs, num_steps, or max_steps must be provided");
+    int64_t total = INT64_MAX;
+    if (loop_.num_epochs) {
+      CS_CHECK(spe > 0,
+               "trainer.init.loop.num_epochs: the dataloader's length is unknown; give "
+               "steps_per_epoch");
+      total = *loop_.num_epochs * spe;
+    }
+    if (loop_.num_steps) total = std::min(total, *loop_.num_steps);
+    if (loop_.max_steps) {
+      if (global_step_ >= *loop_.max_steps)
+        cstorch::fail("The initial step {} is at or past max_steps {}: nothing to train",
+                      global_step_, *loop_.max_steps);
+      total = std::min(total, *loop_.max_steps - global_step_);
+    }
+
+    model_->train();
+    each([&](Callback& c) { c.on_train_start(*this); });
+    try {
+      // The traced step: forward, backward, optimizer update. With gradient accumulation the
+      // micro-batches before the last only accumulate gradients (scaled by 1/accum).
+      auto body = [this, accum](const Batch& b, bool update) {
+        each([&](Callback& c) { c.on_before_forward(*this, b); });
+        Tensor loss = model_->loss(b);
+        each([&](Callback& c) { c.on_after_forward(*this, loss); });
+        each([&](Callback& c) { c.on_before_backward(*this, loss); });
+        (accum > 1 ? loss * (1.0 / static_cast<double>(accum)) : loss).backward();
+        each([&](Callback& c) { c.on_after_backward(*this); });
+        if (update) {
+          each([&](Callback& c) { c.on_before_optimizer_step(*this); });
+          optimizer_->step();
+          each([&](Callback& c) { c.on_after_optimizer_step(*this); });
+          each([&](Callback& c) { c.on_before_scheduler_step(*this); });
+          each([&](Callback& c) { c.on_after_scheduler_step(*this); });
+          optimizer_->zero_grad();
+        }
+        return std::vector<Tensor>{loss, optimizer_->param_groups()[0].lr};
+      };
+      auto step_fn = cstorch::trace([&](const Batch& b) { return body(b, true); }, "train_step");
+      auto accum_fn =
+          cstorch::trace([&](const Batch& b) { return body(b, false); }, "accumulate_step");
+
+      data::DataExecutor executor(*train, {.num_steps = total * accum, .checkpoint_steps = 0});
+      int64_t epoch = -1;
+      for (const Batch& batch : executor) {
+        const int64_t micro = executor.step();
+        const bool last_micro = (micro + 1) % accum == 0;
+        const int64_t step_in_run = micro / accum;
+        if (spe > 0 && step_in_run / spe != epoch && micro % accum == 0) {
+          if (epoch >= 0) each([&](Callback& c) { c.on_train_epoch_end(*this, epoch); });
+          epoch = step_in_run / spe;
+          each([&](Callback& c) { c.on_train_epoch_start(*this, epoch); });
+        }
+        if (micro % accum == 0)
+          each([&](Callback& c) { c.on_train_batch_start(*this, batch, global_step_ + 1); });
+        auto out = last_micro ? step_fn(batch) : accum_fn(batch);
+        if (!last_micro) continue;
+        ++global_step_;
+        for (auto& core : impl_->core) core->on_step_outputs(*this, out[0], out[1]);
+        each([&](Callback& c) { c.on_train_batch_end(*this, out[0], global_step_); });
+        const bool last = step_in_run + 1 == total;
+        if ((ckpt_.steps > 0 && global_step_ % ckpt_.steps == 0) || (last && ckpt_.save_at_end))
+          for (auto& core : impl_->core) core->on_checkpoint_step(*this);
+        if (val && loop_.eval_frequency > 0 && global_step_ % loop_.eval_frequency == 0 &&
+            step_in_run + 1 < total) {
+          validate(val);
+          model_->train();
+        }
+      }
+      if (epoch >= 0) each([&](Callback& c) { c.on_train_epoch_end(*this, epoch); });
+      cstorch::synchronize();
+    } catch (const std::exception& e) {
+      each([&](Callback& c) { c.on_train_exception(*this, e); });
+      throw;
+    }
+    each([&](Callback& c) { c.on_train_end(*this); });
+    if (val && loop_.eval_frequency > 0) validate(val);
+  } catch (const std::exception& e) {
+    each([&](Callback& c) { c.on_fit_exception(*this, e); });
+    throw;
+  }
+  each([&](Callback& c) { c.on_fit_end(*this); });
+}
+
+double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path) {
+  CS_CHECK(val != nullptr, "Trainer.validate: a validation dataloader is required");
+  if (ckpt_path) load_checkpoint(*ckpt_path);
+  const bool was_training = model_->is_training();
+  model_->eval();
+  each([&](Callback& c) { c.on_validate_start(*this); });
+  double mean = 0;
+  try {
+    auto eval_fn = cstorch::trace(
+        [&](const Batch& b) {
+          cstorch::NoGradGuard no_grad;
+          return model_->loss(b);
+        },
+        "eval_step");
+    int64_t len = val->loader().size();
+    int64_t steps = loop_.eval_steps.value_or(len);
+    CS_CHECK(steps > 0,
+             "Trainer.validate: the validation dataloader's length is unknown; set "
+             "trainer.init.loop.eval_steps");
+    if (len > 0) steps = std::min(steps, len);
+    auto sum = std::make_shared<double>(0.0);
+    auto accumulate = cstorch::step_closure(
+        [sum](const Tensor& loss) { *sum += static_cast<double>(loss.item<float>()); });
+    each([&](Callback& c) { c.on_validate_epoch_start(*this, 0); });
+    // Validation may run inside training (eval_frequency), so it walks the loader itself
+    // rather than starting a second DataExecutor; it re-iterates like one.
+    auto& loader = val->loader();
+    loader.reset();
+    for (int64_t i = 0; i < steps; ++i) {
+      auto batch = loader.next();
+      if (!batch) {
+        loader.reset();
+        batch = loader.next();
+        CS_CHECK(batch.has_value(), "Trainer.validate: the validation dataloader is empty");
+      }
+      each([&](Callback& c) { c.on_validate_batch_start(*this, *batch, i); });
+      Tensor loss = eval_fn(*batch);
+      accumulate(loss);
+      each([&](Callback& c) { c.on_validate_batch_end(*this, loss, i); });
+    }
+    cstorch::synchronize();
+    mean = *sum / static_cast<double>(steps);
+    each([&](Callback& c) { c.on_validate_epoch_end(*this, 0); });
+    for (auto& core : impl_->core) core->on_validation_result(*this, mean);
+  } catch (const std::exception& e) {
+    each([&](Callback& c) { c.on_validate_exception(*this, e); });
+    model_->train(was_training);
+    throw;
+  }
+  each([&](Callback& c) { c.on_validate_end(*this); });
+  model_->train(was_training);
+  return mean;
+}
+
+std::vector<double> Trainer::validate_all(DataLoaderPtr val, std::vector<std::string> paths) {
+  if (paths.empty())
+    for (auto& [step, p] : checkpoints()) paths.push_back(p);
+  CS_CHECK(!paths.empty(), "Trainer.validate_all: no checkpoints in '{}' and none given",
+           model_dir_);
+  std::vector<double> r;
+  for (const auto& p : paths) r.push_back(validate(val, p));
+  return r;
+}
+
+}  // namespace modelzoo

@@ -1,0 +1,323 @@
+// Trainer: YAML schema and key-path errors, hook order (including exception hooks), the loop's
+// step counting, gradient accumulation and validation.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cstorch/cstorch.h"
+#include "modelzoo/trainer.h"
+
+namespace cs = cstorch;
+using modelzoo::Config;
+using modelzoo::ConfigView;
+
+namespace {
+
+// Random linearly separable data: x [n, 784], y = argmax of a fixed projection.
+class TinyLoader : public cs::utils::data::Loader {
+ public:
+  TinyLoader(int64_t batches, int64_t batch) : batches_(batches), batch_(batch) {}
+  std::optional<cs::Batch> next() override {
+    if (pos_ >= batches_) return std::nullopt;
+    std::vector<float> x(static_cast<size_t>(batch_ * 784));
+    std::vector<int64_t> y(static_cast<size_t>(batch_));
+    for (int64_t i = 0; i < batch_; ++i) {
+      uint64_t s = static_cast<uint64_t>(pos_ * 1000 + i) * 2654435761u + 12345;
+      float best = -1e9f;
+      for (int64_t j = 0; j < 784; ++j) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        float v = static_cast<float>((s >> 40) & 0xffff) / 65536.0f - 0.5f;
+        x[static_cast<size_t>(i * 784 + j)] = v;
+      }
+      for (int64_t c = 0; c < 10; ++c) {
+        float score = x[static_cast<size_t>(i * 784 + c * 7)];
+        if (score > best) best = score, y[static_cast<size_t>(i)] = c;
+      }
+    }
+    ++pos_;
+    return cs::Batch{{"x", cs::from_vector(x, {batch_, 784})}, {"y", cs::from_vector(y, {batch_})}};
+  }
+  void reset() override { pos_ = 0; }
+  int64_t size() const override { return batches_; }
+
+ private:
+  int64_t batches_, batch_, pos_ = 0;
+};
+
+MODELZOO_REGISTER(data_processors, "TinyData", [](const ConfigView& a) -> modelzoo::DataLoaderPtr {
+  int64_t batches = a.get_int("batches", 8), batch = a.get_int("batch_size", 4);
+  return std::make_shared<cs::utils::data::DataLoader>(
+      [batches, batch](const Config&, const cs::utils::data::WorkerInfo&) {
+        return std::make_shared<TinyLoader>(batches, batch);
+      });
+});
+
+// Records every hook call as a string.
+class Recorder : public modelzoo::Callback {
+ public:
+  std::vector<std::string>* log;
+  explicit Recorder(std::vector<std::string>* l) : log(l) {}
+  void pre_setup(modelzoo::Trainer&) override { log->push_back("pre_setup"); }
+  void setup(modelzoo::Trainer&) override { log->push_back("setup"); }
+  void post_setup(modelzoo::Trainer&) override { log->push_back("post_setup"); }
+  void on_fit_start(modelzoo::Trainer&) override { log->push_back("fit_start"); }
+  void on_fit_end(modelzoo::Trainer&) override { log->push_back("fit_end"); }
+  void on_fit_exception(modelzoo::Trainer&, const std::exception&) override {
+    log->push_back("fit_exception");
+  }
+  void on_train_start(modelzoo::Trainer&) override { log->push_back("train_start"); }
+  void on_train_end(modelzoo::Trainer&) override { log->push_back("train_end"); }
+  void on_train_exception(modelzoo::Trainer&, const std::exception&) override {
+    log->push_back("train_exception");
+  }
+  void on_train_epoch_start(modelzoo::Trainer&, int64_t e) override {
+    log->push_back("epoch_start " + std::to_string(e));
+  }
+  void on_train_epoch_end(modelzoo::Trainer&, int64_t e) override {
+    log->push_back("epoch_end " + std::to_string(e));
+  }
+  void on_train_batch_start(modelzoo::Trainer&, const cs::Batch&, int64_t s) override {
+    log->push_back("batch_start " + std::to_string(s));
+  }
+  void on_train_batch_end(modelzoo::Trainer&, const cs::Tensor&, int64_t s) override {
+    log->push_back("batch_end " + std::to_string(s));
+  }
+  void on_before_forward(modelzoo::Trainer&, const cs::Batch&) override {
+    log->push_back("before_forward");
+  }
+  void on_after_forward(modelzoo::Trainer&, const cs::Tensor&) override {
+    log->push_back("after_forward");
+  }
+  void on_before_backward(modelzoo::Trainer&, const cs::Tensor&) override {
+    log->push_back("before_backward");
+  }
+  void on_after_backward(modelzoo::Trainer&) override { log->push_back("after_backward"); }
+  void on_before_optimizer_step(modelzoo::Trainer&) override {
+    log->push_back("before_optimizer_step");
+  }
+  void on_after_optimizer_step(modelzoo::Trainer&) override {
+    log->push_back("after_optimizer_step");
+  }
+  void on_validate_start(modelzoo::Trainer&) override { log->push_back("validate_start"); }
+  void on_validate_end(modelzoo::Trainer&) override { log->push_back("validate_end"); }
+  void on_validate_batch_end(modelzoo::Trainer&, const cs::Tensor&, int64_t s) override {
+    log->push_back("validate_batch_end " + std::to_string(s));
+  }
+};
+
+std::string tmpdir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("cstorch_trainer_" + name);
+  std::filesystem::remove_all(d);
+  return d.string();
+}
+
+Config init_config(const std::string& extra = "") {
+  return cs::parse_config(
+      "device: CPU\n"
+      "model_dir: " +
+      tmpdir("init") +
+      "\n"
+      "seed: 3\n"
+      "model: {name: fc_mnist, depth: 1, hidden_size: 16}\n"
+      "optimizer: {SGD: {lr: 0.05, momentum: 0.9}}\n"
+      "loop: {max_steps: 6}\n"
+      "checkpoint: {steps: 0, save_at_end: false}\n"
+      "logging: {log_steps: 2}\n" +
+      extra);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const cs::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+modelzoo::DataLoaderPtr tiny(int64_t batches) {
+  Config c = {{"data_processor", "TinyData"}, {"batches", batches}, {"batch_size", 4}};
+  return modelzoo::data_processors().create("TinyData", ConfigView(c, "x"), "x");
+}
+
+}  // namespace
+
+TEST(TrainerConfig, ErrorsNameTheKeyPath) {
+  auto err = [](const std::string& extra, const std::string& replace_from = "",
+                const std::string& replace_to = "") {
+    Config c = init_config(extra);
+    if (!replace_from.empty()) c[replace_from] = cs::parse_config(replace_to);
+    return error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); });
+  };
+  EXPECT_EQ(err("", "loop", "{max_steps: ten}"),
+            "trainer.init.loop.max_steps: expected an integer, got \"ten\"");
+  EXPECT_NE(err("max_step: 3\n").find("trainer.init.max_step: unknown key (valid keys: device,"),
+            std::string::npos);
+  EXPECT_NE(err("", "loop", "{max_step: 3}").find("trainer.init.loop.max_step: unknown key"),
+            std::string::npos);
+  EXPECT_NE(
+      err("", "model", "{name: resnet}")
+          .find("trainer.init.model.name: unknown model 'resnet' (registered: broken_for_test, "
+                "fc_mnist"),
+      std::string::npos);
+  EXPECT_NE(err("", "optimizer", "{Adamm: {lr: 0.1}}")
+                .find("trainer.init.optimizer.Adamm: configure_optimizer: unknown optimizer type "
+                      "'Adamm'; valid types:"),
+            std::string::npos);
+  EXPECT_EQ(err("", "backend", "{backend_type: CPU}"),
+            "backend and device are mutually exclusive arguments of Trainer. Please only provide "
+            "one or the other");
+  EXPECT_EQ(err("", "model", "{name: fc_mnist, depth: -1}"),
+            "trainer.init.model: depth must be 0 or more, got -1");
+  EXPECT_EQ(err("", "model", "{name: fc_mnist, dropout: 1.5}"),
+            "trainer.init.model.dropout: must be in [0, 1), got 1.5");
+  EXPECT_EQ(err("", "logging", "{log_steps: 0}"),
+            "trainer.init.logging.log_steps: must be at least 1, got 0");
+  EXPECT_EQ(err("", "loop", "{num_steps: 3, num_epochs: 1}"),
+            "trainer.init.loop: num_epochs and num_steps are mutually exclusive");
+  EXPECT_EQ(err("", "callbacks", "[{NoSuchCallback: {}}]"),
+            "trainer.init.callbacks[0]: unknown callback 'NoSuchCallback' (registered: )");
+  EXPECT_EQ(err("", "checkpoint", "{steps: true}"),
+            "trainer.init.checkpoint.steps: expected an integer, got true");
+}
+
+TEST(TrainerConfig, RunConfigErrorsNamePhases) {
+  Config root = {{"trainer", Config::array({{{"trainer", {{"init", init_config()}}}}})}};
+  EXPECT_EQ(error_of([&] { modelzoo::run_config(root, modelzoo::Mode::Fit); }),
+            "trainer[0].trainer.fit: missing required key");
+  root["trainer"][0]["trainer"]["fit"] = {{"train_dataloader", {{"data_processor", "Nope"}}}};
+  EXPECT_NE(error_of([&] { modelzoo::run_config(root, modelzoo::Mode::Fit); })
+                .find("trainer[0].trainer.fit.train_dataloader.data_processor: unknown data "
+                      "processor 'Nope'"),
+            std::string::npos);
+}
+
+TEST(Trainer, HooksFireInOrder) {
+  Config c = init_config();
+  c["loop"] = {{"max_steps", 4}, {"steps_per_epoch", 2}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  std::vector<std::string> log;
+  t.add_callback(std::make_shared<Recorder>(&log));
+  t.fit(tiny(8));
+  std::vector<std::string> want = {"pre_setup",
+                                   "setup",
+                                   "post_setup",
+                                   "fit_start",
+                                   "train_start",
+                                   "epoch_start 0",
+                                   "batch_start 1",
+                                   "before_forward",
+                                   "after_forward",
+                                   "before_backward",
+                                   "after_backward",
+                                   "before_optimizer_step",
+                                   "after_optimizer_step",
+                                   "batch_end 1",
+                                   "batch_start 2",
+                                   "batch_end 2",
+                                   "epoch_end 0",
+                                   "epoch_start 1",
+                                   "batch_start 3",
+                                   "batch_end 3",
+                                   "batch_start 4",
+                                   "batch_end 4",
+                                   "epoch_end 1",
+                                   "train_end",
+                                   "fit_end"};
+  EXPECT_EQ(log, want);
+  EXPECT_EQ(t.global_step(), 4);
+  EXPECT_EQ(cs::runtime_stats().traces, 1);  // the step was traced once
+}
+
+// A model whose loss fails while being traced (a shape error) fires the exception hooks.
+class BrokenModel : public modelzoo::Model {
+ public:
+  BrokenModel() : Model("Broken") { register_parameter("w", cs::zeros({3, 5})); }
+  cs::Tensor loss(const cs::Batch& b) override {
+    return cs::sum(cs::matmul(b.at("x"), parameters()[0]));  // [4, 784] @ [3, 5]
+  }
+};
+MODELZOO_REGISTER(models, "broken_for_test", [](const ConfigView&) -> modelzoo::ModelPtr {
+  return std::make_shared<BrokenModel>();
+});
+
+TEST(Trainer, ExceptionHooks) {
+  Config c = init_config();
+  c["model"] = {{"name", "broken_for_test"}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  std::vector<std::string> log;
+  t.add_callback(std::make_shared<Recorder>(&log));
+  std::string err = error_of([&] { t.fit(tiny(8)); });
+  EXPECT_NE(err.find("matmul"), std::string::npos) << err;
+  std::vector<std::string> tail(log.end() - 4, log.end());
+  EXPECT_EQ(tail, (std::vector<std::string>{"batch_start 1", "before_forward", "train_exception",
+                                            "fit_exception"}));
+}
+
+TEST(Trainer, TrainsAndValidates) {
+  Config c = init_config();
+  c["loop"] = {{"max_steps", 40}, {"eval_frequency", 20}, {"eval_steps", 3}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  std::vector<std::string> log;
+  t.add_callback(std::make_shared<Recorder>(&log));
+  double before = t.validate(tiny(3));
+  t.fit(tiny(10), tiny(3));
+  double after = t.validate(tiny(3));
+  EXPECT_LT(after, 0.7 * before) << before << " -> " << after;
+  EXPECT_EQ(t.global_step(), 40);
+  // validation ran after step 20 and at the end: 3 batches each.
+  EXPECT_EQ(std::count(log.begin(), log.end(), "validate_start"), 4);  // + the two direct calls
+  EXPECT_EQ(std::count(log.begin(), log.end(), "validate_batch_end 2"), 4);
+  EXPECT_TRUE(t.model().is_training());
+}
+
+TEST(Trainer, GradientAccumulationMatchesOneLargeBatch) {
+  // Two micro-batches of 4 with accumulation vs the same 8 samples in one batch: the mean of
+  // the two micro-batch losses has the same gradient as the loss of the 8-sample batch.
+  Config c1 = init_config();
+  c1["optimizer"] = {{"SGD", {{"lr", 0.1}}}};
+  c1["loop"] = {{"max_steps", 3}, {"grad_accum_steps", 2}};
+  std::vector<float> w_accum, w_big;
+  {
+    modelzoo::Trainer t(ConfigView(c1, "trainer.init"));
+    t.fit(tiny(6));
+    w_accum = t.model().parameters()[0].to_vector<float>();
+    EXPECT_EQ(t.global_step(), 3);
+  }
+  class Concat : public cs::utils::data::Loader {
+   public:
+    TinyLoader inner{6, 4};
+    std::optional<cs::Batch> next() override {
+      auto a = inner.next();
+      if (!a) return std::nullopt;
+      auto b = inner.next();
+      return cs::Batch{{"x", cs::cat({a->at("x"), b->at("x")}, 0)},
+                       {"y", cs::cat({a->at("y"), b->at("y")}, 0)}};
+    }
+    void reset() override { inner.reset(); }
+    int64_t size() const override { return 3; }
+  };
+  Config c2 = c1;
+  c2["loop"] = {{"max_steps", 3}};
+  {
+    modelzoo::Trainer t(ConfigView(c2, "trainer.init"));
+    t.fit(std::make_shared<cs::utils::data::DataLoader>(
+        [](const Config&, const cs::utils::data::WorkerInfo&) {
+          return std::make_shared<Concat>();
+        }));
+    w_big = t.model().parameters()[0].to_vector<float>();
+  }
+  ASSERT_EQ(w_accum.size(), w_big.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < w_big.size(); ++i)
+    max_diff = std::max(max_diff, static_cast<double>(std::abs(w_accum[i] - w_big[i])));
+  EXPECT_LT(max_diff, 1e-6);
+}
+
+TEST(Trainer, LoopStepErrors) {
+  Config c = init_config();
+  c["loop"] = Config::object();
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  EXPECT_EQ(error_of([&] { t.fit(tiny(4)); }),
+            "One of num_epochs, num_steps, or max_steps must be provided");
+}
