@@ -54,6 +54,31 @@ std::shared_ptr<Backend> backend(const std::string& type, BackendOptions opts = 
 // The current backend; error if none was created.
 std::shared_ptr<Backend> backend();
 
+// The older one-call setup of seed 001 (`cstorch.configure(...)`), defaults as documented
+// there. It creates the CSX backend (this project's cluster: `num_csx` replicas) with these
+// options; `checkpoint_steps` becomes the DataExecutor's default and `model_dir` the default
+// directory for checkpoints. Calling it a second time in a process is an error, and so is
+// calling it after a backend of another type exists.
+struct ConfigureOptions {
+  std::string model_dir = "./";
+  std::string compile_dir = "/opt/cerebras/cached_compile";
+  bool compile_only = false;
+  bool validate_only = false;
+  int64_t checkpoint_steps = 0;
+  int num_csx = 1;
+  int max_wgt_servers = 24;
+  std::vector<std::string> mount_dirs;
+  std::vector<std::string> python_paths;
+  int transfer_processes = 5;
+  int num_workers_per_csx = 1;
+  std::vector<std::string> job_labels;
+  int max_act_per_csx = 1;
+  std::string mgmt_address;
+};
+std::shared_ptr<Backend> configure(const ConfigureOptions& opts);
+// The options configure() was called with, or null when it was not.
+const ConfigureOptions* configured();
+
 // A model prepared for the backend: call it like the module.
 class CompiledModel {
  public:

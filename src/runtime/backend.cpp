@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "cstorch/core/error.h"
+#include "runtime/run_mode.h"
 
 namespace cstorch {
 
@@ -72,6 +73,55 @@ std::shared_ptr<Backend> backend(const std::string& type, BackendOptions opts) {
   g_backend = std::make_shared<Backend>(t, std::move(opts));
   return g_backend;
 }
+
+namespace {
+std::unique_ptr<ConfigureOptions> g_configured;
+}
+
+std::shared_ptr<Backend> configure(const ConfigureOptions& o) {
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    CS_CHECK(g_configured == nullptr,
+             "configure: already called in this process; call it once, before the run");
+  }
+  CS_CHECK(o.checkpoint_steps >= 0, "configure: checkpoint_steps must be >= 0, got {}",
+           o.checkpoint_steps);
+  BackendOptions b;
+  b.compile_dir = o.compile_dir;
+  b.compile_only = o.compile_only;
+  b.validate_only = o.validate_only;
+  auto& c = b.cluster_config;
+  c.num_csx = o.num_csx;
+  c.max_wgt_servers = o.max_wgt_servers;
+  c.mount_dirs = o.mount_dirs;
+  c.python_paths = o.python_paths;
+  c.transfer_processes = o.transfer_processes;
+  c.num_workers_per_csx = o.num_workers_per_csx;
+  c.job_labels = o.job_labels;
+  c.max_act_per_csx = o.max_act_per_csx;
+  c.mgmt_address = o.mgmt_address;
+  auto be = backend("CSX", std::move(b));
+  std::lock_guard<std::mutex> l(g_mu);
+  g_configured = std::make_unique<ConfigureOptions>(o);
+  return be;
+}
+
+const ConfigureOptions* configured() {
+  std::lock_guard<std::mutex> l(g_mu);
+  return g_configured.get();
+}
+
+namespace runtime {
+RunMode current_run_mode(std::string* artifact_dir) {
+  std::lock_guard<std::mutex> l(g_mu);
+  if (!g_backend) return RunMode::Execute;
+  const auto& o = g_backend->options();
+  if (artifact_dir) *artifact_dir = o.artifact_dir;
+  if (o.validate_only) return RunMode::ValidateOnly;
+  if (o.compile_only) return RunMode::CompileOnly;
+  return RunMode::Execute;
+}
+}  // namespace runtime
 
 std::shared_ptr<Backend> backend() {
   std::lock_guard<std::mutex> l(g_mu);

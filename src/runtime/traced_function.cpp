@@ -2,6 +2,8 @@
 // (outputs, state reads and writes), optimise and plan it, then enqueue executions.
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <unordered_set>
 
@@ -9,6 +11,7 @@
 #include "cstorch/runtime.h"
 #include "runtime/alloc_counter.h"
 #include "runtime/executor.h"
+#include "runtime/run_mode.h"
 #include "runtime/trace_context.h"
 
 namespace cstorch {
@@ -36,7 +39,9 @@ namespace detail {
 // changes what the body did (assign vs accumulate), so that is part of the variant's key,
 // checked at every call; everything else is keyed by the input signature.
 struct Variant {
-  std::shared_ptr<compiler::Program> program;
+  std::shared_ptr<compiler::Program> program;  // null when only traced (validate_only)
+  std::string report;                          // what compile_only / validate_only write
+  std::vector<std::pair<Shape, DType>> output_shapes;
   std::vector<std::pair<std::weak_ptr<TensorImpl>, bool>> grad_presence;
   // The .grad handles the body left on parameters where it changed them (a gradient created
   // in the step, or zero_grad setting it to none). The body does not run on a replay, so
@@ -60,6 +65,7 @@ struct TracedFunction::Impl {
   Body body;
   std::string name;
   std::map<std::string, std::vector<Variant>> cache;
+  std::map<std::string, std::vector<Tensor>> dry_outputs;  // compile_only / validate_only
 };
 
 TracedFunction::TracedFunction(Body body, std::string name) : impl_(std::make_unique<Impl>()) {
@@ -79,7 +85,23 @@ static void restore(runtime::TraceContext& ctx) {
   for (auto& c : ctx.captures()) c.impl->node = c.original;
 }
 
-static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tensor>& inputs) {
+// Text report of a traced (not compiled) graph, for validate_only runs.
+static std::string trace_report(const compiler::Graph& g) {
+  std::map<std::string, int> counts;
+  for (auto& n : g.nodes)
+    if (!n->inputs.empty()) counts[n->name()]++;
+  std::string ops;
+  for (auto& [k, v] : counts) ops += fmt::format("    {}: {}\n", k, v);
+  size_t writes = 0;
+  for (auto& s : g.state) writes += s.write != nullptr;
+  return fmt::format(
+      "nodes traced: {}\nbatch inputs: {}\noutputs: {}\nstate tensors: {} ({} written)\n"
+      "ops:\n{}",
+      g.count_ops(), g.batch_inputs.size(), g.outputs.size(), g.state.size(), writes, ops);
+}
+
+static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tensor>& inputs,
+                                 bool compile = true) {
   compiler::Graph g;
   Variant variant;
   // Gradient presence as the caller left it, before the body (which may zero_grad first) runs.
@@ -163,11 +185,45 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
            "trace '{}': the step has {} input and {} output tensors; at most {} of each", f.name,
            g.batch_inputs.size(), g.outputs.size(), kMaxStepIO);
   ++g_traces;
+  for (auto& o : g.outputs) variant.output_shapes.push_back({o->shape, o->dtype});
+  if (!compile) {
+    compiler::verify(g, "tracing");
+    variant.report = trace_report(g);
+    return variant;
+  }
   compiler::optimize(g, f.name);
   compiler::ProgramStats st;
   st.nodes_traced = traced_ops;
   variant.program = std::make_shared<compiler::Program>(std::move(g), DeviceType::CPU, st);
+  variant.report = variant.program->summary();
   return variant;
+}
+
+// compile_only / validate_only: trace (and compile) each new signature once, write the report
+// to the artifact directory, run nothing. The outputs are zeros of the traced shapes, so a
+// loop around the step keeps working.
+static std::vector<Tensor> dry_call(TracedFunction::Impl& f, const std::vector<Tensor>& inputs,
+                                    const std::string& sig, runtime::RunMode mode,
+                                    const std::string& artifact_dir) {
+  auto it = f.dry_outputs.find(sig);
+  if (it != f.dry_outputs.end()) return it->second;
+  runtime::Executor::get().synchronize();
+  const bool compile = mode == runtime::RunMode::CompileOnly;
+  Variant v = trace_and_compile(f, inputs, compile);
+  std::vector<Tensor> outs;
+  std::error_code ec;
+  std::filesystem::create_directories(artifact_dir, ec);
+  std::string path = fmt::format("{}/{}-{}-{}.txt", artifact_dir, f.name,
+                                 compile ? "compile" : "validate", f.dry_outputs.size());
+  std::ofstream out(path);
+  CS_CHECK(out.good(), "trace '{}': cannot write the {} report '{}'", f.name,
+           compile ? "compile" : "validate", path);
+  out << fmt::format("{} report for traced step '{}'\nsignature: {}\n",
+                     compile ? "compile" : "validate", f.name, sig)
+      << v.report;
+  for (auto& o : v.output_shapes) outs.push_back(zeros(o.first, o.second));
+  f.dry_outputs[sig] = outs;
+  return outs;
 }
 
 std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
@@ -176,6 +232,9 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
   auto& ex = runtime::Executor::get();
   ex.rethrow_if_failed();
   std::string sig = signature(inputs);
+  std::string artifact_dir;
+  auto mode = runtime::current_run_mode(&artifact_dir);
+  if (mode != runtime::RunMode::Execute) return dry_call(*impl_, inputs, sig, mode, artifact_dir);
   auto& variants = impl_->cache[sig];
   const Variant* variant = nullptr;
   for (auto& v : variants)

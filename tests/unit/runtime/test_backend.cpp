@@ -2,10 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <cstorch/cstorch.h>
 
 namespace cs = cstorch;
+using cs::Tensor;
 
 TEST(Backend, OneTypePerProcessWithTheExactMessage) {
   auto b = cs::backend("cpu");
@@ -159,4 +163,97 @@ TEST(Module, TrainEvalReachesChildrenAndDropout) {
   EXPECT_EQ((*m)[1]->forward(x).to_vector<float>(), x.to_vector<float>());  // identity in eval
   m->train();
   EXPECT_TRUE((*m)[1]->is_training());
+}
+
+namespace {
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+TEST(Backend, ConfigureMapsOntoTheCsxBackendOnce) {
+  cs::ConfigureOptions o;
+  o.checkpoint_steps = 5;
+  o.num_csx = 2;
+  o.job_labels = {"team=ml"};
+  auto be = cs::configure(o);
+  EXPECT_EQ(be->type_name(), "CSX");
+  EXPECT_EQ(be->options().cluster_config.num_csx, 2);
+  ASSERT_NE(cs::configured(), nullptr);
+  EXPECT_EQ(cs::configured()->checkpoint_steps, 5);
+  try {
+    cs::configure(o);
+    FAIL();
+  } catch (const cs::Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "configure: already called in this process; call it once, before the run");
+  }
+}
+
+TEST(Backend, ConfigureValidatesClusterFields) {
+  cs::ConfigureOptions o;
+  o.job_labels = {"no-equals-sign"};
+  try {
+    cs::configure(o);
+    FAIL();
+  } catch (const cs::Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "cluster_config.job_labels: 'no-equals-sign' is not of the form key=value");
+  }
+  EXPECT_EQ(cs::configured(), nullptr);  // a failed call configures nothing
+}
+
+// compile_only: each new signature is traced and compiled once, the report is written to the
+// artifact directory and nothing runs (parameters keep their values).
+TEST(Backend, CompileOnlyWritesAReportAndRunsNothing) {
+  auto dir = std::filesystem::temp_directory_path() / "cstorch_compile_only";
+  std::filesystem::remove_all(dir);
+  cs::BackendOptions o;
+  o.artifact_dir = dir.string();
+  o.compile_only = true;
+  cs::backend("CPU", o);
+  cs::nn::Linear fc(4, 3);
+  auto w0 = fc->weight.to_vector<float>();
+  auto opt = cs::optim::configure_optimizer("SGD", fc->parameters(), {{"lr", 0.5}});
+  auto step = cs::trace(
+      [&](const Tensor& x) {
+        auto loss = cs::sum(fc(x));
+        loss.backward();
+        opt->step();
+        return loss;
+      },
+      "train");
+  auto loss = step(cs::ones({2, 4}));
+  step(cs::ones({2, 4}));
+  EXPECT_EQ(loss.item<float>(), 0.0f);
+  EXPECT_EQ(fc->weight.to_vector<float>(), w0);
+  std::string report = read_text((dir / "train-compile-0.txt").string());
+  EXPECT_NE(report.find("compile report for traced step 'train'"), std::string::npos) << report;
+  EXPECT_NE(report.find("FLOPs per step:"), std::string::npos) << report;
+  EXPECT_NE(report.find("arena bytes:"), std::string::npos) << report;
+  EXPECT_FALSE(std::filesystem::exists(dir / "train-compile-1.txt"));  // same signature
+  step(cs::ones({3, 4}));
+  EXPECT_TRUE(std::filesystem::exists(dir / "train-compile-1.txt"));
+}
+
+TEST(Backend, ValidateOnlyTracesAndChecks) {
+  auto dir = std::filesystem::temp_directory_path() / "cstorch_validate_only";
+  std::filesystem::remove_all(dir);
+  cs::BackendOptions o;
+  o.artifact_dir = dir.string();
+  o.validate_only = true;
+  cs::backend("CPU", o);
+  auto step = cs::trace([&](const Tensor& x) { return cs::relu(x) * 2.0; }, "f");
+  auto y = step(cs::ones({5}));
+  EXPECT_EQ(y.shape(), (cs::Shape{5}));
+  std::string report = read_text((dir / "f-validate-0.txt").string());
+  EXPECT_NE(report.find("batch inputs: 1\noutputs: 1"), std::string::npos) << report;
+  EXPECT_NE(report.find("mul: 1"), std::string::npos) << report;
+  EXPECT_NE(report.find("relu: 1"), std::string::npos) << report;
+  // A step that fails to trace still fails in validate_only mode.
+  auto bad = cs::trace([&](const Tensor& x) { return cs::matmul(x, x); }, "bad");
+  EXPECT_THROW(bad(cs::ones({2, 3})), cs::Error);
 }
