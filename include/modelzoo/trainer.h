@@ -11,6 +11,7 @@
 // Every invalid input is a cstorch::Error naming its key path.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -113,8 +114,10 @@ enum class Mode { Fit, Validate, ValidateAll };
 struct RunOverrides {
   std::optional<std::string> model_dir;
   std::optional<std::string> checkpoint_path;
-  bool compile_only = false;
-  bool validate_only = false;
+  bool compile_only = false;   // compile the step, write the report, do not train
+  bool validate_only = false;  // trace and check the step only
+  // Called with each phase's Trainer once it is built (the runner adapter attaches its hooks).
+  std::function<void(Trainer&)> on_trainer;
 };
 
 // Runs every phase of a config (the root map holding `trainer`); errors name key paths.

@@ -18,8 +18,18 @@ void run_phase(const ConfigView& phase, Mode mode, const RunOverrides& o) {
   Config init = phase.at("init").value();
   if (!init.is_object()) phase.at("init").expect_map();
   if (o.model_dir) init["model_dir"] = *o.model_dir;
+  if (o.compile_only || o.validate_only) {
+    // The command-line switches become backend options (a device becomes a backend).
+    if (!init.contains("backend")) {
+      init["backend"] = {{"backend_type", init.value("device", std::string("CPU"))}};
+      init.erase("device");
+    }
+    if (o.compile_only) init["backend"]["compile_only"] = true;
+    if (o.validate_only) init["backend"]["validate_only"] = true;
+  }
   ConfigView iv(init, phase.child_path("init"));
   Trainer trainer(iv);
+  if (o.on_trainer) o.on_trainer(trainer);
   auto ckpt_of = [&](const ConfigView& v) -> std::optional<std::string> {
     if (o.checkpoint_path) return o.checkpoint_path;
     if (v.has("ckpt_path")) return v.at("ckpt_path").as_string();

@@ -330,6 +330,8 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
           cstorch::trace([&](const Batch& b) { return body(b, false); }, "accumulate_step");
 
       data::DataExecutor executor(*train, {.num_steps = total * accum, .checkpoint_steps = 0});
+      const auto& bo = backend_->options();
+      const bool dry_run = bo.compile_only || bo.validate_only;
       int64_t epoch = -1;
       for (const Batch& batch : executor) {
         const int64_t micro = executor.step();
@@ -343,6 +345,7 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         if (micro % accum == 0)
           each([&](Callback& c) { c.on_train_batch_start(*this, batch, global_step_ + 1); });
         auto out = last_micro ? step_fn(batch) : accum_fn(batch);
+        if (dry_run) break;  // compile_only / validate_only: the step is traced; stop here
         if (!last_micro) continue;
         ++global_step_;
         for (auto& core : impl_->core) core->on_step_outputs(*this, out[0], out[1]);

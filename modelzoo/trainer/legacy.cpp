@@ -1,0 +1,216 @@
+// Legacy params.yaml conversion and the runner API (seed 002) over the Trainer.
+#include "modelzoo/legacy.h"
+
+#include <map>
+#include <mutex>
+
+namespace modelzoo {
+
+bool is_legacy_params(const Config& root) {
+  return root.is_object() && (root.contains("runconfig") || root.contains("train_input"));
+}
+
+Config convert_legacy_params(const Config& params, const std::string& mode_in) {
+  ConfigView p(params, "");
+  p.expect_map();
+  p.check_keys({"train_input", "eval_input", "model", "optimizer", "runconfig"});
+  Config init = Config::object();
+  Config rc = p.has("runconfig") ? p.at("runconfig").value() : Config::object();
+  ConfigView r(rc, "runconfig");
+  r.check_keys({"max_steps",
+                "num_steps",
+                "num_epochs",
+                "steps_per_epoch",
+                "eval_steps",
+                "eval_frequency",
+                "save_checkpoints_steps",
+                "keep_checkpoint_max",
+                "save_summary_steps",
+                "log_steps",
+                "model_dir",
+                "seed",
+                "checkpoint_path",
+                "mode",
+                "multireplica",
+                "cs_ip",
+                "target_device",
+                "compile_only",
+                "validate_only",
+                "autoload_last_checkpoint",
+                "num_csx",
+                "num_workers_per_csx",
+                "runner",
+                "grad_accum_steps",
+                "save_initial_checkpoint"});
+
+  // Model: the registered name travels in model.name (or model.model_name).
+  ConfigView m = p.at("model");
+  m.expect_map();
+  Config model = m.value();
+  if (model.contains("model_name")) {
+    model["name"] = model["model_name"];
+    model.erase("model_name");
+  }
+  if (!model.contains("name"))
+    cstorch::fail("model.name: missing; a legacy params file names its registered model here");
+  init["model"] = model;
+
+  if (p.has("optimizer")) {
+    ConfigView o = p.at("optimizer");
+    o.expect_map();
+    Config args = o.value();
+    std::string type = o.at("optimizer_type").as_string();
+    args.erase("optimizer_type");
+    if (args.contains("learning_rate") && !args["learning_rate"].is_number()) {
+      init["schedulers"] = args["learning_rate"];  // a schedule: the scheduler forms of api.md §4
+      args.erase("learning_rate");
+    }
+    init["optimizer"] = {{type, args}};
+  }
+
+  Config loop = Config::object();
+  for (const char* k : {"max_steps", "num_steps", "num_epochs", "steps_per_epoch", "eval_steps",
+                        "eval_frequency", "grad_accum_steps"})
+    if (r.has(k)) loop[k] = rc[k];
+  init["loop"] = loop;
+  Config ckpt = Config::object();
+  if (r.has("save_checkpoints_steps")) ckpt["steps"] = rc["save_checkpoints_steps"];
+  if (r.has("keep_checkpoint_max")) ckpt["keep_last"] = rc["keep_checkpoint_max"];
+  if (r.has("autoload_last_checkpoint"))
+    ckpt["autoload_last_checkpoint"] = rc["autoload_last_checkpoint"];
+  if (r.has("save_initial_checkpoint"))
+    ckpt["save_initial_checkpoint"] = rc["save_initial_checkpoint"];
+  init["checkpoint"] = ckpt;
+  if (r.has("save_summary_steps") || r.has("log_steps"))
+    init["logging"] = {
+        {"log_steps", r.has("log_steps") ? rc["log_steps"] : rc["save_summary_steps"]}};
+  if (r.has("model_dir")) init["model_dir"] = rc["model_dir"];
+  if (r.has("seed")) init["seed"] = rc["seed"];
+
+  std::string device = r.get_string("target_device", "CPU");
+  const bool compile_only = r.get_bool("compile_only", false),
+             validate_only = r.get_bool("validate_only", false);
+  if (compile_only || validate_only || r.has("num_csx") || r.has("num_workers_per_csx")) {
+    Config be = {
+        {"backend_type", device}, {"compile_only", compile_only}, {"validate_only", validate_only}};
+    Config cc = Config::object();
+    if (r.has("num_csx")) cc["num_csx"] = rc["num_csx"];
+    if (r.has("num_workers_per_csx")) cc["num_workers_per_csx"] = rc["num_workers_per_csx"];
+    if (!cc.empty()) be["cluster_config"] = cc;
+    init["backend"] = be;
+  } else {
+    init["device"] = device;
+  }
+
+  std::string mode = mode_in.empty() ? r.get_string("mode", "train") : mode_in;
+  Config phase = {{"init", init}};
+  auto ckpt_path = r.has("checkpoint_path") ? rc["checkpoint_path"] : Config();
+  if (mode == "train" || mode == "train_and_eval") {
+    Config fit = {{"train_dataloader", p.at("train_input").value()}};
+    if (mode == "train_and_eval") fit["val_dataloader"] = p.at("eval_input").value();
+    if (!ckpt_path.is_null()) fit["ckpt_path"] = ckpt_path;
+    phase["fit"] = fit;
+  } else if (mode == "eval") {
+    Config v = {{"val_dataloader", p.at("eval_input").value()}};
+    if (!ckpt_path.is_null()) v["ckpt_path"] = ckpt_path;
+    phase["validate"] = v;
+  } else if (mode == "eval_all") {
+    phase["validate_all"] = {{"val_dataloaders", p.at("eval_input").value()}};
+  } else {
+    cstorch::fail("runconfig.mode: must be train, eval, train_and_eval or eval_all, got '{}'",
+                  mode);
+  }
+  return {{"trainer", phase}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runners
+
+namespace {
+
+// Calls the runner's hooks from the Trainer's.
+class RunnerHooks : public Callback {
+ public:
+  explicit RunnerHooks(BaseRunner* r) : r_(r) {}
+  std::string name() const override { return "RunnerHooks(" + r_->name() + ")"; }
+  void on_train_start(Trainer&) override { r_->on_train_start(); }
+  void on_train_end(Trainer&) override { r_->on_train_end(); }
+  void on_train_epoch_start(Trainer&, int64_t) override { r_->on_train_epoch_start(); }
+  void on_train_epoch_end(Trainer&, int64_t) override { r_->on_train_epoch_end(); }
+  void on_train_batch_start(Trainer&, const cstorch::Batch&, int64_t) override {
+    r_->on_train_batch_start();
+  }
+  void on_train_batch_end(Trainer&, const cstorch::Tensor&, int64_t) override {
+    r_->on_train_batch_end();
+  }
+  void on_validate_start(Trainer&) override { r_->on_eval_start(); }
+  void on_validate_end(Trainer&) override { r_->on_eval_end(); }
+  void on_validate_epoch_start(Trainer&, int64_t) override { r_->on_eval_epoch_start(); }
+  void on_validate_epoch_end(Trainer&, int64_t) override { r_->on_eval_epoch_end(); }
+  void on_validate_batch_start(Trainer&, const cstorch::Batch&, int64_t) override {
+    r_->on_eval_batch_start();
+  }
+  void on_validate_batch_end(Trainer&, const cstorch::Tensor&, int64_t) override {
+    r_->on_eval_batch_end();
+  }
+
+ private:
+  BaseRunner* r_;
+};
+
+std::mutex g_runners_mu;
+std::map<std::string, BaseRunner::Factory>& custom_runners() {
+  static std::map<std::string, BaseRunner::Factory> m;
+  return m;
+}
+
+}  // namespace
+
+void BaseRunner::register_runner(const std::string& name, Factory f) {
+  std::lock_guard<std::mutex> l(g_runners_mu);
+  CS_CHECK(!custom_runners().count(lower(name)), "runner '{}' is registered twice", name);
+  custom_runners()[lower(name)] = std::move(f);
+}
+
+std::unique_ptr<BaseRunner> BaseRunner::create(const Config& params, const RunOverrides& o) {
+  ConfigView p(params, "");
+  p.expect_map();
+  Config rc = p.has("runconfig") ? p.at("runconfig").value() : Config::object();
+  ConfigView r(rc, "runconfig");
+  if (r.has("runner")) {
+    std::string name = r.at("runner").as_string();
+    std::lock_guard<std::mutex> l(g_runners_mu);
+    auto it = custom_runners().find(lower(name));
+    if (it == custom_runners().end()) {
+      std::vector<std::string> names;
+      for (auto& [k, v] : custom_runners()) names.push_back(k);
+      cstorch::fail("runconfig.runner: unknown runner '{}' (registered: {})", name,
+                    fmt::join(names, ", "));
+    }
+    return it->second(params);
+  }
+  if (o.compile_only || o.validate_only || r.get_bool("compile_only", false) ||
+      r.get_bool("validate_only", false))
+    return std::make_unique<CompileOnlyRunner>(params);
+  if (lower(r.get_string("target_device", "CPU")) == "csx")
+    return std::make_unique<SystemRunner>(params);
+  return std::make_unique<CpuGpuRunner>(params);
+}
+
+void BaseRunner::run(const std::string& mode, const RunOverrides& overrides) {
+  Config root = convert_legacy_params(params_, mode);
+  RunOverrides o = overrides;
+  auto user_hook = o.on_trainer;
+  o.on_trainer = [this, user_hook](Trainer& t) {
+    t.add_callback(std::make_shared<RunnerHooks>(this));
+    if (user_hook) user_hook(t);
+  };
+  Mode m = Mode::Fit;
+  std::string md =
+      mode.empty() ? ConfigView(params_, "").at("runconfig").get_string("mode", "train") : mode;
+  if (md == "eval") m = Mode::Validate;
+  if (md == "eval_all") m = Mode::ValidateAll;
+  run_config(root, m, o);
+}
+
+}  // namespace modelzoo
