@@ -1,0 +1,156 @@
+// cszoo fit | validate | validate_all | run: load a YAML config (legacy params files convert
+// automatically), apply the command-line options, and run every trainer phase.
+#include <filesystem>
+#include <memory>
+
+#include "cstorch/config.h"
+#include "modelzoo/cli.h"
+#include "modelzoo/legacy.h"
+
+namespace modelzoo {
+
+namespace {
+
+// Options shared by fit / validate / validate_all (api.md §11).
+struct CommonOptions {
+  std::string params;
+  std::string model_dir;
+  std::string checkpoint_path;
+  bool compile_only = false;
+  bool validate_only = false;
+  int num_csx = 0;
+  std::vector<std::string> mount_dirs, python_paths, job_labels;
+  std::string target_device;
+  bool multireplica = false;
+};
+
+void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
+  if (params_positional)
+    cmd->add_option("params", o.params, "YAML config file (Trainer form or legacy params.yaml)")
+        ->required();
+  cmd->add_option("-o,--model_dir", o.model_dir, "Directory for checkpoints and logs");
+  cmd->add_option("--checkpoint_path", o.checkpoint_path, "Checkpoint to start from / evaluate");
+  cmd->add_flag("--compile_only", o.compile_only,
+                "Compile the step, write the compile report to the artifact directory, stop");
+  cmd->add_flag("--validate_only", o.validate_only, "Trace and check the step only, then stop");
+  cmd->add_option("--num_csx", o.num_csx, "Replicas of the CSX backend (cluster_config.num_csx)");
+  cmd->add_option("--mount_dirs", o.mount_dirs, "Directories the run needs (must exist)");
+  cmd->add_option("--python_paths", o.python_paths,
+                  "Plugin directories: every *.so in them is loaded (registers models, data "
+                  "processors, callbacks)");
+  cmd->add_option("--job_labels", o.job_labels, "key=value labels recorded with the run");
+  cmd->add_option("--target_device", o.target_device, "CPU, GPU or CSX (overrides the config)");
+  cmd->add_flag("--multireplica", o.multireplica,
+                "Data parallel over every replica the launch provides");
+}
+
+// Applies the backend-related options to every phase's init map.
+void apply_backend_options(Config& root, const CommonOptions& o) {
+  auto patch = [&](Config& phase) {
+    if (!phase.is_object() || !phase.contains("init") || !phase["init"].is_object()) return;
+    Config& init = phase["init"];
+    if (!o.target_device.empty()) {
+      if (init.contains("backend") && init["backend"].is_object())
+        init["backend"]["backend_type"] = o.target_device;
+      else
+        init["device"] = o.target_device;
+    }
+    const bool cluster =
+        o.num_csx > 0 || !o.mount_dirs.empty() || !o.job_labels.empty() || !o.python_paths.empty();
+    if (!cluster) return;
+    if (!init.contains("backend")) {
+      init["backend"] = {{"backend_type", init.value("device", std::string("CPU"))}};
+      init.erase("device");
+    }
+    Config& cc = init["backend"]["cluster_config"];
+    if (cc.is_null()) cc = Config::object();
+    if (o.num_csx > 0) cc["num_csx"] = o.num_csx;
+    if (!o.mount_dirs.empty()) cc["mount_dirs"] = o.mount_dirs;
+    if (!o.job_labels.empty()) cc["job_labels"] = o.job_labels;
+    if (!o.python_paths.empty()) cc["python_paths"] = o.python_paths;
+  };
+  Config& t = root["trainer"];
+  if (t.is_array()) {
+    for (auto& e : t)
+      if (e.is_object() && e.contains("trainer")) patch(e["trainer"]);
+  } else {
+    patch(t);
+  }
+}
+
+void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool runner) {
+  for (const auto& d : o.mount_dirs)
+    CS_CHECK(std::filesystem::is_directory(d), "--mount_dirs: '{}' is not a directory", d);
+  if (!o.python_paths.empty()) load_plugins(o.python_paths);
+  if (o.multireplica) {
+    if (mode != Mode::Fit) {
+      fmt::print(stderr, "warning: --multireplica is ignored in evaluation\n");
+    } else {
+      cstorch::fail(
+          "--multireplica: multi-replica data parallel training is not available in this build");
+    }
+  }
+  Config root = cstorch::load_config_file(o.params);
+  RunOverrides ov;
+  if (!o.model_dir.empty()) ov.model_dir = o.model_dir;
+  if (!o.checkpoint_path.empty()) ov.checkpoint_path = o.checkpoint_path;
+  ov.compile_only = o.compile_only;
+  ov.validate_only = o.validate_only;
+  if (is_legacy_params(root)) {
+    if (legacy_mode == "train" && root.contains("eval_input")) legacy_mode = "train_and_eval";
+    if (runner) {
+      // The legacy entry point goes through the runner factory, so custom runners run.
+      if (!o.target_device.empty()) root["runconfig"]["target_device"] = o.target_device;
+      if (o.num_csx > 0) root["runconfig"]["num_csx"] = o.num_csx;
+      BaseRunner::create(root, ov)->run(legacy_mode, ov);
+      return;
+    }
+    root = convert_legacy_params(root, legacy_mode);
+  }
+  apply_backend_options(root, o);
+  run_config(root, mode, ov);
+}
+
+}  // namespace
+
+void register_cszoo_commands(CLI::App& app, int& status) {
+  struct Cmd {
+    const char* name;
+    const char* help;
+    Mode mode;
+    const char* legacy_mode;
+  };
+  static const Cmd cmds[] = {
+      {"fit", "Train (and validate every eval_frequency steps) as the config says", Mode::Fit,
+       "train"},
+      {"validate", "Validate a checkpoint (the latest in model_dir unless --checkpoint_path)",
+       Mode::Validate, "eval"},
+      {"validate_all", "Validate every checkpoint in model_dir", Mode::ValidateAll, "eval_all"},
+  };
+  static CommonOptions opts[3];
+  for (int i = 0; i < 3; ++i) {
+    auto* c = app.add_subcommand(cmds[i].name, cmds[i].help);
+    add_common(c, opts[i], true);
+    c->callback([i, &status] {
+      run_common(opts[i], cmds[i].mode, cmds[i].legacy_mode, false);
+      status = 0;
+    });
+  }
+
+  // The legacy form: run --mode {train,eval,train_and_eval,eval_all} --params PARAMS.
+  static CommonOptions legacy;
+  static std::string mode;
+  auto* run = app.add_subcommand("run", "Legacy form: run --mode MODE --params PARAMS");
+  run->add_option("--mode", mode, "train, eval, train_and_eval or eval_all")
+      ->required()
+      ->check(CLI::IsMember({"train", "eval", "train_and_eval", "eval_all"}));
+  run->add_option("--params", legacy.params, "params.yaml")->required();
+  add_common(run, legacy, false);
+  run->callback([&status] {
+    Mode m = mode == "eval" ? Mode::Validate : mode == "eval_all" ? Mode::ValidateAll : Mode::Fit;
+    run_common(legacy, m, mode, true);
+    status = 0;
+  });
+}
+
+}  // namespace modelzoo
