@@ -2,6 +2,7 @@
 #pragma once
 #include "cstorch/backend.h"
 #include "cstorch/config.h"
+#include "cstorch/metrics.h"
 #include "cstorch/nn/functional.h"
 #include "cstorch/nn/layers.h"
 #include "cstorch/nn/module.h"

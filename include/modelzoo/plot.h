@@ -1,0 +1,49 @@
+// A run's loss and learning-rate curves as a PNG image (no plotting library needed).
+//
+//   modelzoo::plot_metrics_file(model_dir / "metrics.jsonl", model_dir / "loss_lr.png");
+//
+// The image has two panels sharing the x axis (global step): the loss on top, the learning
+// rate below, each with axes, grid lines, tick labels (a built-in 5x7 bitmap font; letters
+// are drawn lower case) and a title. Missing values (NaN) break the curve. Colors: white
+// background, loss blue (31, 119, 180), learning rate orange (255, 127, 14).
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "modelzoo/loggers.h"
+
+namespace modelzoo {
+
+struct PlotOptions {
+  int width = 800;   // pixels, at least 200
+  int height = 600;  // pixels, at least 200
+  std::string loss_key = "loss";
+  std::string lr_key = "lr";
+  std::string title;  // drawn above the loss panel when not empty
+};
+
+// An 8-bit RGB image, rows top to bottom, 3 bytes per pixel.
+struct Image {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;
+  Image() = default;
+  Image(int w, int h, uint8_t r = 255, uint8_t g = 255, uint8_t b = 255);
+  void set(int x, int y, uint8_t r, uint8_t g, uint8_t b);  // ignores points outside
+  const uint8_t* at(int x, int y) const { return &rgb[(static_cast<size_t>(y) * width + x) * 3]; }
+};
+
+// Renders the loss and learning-rate series of `records` (the names in `options`). Errors
+// when neither series has a value, or the size is too small.
+Image render_loss_lr_plot(const std::vector<MetricRecord>& records,
+                          const PlotOptions& options = {});
+
+// Writes `image` as a PNG (8-bit RGB, no interlace; zlib-compressed IDAT). Errors name the file.
+void write_png(const Image& image, const std::filesystem::path& file);
+
+// read_metrics_file + render_loss_lr_plot + write_png.
+void plot_metrics_file(const std::filesystem::path& metrics_file, const std::filesystem::path& png,
+                       const PlotOptions& options = {});
+
+}  // namespace modelzoo

@@ -1,0 +1,205 @@
+// CSV and JSON-lines metrics files (writers and the reader the plot uses), MultiLogger and
+// the wall clock.
+#include <cmath>
+#include <sstream>
+
+#include <cstorch/core/error.h>
+#include <nlohmann/json.hpp>
+
+#include "modelzoo/loggers.h"
+
+namespace modelzoo {
+
+double unix_time() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+std::ofstream open_append(const std::filesystem::path& file, const char* who, bool* was_empty) {
+  if (file.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(file.parent_path(), ec);
+    CS_CHECK(!ec, "{}: cannot create the directory '{}': {}", who, file.parent_path().string(),
+             ec.message());
+  }
+  std::error_code ec;
+  auto size = std::filesystem::file_size(file, ec);
+  *was_empty = ec || size == 0;
+  std::ofstream out(file, std::ios::app);
+  CS_CHECK(out.good(), "{}: cannot open '{}' for writing", who, file.string());
+  return out;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string r = "\"";
+  for (char c : s) {
+    if (c == '"') r += '"';
+    r += c;
+  }
+  return r + "\"";
+}
+
+// Splits one CSV line (RFC 4180 quoting, no embedded newlines).
+std::vector<std::string> csv_split(const std::string& line) {
+  std::vector<std::string> f(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        f.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        f.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      f.emplace_back();
+    } else if (c != '\r') {
+      f.back() += c;
+    }
+  }
+  return f;
+}
+
+// Shortest text that reads back as the same double ("{}" in fmt is round-trip exact).
+std::string number(double v) {
+  return fmt::format("{}", v);
+}
+
+}  // namespace
+
+CSVLogger::CSVLogger(const std::filesystem::path& file) : path_(file) {
+  bool empty = false;
+  out_ = open_append(file, "CSVLogger", &empty);
+  if (empty) out_ << "step,wall_time,name,value\n";
+  flush();
+}
+
+void CSVLogger::log_metrics(int64_t step, const Scalars& metrics) {
+  CS_CHECK(!closed_, "CSVLogger: log_metrics after close() ('{}')", path_.string());
+  std::string t = fmt::format("{:.3f}", unix_time());
+  for (const auto& [name, value] : metrics)
+    out_ << step << ',' << t << ',' << csv_field(name) << ',' << number(value) << '\n';
+  flush();
+}
+
+void CSVLogger::flush() {
+  if (closed_) return;
+  out_.flush();
+  CS_CHECK(out_.good(), "CSVLogger: writing '{}' failed", path_.string());
+}
+
+void CSVLogger::close() {
+  if (closed_) return;
+  flush();
+  out_.close();
+  closed_ = true;
+}
+
+JSONLinesLogger::JSONLinesLogger(const std::filesystem::path& file) : path_(file) {
+  bool empty = false;
+  out_ = open_append(file, "JSONLinesLogger", &empty);
+}
+
+void JSONLinesLogger::log_metrics(int64_t step, const Scalars& metrics) {
+  CS_CHECK(!closed_, "JSONLinesLogger: log_metrics after close() ('{}')", path_.string());
+  nlohmann::ordered_json j;
+  j["step"] = step;
+  j["wall_time"] = std::round(unix_time() * 1000) / 1000;
+  for (const auto& [name, value] : metrics) {
+    CS_CHECK(name != "step" && name != "wall_time",
+             "JSONLinesLogger: a metric may not be called '{}' (a reserved key of '{}')", name,
+             path_.string());
+    if (std::isfinite(value))
+      j[name] = value;
+    else
+      j[name] = nullptr;
+  }
+  out_ << j.dump() << '\n';
+  flush();
+}
+
+void JSONLinesLogger::flush() {
+  if (closed_) return;
+  out_.flush();
+  CS_CHECK(out_.good(), "JSONLinesLogger: writing '{}' failed", path_.string());
+}
+
+void JSONLinesLogger::close() {
+  if (closed_) return;
+  flush();
+  out_.close();
+  closed_ = true;
+}
+
+std::vector<MetricRecord> read_metrics_file(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  CS_CHECK(in.good(), "read_metrics_file: cannot open '{}'", file.string());
+  std::vector<MetricRecord> out;
+  std::string line;
+  int64_t lineno = 0;
+  bool csv = file.extension() == ".csv";
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty() || line == "\r") continue;
+    if (csv) {
+      if (lineno == 1) {
+        CS_CHECK(line.rfind("step,wall_time,name,value", 0) == 0,
+                 "read_metrics_file: '{}' line 1: expected the header "
+                 "\"step,wall_time,name,value\", got \"{}\"",
+                 file.string(), line);
+        continue;
+      }
+      auto f = csv_split(line);
+      CS_CHECK(f.size() == 4, "read_metrics_file: '{}' line {}: expected 4 fields, got {}",
+               file.string(), lineno, f.size());
+      try {
+        out.push_back({std::stoll(f[0]), std::stod(f[1]), f[2], std::stod(f[3])});
+      } catch (const std::exception&) {
+        cstorch::fail("read_metrics_file: '{}' line {}: bad number in \"{}\"", file.string(),
+                      lineno, line);
+      }
+      continue;
+    }
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      cstorch::fail("read_metrics_file: '{}' line {}: invalid JSON: {}", file.string(), lineno,
+                    e.what());
+    }
+    CS_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(),
+             "read_metrics_file: '{}' line {}: expected an object with an integer \"step\"",
+             file.string(), lineno);
+    int64_t step = j["step"].get<int64_t>();
+    double wall =
+        j.contains("wall_time") && j["wall_time"].is_number() ? j["wall_time"].get<double>() : 0.0;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() == "step" || it.key() == "wall_time") continue;
+      CS_CHECK(it->is_number() || it->is_null(),
+               "read_metrics_file: '{}' line {}: \"{}\" is not a number", file.string(), lineno,
+               it.key());
+      out.push_back({step, wall, it.key(), it->is_null() ? NAN : it->get<double>()});
+    }
+  }
+  return out;
+}
+
+void MultiLogger::log_metrics(int64_t step, const Scalars& metrics) {
+  for (auto& l : loggers_) l->log_metrics(step, metrics);
+}
+void MultiLogger::flush() {
+  for (auto& l : loggers_) l->flush();
+}
+void MultiLogger::close() {
+  for (auto& l : loggers_) l->close();
+}
+
+}  // namespace modelzoo
