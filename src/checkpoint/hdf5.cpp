@@ -234,8 +234,17 @@ class Hdf5Reader : public FormatReader {
     h5_init();
     Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     file_ = Hid(H5Fopen(p.c_str(), H5F_ACC_RDONLY, fapl), H5Fclose);
-    if (!file_.ok())
-      fail("cannot open checkpoint {}: not a readable HDF5 file ({})", p, h5_error());
+    if (!file_.ok()) {
+      std::string why = h5_error();
+      // HDF5 1.10 files carry a "file is open for writing" flag in the superblock, cleared on
+      // close: a writer that was killed leaves it set.
+      if (why.find("already open for write") != std::string::npos)
+        fail(
+            "checkpoint {} is partially written: the process writing it did not close it (it "
+            "crashed, was killed, or is still running); use an earlier checkpoint",
+            p);
+      fail("cannot open checkpoint {}: not a readable HDF5 file ({})", p, why);
+    }
     auto v = read_int_attr(file_, "cstorch_format_version", p);
     CS_CHECK(v.has_value(),
              "checkpoint {}: not a cstorch checkpoint (no cstorch_format_version attribute)", p);
@@ -397,6 +406,9 @@ void save_hdf5(const State& state, const std::string& path) {
     Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     // The 1.10 format: checksummed metadata (damage is detected) and large attributes.
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
+    // Metadata (object headers, link index, attributes) in 1 MiB blocks rather than small
+    // pieces between the tensors: opening the file and finding one tensor touches few pages.
+    H5Pset_meta_block_size(fapl, 1 << 20);
     Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
     if (!file.ok()) fail("save {}: cannot create {}: {}", path, tmp, h5_error());
     write_int_attr(file, "cstorch_format_version", kCheckpointFormatVersion, path);
