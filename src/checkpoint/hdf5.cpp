@@ -406,9 +406,9 @@ void save_hdf5(const State& state, const std::string& path) {
     Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     // The 1.10 format: checksummed metadata (damage is detected) and large attributes.
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
-    // Metadata (object headers, link index, attributes) in 1 MiB blocks rather than small
+    // Metadata (object headers, link index, attributes) in 256 KiB blocks rather than small
     // pieces between the tensors: opening the file and finding one tensor touches few pages.
-    H5Pset_meta_block_size(fapl, 1 << 20);
+    H5Pset_meta_block_size(fapl, 256 << 10);
     Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
     if (!file.ok()) fail("save {}: cannot create {}: {}", path, tmp, h5_error());
     write_int_attr(file, "cstorch_format_version", kCheckpointFormatVersion, path);
