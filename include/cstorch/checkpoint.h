@@ -97,6 +97,7 @@ class CheckpointReader {
   // HDF5: the file's layout version; PyTorch: the zip archive's version record; safetensors: 0.
   int64_t format_version() const;
   // Every tensor, in the order of the nested structure (tied tensors appear under each key).
+  // Flattened keys can collide ({"a.b": x} and {"a": {"b": y}}); read() then finds the first.
   const std::vector<CheckpointTensorInfo>& tensors() const;
   bool contains(const std::string& key) const;
   const CheckpointTensorInfo& info(const std::string& key) const;  // error lists close keys

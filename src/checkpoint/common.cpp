@@ -705,7 +705,7 @@ std::string checkpoint_info(const std::string& path) {
   out += "\n";
   std::vector<std::pair<std::string, const ckpt::SNode*>> ls;
   leaves(r->root, "", ls);
-  int64_t total = 0, unique_total = 0, shared = 0;
+  int64_t unique_total = 0, shared = 0;
   size_t width = 4;
   for (auto& [k, n] : ls) width = std::max(width, ckpt::show_key(k).size());
   width = std::min<size_t>(width, 80);
@@ -713,7 +713,6 @@ std::string checkpoint_info(const std::string& path) {
   for (auto& [k, n] : ls) {
     if (n->kind == State::Kind::Tensor) {
       const auto& e = r->entries[static_cast<size_t>(n->tensor)];
-      total += e.info.nbytes;
       if (e.info.shared_with.empty())
         unique_total += e.info.nbytes;
       else
@@ -731,7 +730,6 @@ std::string checkpoint_info(const std::string& path) {
                      human_bytes(static_cast<double>(unique_total)), unique_total);
   out += fmt::format("values: {}\n", ls.size() - r->entries.size());
   out += lines;
-  (void)total;
   return out;
 }
 
