@@ -1,0 +1,135 @@
+// Checkpoints: save and load a nested cstorch::State (maps, lists, tensors, numbers, strings,
+// none) to a file, and exchange weights with PyTorch (.pt) and safetensors.
+//
+//   cstorch::save(State::map({{"model", model->state_dict().to_state()}, ...}), "ckpt.mdl");
+//   State s = cstorch::load("ckpt.mdl");
+//
+// Formats, chosen on save by the file extension and on load by the file's content:
+// - HDF5 (.mdl, .h5, .hdf5 and any other extension): the native format, documented in
+//   docs/checkpoint-format.md so that other programs (h5py) can read and write it.
+// - PyTorch (.pt, .pth): the zip + pickle format of torch.save; torch.load reads what we write
+//   into the same nested dicts and lists of tensors, and we read what torch.save writes
+//   (tensors, dicts, OrderedDicts, lists, tuples, numbers, strings, None).
+// - safetensors (.safetensors): flat tensor maps; the nested structure and non-tensor values
+//   travel in the header's __metadata__ so cstorch files round-trip exactly.
+//
+// Saving is crash safe: the file is written to a temporary file in the same folder, flushed
+// to disk (fsync) and renamed over `path`; an HDF5 file gets its __SUCCESS__ marker last. A
+// failed or interrupted save leaves an existing file at `path` untouched. A tensor that appears
+// under several keys (tied weights: the same tensor object) is stored once and loads as one
+// shared tensor.
+//
+// Every problem is a cstorch::Error naming the file and, where there is one, the key: missing
+// or unreadable file, partially written file ("partially written"), a newer format version,
+// damaged content, unsupported dtypes or objects.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cstorch/core/dtype.h"
+#include "cstorch/core/shape.h"
+#include "cstorch/state.h"
+#include "cstorch/tensor.h"
+
+namespace cstorch {
+
+enum class CheckpointFormat { HDF5, PyTorch, SafeTensors };
+const char* checkpoint_format_name(CheckpointFormat f);  // "hdf5", "pytorch", "safetensors"
+
+// The version of the HDF5 layout this build writes (and the newest it reads).
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+
+// The format save() uses for `path`: .pt/.pth -> PyTorch, .safetensors -> safetensors,
+// anything else -> HDF5.
+CheckpointFormat checkpoint_format_for_path(const std::string& path);
+// The format of an existing file, from its first bytes; an error names the file when it is
+// none of the three (or is missing).
+CheckpointFormat detect_checkpoint_format(const std::string& path);
+
+// Saves `state` to `path` in the format of its extension (see above). Tensors are read on the
+// host (pending steps are waited for). Errors: undefined tensors, strings that are not UTF-8
+// (PyTorch and the JSON description need UTF-8), file system errors; each names the key or path.
+void save(const State& state, const std::string& path);
+// Loads a checkpoint of any of the three formats (detected from the content). Tensors are
+// read one at a time straight into their buffers and placed on `map_location` (CPU by default;
+// a device whose backend is not built is an error).
+State load(const std::string& path, std::optional<Device> map_location = {});
+
+// The formats explicitly.
+void save_hdf5(const State& state, const std::string& path);
+State load_hdf5(const std::string& path, std::optional<Device> map_location = {});
+void save_pt(const State& state, const std::string& path);
+State load_pt(const std::string& path, std::optional<Device> map_location = {});
+// safetensors holds only tensors: values that are not tensors are kept in the header's
+// __metadata__ (key "cstorch_structure"), which other safetensors readers ignore.
+void save_safetensors(const State& state, const std::string& path);
+State load_safetensors(const std::string& path, std::optional<Device> map_location = {});
+
+// Loads `in` (any format) and saves it to `out` (format by extension).
+void convert_checkpoint(const std::string& in, const std::string& out);
+
+// One tensor of a checkpoint: its flattened dotted key ("model.fc1.weight", list elements by
+// index: "optimizer.param_groups.0.params"), dtype, shape and size in bytes. `shared_with` is
+// the key of the first tensor this one shares its storage with (tied weights), or empty.
+struct CheckpointTensorInfo {
+  std::string key;
+  DType dtype = DType::f32;
+  Shape shape;
+  int64_t nbytes = 0;
+  std::string shared_with;
+};
+
+// Opens a checkpoint without reading its tensors: lists them and reads any one by key. Reading
+// one tensor of a large file reads only that tensor's bytes. The file stays open until the
+// reader is destroyed. Not thread safe.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& path);
+  ~CheckpointReader();
+  CheckpointReader(CheckpointReader&&) noexcept;
+  CheckpointReader& operator=(CheckpointReader&&) noexcept;
+
+  const std::string& path() const;
+  CheckpointFormat format() const;
+  // HDF5: the file's layout version; PyTorch: the zip archive's version record; safetensors: 0.
+  int64_t format_version() const;
+  // Every tensor, in the order of the nested structure (tied tensors appear under each key).
+  // Flattened keys can collide ({"a.b": x} and {"a": {"b": y}}); read() then finds the first.
+  const std::vector<CheckpointTensorInfo>& tensors() const;
+  bool contains(const std::string& key) const;
+  const CheckpointTensorInfo& info(const std::string& key) const;  // error lists close keys
+  // Reads one tensor by flattened key.
+  Tensor read(const std::string& key, std::optional<Device> map_location = {}) const;
+  // The whole nested state (what load() returns).
+  State read_all(std::optional<Device> map_location = {}) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// What `cszoo checkpoint info` prints: format, version, every tensor with dtype, shape and
+// size, and totals.
+std::string checkpoint_info(const std::string& path);
+
+// Comparison of two checkpoints by flattened key: keys only in one, tensors whose dtype or
+// shape differ, and per common tensor the maximum absolute difference (computed in double).
+// Non-tensor values are compared by value.
+struct CheckpointDiff {
+  std::vector<std::string> only_in_a, only_in_b;
+  struct Entry {
+    std::string key;
+    std::string note;         // "dtype f32 vs bf16", "shape [2] vs [3]", "value 1 vs 2" or empty
+    double max_abs_diff = 0;  // tensors with equal dtype and shape
+  };
+  std::vector<Entry> common;
+  bool identical() const;
+};
+CheckpointDiff checkpoint_diff(const std::string& a, const std::string& b);
+std::string format_checkpoint_diff(const CheckpointDiff& d);
+
+}  // namespace cstorch

@@ -1,0 +1,816 @@
+// Checkpoint internals shared by the formats (see common.h) and the public entry points that
+// are not tied to one format: save/load dispatch, CheckpointReader, info and diff.
+#include "checkpoint/common.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <thread>
+
+#include "core/internal.h"
+#include "runtime/trace_context.h"
+
+namespace cstorch {
+namespace ckpt {
+
+std::string join_key(const std::string& prefix, const std::string& k) {
+  return prefix.empty() ? k : prefix + "." + k;
+}
+
+std::string show_key(const std::string& key) {
+  return key.empty() ? "<root>" : key;
+}
+
+Tensor make_host_tensor(const Shape& shape, DType dtype, const std::function<void(void*)>& fill) {
+  size_t bytes = static_cast<size_t>(numel(shape)) * itemsize(dtype);
+  auto buf = ir::Buffer::alloc(bytes);
+  if (bytes) fill(buf->data);
+  auto n = detail::make_constant_node(std::move(buf), shape, dtype);
+  if (detail::in_trace()) runtime::TraceContext::current()->record(n);
+  return make_tensor(n);
+}
+
+const void* tensor_bytes(const Tensor& t, const std::string& path, const std::string& key) {
+  CS_CHECK(t.defined(), "save {}: the tensor at key '{}' is undefined", path, show_key(key));
+  return t.data_ptr();
+}
+
+const void* tensor_identity(const Tensor& t) {
+  // Two handles on one node are one tensor (the same parameter registered twice, or a detached
+  // view of it): in-place updates of one are seen by the other, so they are stored once.
+  return t.impl() ? static_cast<const void*>(t.impl()->node.get()) : nullptr;
+}
+
+bool valid_utf8(const std::string& s) {
+  size_t i = 0, n = s.size();
+  auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  while (i < n) {
+    unsigned c = p[i];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
+      return false;
+    i += len;
+  }
+  return true;
+}
+
+std::optional<DType> dtype_from_name(const std::string& name) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    auto t = static_cast<DType>(i);
+    if (name == dtype_name(t)) return t;
+  }
+  return std::nullopt;
+}
+
+int64_t checked_numel(const Shape& s, const std::string& path, const std::string& key) {
+  // Sizes from a file are untrusted: refuse negative dims and element counts whose byte size
+  // could overflow (2^56 elements is far beyond any real tensor).
+  int64_t n = 1;
+  for (auto d : s) {
+    CS_CHECK(d >= 0, "checkpoint {}: tensor '{}' has a negative dimension in shape {}", path,
+             show_key(key), shape_str(s));
+    if (d == 0) return 0;
+    CS_CHECK(n <= (int64_t{1} << 56) / d, "checkpoint {}: tensor '{}' has an impossible shape {}",
+             path, show_key(key), shape_str(s));
+    n *= d;
+  }
+  return n;
+}
+
+void link_shared(std::vector<Entry>& entries) {
+  std::map<int64_t, std::string> first;
+  for (auto& e : entries) {
+    auto [it, fresh] = first.emplace(e.storage, e.info.key);
+    if (!fresh) e.info.shared_with = it->second;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON structure description.
+
+namespace {
+Json encode_rec(const State& s, const std::string& key, const std::string& path, int depth,
+                const std::function<Json(const std::string&, const Tensor&)>& on_tensor) {
+  CS_CHECK(depth < kMaxDepth, "save {}: state nested deeper than {} levels at '{}'", path,
+           kMaxDepth, show_key(key));
+  switch (s.kind()) {
+    case State::Kind::None:
+      return Json{{"kind", "none"}};
+    case State::Kind::Bool:
+      return Json{{"kind", "bool"}, {"value", s.as_bool()}};
+    case State::Kind::Int:
+      return Json{{"kind", "int"}, {"value", s.as_int()}};
+    case State::Kind::Float: {
+      double v = s.as_double();
+      Json j{{"kind", "float"}};
+      if (std::isnan(v))
+        j["value"] = "nan";
+      else if (std::isinf(v))
+        j["value"] = v > 0 ? "inf" : "-inf";
+      else
+        j["value"] = v;
+      return j;
+    }
+    case State::Kind::String:
+      CS_CHECK(valid_utf8(s.as_string()), "save {}: the string at key '{}' is not valid UTF-8",
+               path, show_key(key));
+      return Json{{"kind", "string"}, {"value", s.as_string()}};
+    case State::Kind::Tensor:
+      return on_tensor(key, s.as_tensor());
+    case State::Kind::List: {
+      Json items = Json::array();
+      for (size_t i = 0; i < s.size(); ++i)
+        items.push_back(
+            encode_rec(s[i], join_key(key, std::to_string(i)), path, depth + 1, on_tensor));
+      return Json{{"kind", "list"}, {"items", std::move(items)}};
+    }
+    case State::Kind::Map: {
+      Json keys = Json::array(), values = Json::array();
+      const auto& ks = s.keys();
+      const auto& vs = s.items();
+      for (size_t i = 0; i < ks.size(); ++i) {
+        CS_CHECK(valid_utf8(ks[i]), "save {}: a key under '{}' is not valid UTF-8", path,
+                 show_key(key));
+        keys.push_back(ks[i]);
+        values.push_back(encode_rec(vs[i], join_key(key, ks[i]), path, depth + 1, on_tensor));
+      }
+      return Json{{"kind", "map"}, {"keys", std::move(keys)}, {"values", std::move(values)}};
+    }
+  }
+  fail("save {}: unknown state kind at '{}'", path, show_key(key));
+}
+
+[[noreturn]] void bad_structure(const std::string& path, const std::string& key,
+                                const std::string& what) {
+  fail("checkpoint {}: damaged structure description at '{}': {}", path, show_key(key), what);
+}
+
+const Json& field(const Json& j, const char* name, const std::string& path,
+                  const std::string& key) {
+  auto it = j.find(name);
+  if (it == j.end()) bad_structure(path, key, fmt::format("missing field \"{}\"", name));
+  return *it;
+}
+
+SNode decode_rec(const Json& j, const std::string& key, const std::string& path, int depth,
+                 const std::function<int64_t(const std::string&, const Json&)>& on_tensor) {
+  if (depth >= kMaxDepth) bad_structure(path, key, "nested too deeply");
+  if (!j.is_object()) bad_structure(path, key, "expected an object");
+  const Json& kj = field(j, "kind", path, key);
+  if (!kj.is_string()) bad_structure(path, key, "\"kind\" is not a string");
+  const std::string& kind = kj.get_ref<const std::string&>();
+  SNode n;
+  if (kind == "none") {
+    n.kind = State::Kind::None;
+  } else if (kind == "bool") {
+    const Json& v = field(j, "value", path, key);
+    if (!v.is_boolean()) bad_structure(path, key, "bool value is not a boolean");
+    n.kind = State::Kind::Bool;
+    n.scalar = State(v.get<bool>());
+  } else if (kind == "int") {
+    const Json& v = field(j, "value", path, key);
+    if (!v.is_number_integer()) bad_structure(path, key, "int value is not an integer");
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      bad_structure(path, key, "int value does not fit 64 bits");
+    n.kind = State::Kind::Int;
+    n.scalar = State(v.get<int64_t>());
+  } else if (kind == "float") {
+    const Json& v = field(j, "value", path, key);
+    double x;
+    if (v.is_number()) {
+      x = v.get<double>();
+    } else if (v == "nan") {
+      x = std::numeric_limits<double>::quiet_NaN();
+    } else if (v == "inf") {
+      x = std::numeric_limits<double>::infinity();
+    } else if (v == "-inf") {
+      x = -std::numeric_limits<double>::infinity();
+    } else {
+      bad_structure(path, key, "float value is not a number, \"nan\", \"inf\" or \"-inf\"");
+    }
+    n.kind = State::Kind::Float;
+    n.scalar = State(x);
+  } else if (kind == "string") {
+    const Json& v = field(j, "value", path, key);
+    if (!v.is_string()) bad_structure(path, key, "string value is not a string");
+    n.kind = State::Kind::String;
+    n.scalar = State(v.get<std::string>());
+  } else if (kind == "tensor") {
+    n.kind = State::Kind::Tensor;
+    n.tensor = on_tensor(key, j);
+  } else if (kind == "list") {
+    const Json& items = field(j, "items", path, key);
+    if (!items.is_array()) bad_structure(path, key, "list items are not an array");
+    n.kind = State::Kind::List;
+    for (size_t i = 0; i < items.size(); ++i)
+      n.items.push_back(
+          decode_rec(items[i], join_key(key, std::to_string(i)), path, depth + 1, on_tensor));
+  } else if (kind == "map") {
+    const Json& keys = field(j, "keys", path, key);
+    const Json& values = field(j, "values", path, key);
+    if (!keys.is_array() || !values.is_array() || keys.size() != values.size())
+      bad_structure(path, key, "map keys and values are not arrays of equal length");
+    n.kind = State::Kind::Map;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!keys[i].is_string()) bad_structure(path, key, "a map key is not a string");
+      std::string k = keys[i].get<std::string>();
+      if (std::find(n.keys.begin(), n.keys.end(), k) != n.keys.end())
+        bad_structure(path, key, fmt::format("map key '{}' appears twice", k));
+      n.items.push_back(decode_rec(values[i], join_key(key, k), path, depth + 1, on_tensor));
+      n.keys.push_back(std::move(k));
+    }
+  } else {
+    bad_structure(path, key, fmt::format("unknown kind \"{}\"", kind));
+  }
+  return n;
+}
+}  // namespace
+
+Json encode_structure(const State& s, const std::string& path,
+                      const std::function<Json(const std::string&, const Tensor&)>& on_tensor) {
+  return encode_rec(s, "", path, 0, on_tensor);
+}
+
+SNode decode_structure(const Json& j, const std::string& path,
+                       const std::function<int64_t(const std::string&, const Json&)>& on_tensor) {
+  return decode_rec(j, "", path, 0, on_tensor);
+}
+
+Json parse_json(const std::string& text, const std::string& path, const char* what) {
+  try {
+    // The parser recurses per nesting level: refuse deep nesting before it can exhaust the stack.
+    return Json::parse(text, [](int depth, Json::parse_event_t, Json&) {
+      if (depth > 2 * kMaxDepth) throw std::length_error("nested too deeply");
+      return true;
+    });
+  } catch (const std::exception& e) {
+    fail("checkpoint {}: the {} is not valid JSON ({})", path, what, e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files.
+
+namespace {
+std::string errno_text() {
+  return std::strerror(errno);
+}
+std::atomic<uint64_t> g_temp_counter{0};
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  namespace fs = std::filesystem;
+  fs::path p(path_);
+  CS_CHECK(!p.filename().empty(), "save {}: not a file path", path_);
+  fs::path dir = p.parent_path();
+  std::error_code ec;
+  if (!dir.empty()) {
+    CS_CHECK(fs::is_directory(dir, ec), "save {}: the folder {} does not exist", path_,
+             dir.string());
+  }
+  CS_CHECK(!fs::is_directory(p, ec), "save {}: the path is a folder", path_);
+  // Same folder as the target, so the final rename is atomic (one file system).
+  tmp_ = (dir / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                 std::to_string(g_temp_counter++)))
+             .string();
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::commit() {
+  int fd = ::open(tmp_.c_str(), O_RDONLY | O_CLOEXEC);
+  CS_CHECK(fd >= 0, "save {}: cannot reopen the temporary file {}: {}", path_, tmp_, errno_text());
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  CS_CHECK(rc == 0, "save {}: fsync failed: {}", path_, std::strerror(err));
+  CS_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "save {}: cannot rename {} to it: {}", path_,
+           tmp_, errno_text());
+  committed_ = true;
+  // The rename itself is durable only once the folder is synced.
+  std::string dir = std::filesystem::path(path_).parent_path().string();
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+FileWriter::FileWriter(const std::string& path, const std::string& shown_path)
+    : shown_(shown_path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  CS_CHECK(fd_ >= 0, "save {}: cannot create {}: {}", shown_, path, errno_text());
+  buf_.reserve(1 << 20);
+}
+
+FileWriter::~FileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileWriter::flush() {
+  const char* p = buf_.data();
+  size_t n = buf_.size();
+  while (n > 0) {
+    ssize_t w = ::write(fd_, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    CS_CHECK(w > 0, "save {}: write failed: {}", shown_, errno_text());
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  buf_.clear();
+}
+
+void FileWriter::write(const void* data, size_t n) {
+  offset_ += n;
+  if (buf_.size() + n <= buf_.capacity()) {
+    buf_.insert(buf_.end(), static_cast<const char*>(data), static_cast<const char*>(data) + n);
+    return;
+  }
+  flush();
+  if (n < buf_.capacity()) {
+    buf_.insert(buf_.end(), static_cast<const char*>(data), static_cast<const char*>(data) + n);
+    return;
+  }
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
+    if (w < 0 && errno == EINTR) continue;
+    CS_CHECK(w > 0, "save {}: write failed: {}", shown_, errno_text());
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void FileWriter::close() {
+  flush();
+  int rc = ::close(fd_);
+  fd_ = -1;
+  CS_CHECK(rc == 0, "save {}: close failed: {}", shown_, errno_text());
+}
+
+FileReader::FileReader(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  CS_CHECK(fd_ >= 0, "cannot open checkpoint {}: {}", path, errno_text());
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fail("cannot open checkpoint {}: not a regular file", path);
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+}
+
+FileReader::~FileReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileReader::read(uint64_t offset, void* dst, size_t n, const char* what) const {
+  CS_CHECK(offset <= size_ && n <= size_ - offset,
+           "checkpoint {}: {} (bytes {}..{}) lies past the end of the file ({} bytes): the file "
+           "is truncated or damaged",
+           path_, what, offset, offset + n, size_);
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    ssize_t r = ::pread(fd_, p, std::min<size_t>(n, size_t{1} << 30), static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    CS_CHECK(r > 0, "checkpoint {}: reading {} failed: {}", path_, what,
+             r == 0 ? "unexpected end of file" : errno_text());
+    p += r;
+    offset += static_cast<uint64_t>(r);
+    n -= static_cast<size_t>(r);
+  }
+}
+
+std::string FileReader::read_string(uint64_t offset, size_t n, const char* what) const {
+  CS_CHECK(offset <= size_ && n <= size_ - offset,
+           "checkpoint {}: {} (bytes {}..{}) lies past the end of the file ({} bytes): the file "
+           "is truncated or damaged",
+           path_, what, offset, offset + n, size_);
+  std::string s(n, '\0');
+  read(offset, s.data(), n, what);
+  return s;
+}
+
+void maybe_pause_save(const std::string& temp_path) {
+  const char* signal = std::getenv("CSTORCH_TEST_PAUSE_SAVE");
+  if (!signal || !*signal) return;
+  std::string tmp = std::string(signal) + ".tmp";
+  if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+    std::fputs(temp_path.c_str(), f);
+    std::fclose(f);
+    std::rename(tmp.c_str(), signal);
+  }
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // until killed
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading.
+
+void check_map_location(const std::optional<Device>& d, const std::string& path) {
+  if (!d) return;
+  // CSX weights live in host memory on this implementation (as CPU tensors).
+  CS_CHECK(d->type != DeviceType::GPU,
+           "load {}: map_location GPU: the GPU backend is not built (use CPU)", path);
+}
+
+namespace {
+State materialize_rec(FormatReader& r, const SNode& n, std::map<int64_t, Tensor>& cache) {
+  switch (n.kind) {
+    case State::Kind::Tensor: {
+      const Entry& e = r.entries[static_cast<size_t>(n.tensor)];
+      auto it = cache.find(e.storage);
+      if (it != cache.end()) return State(it->second);
+      Tensor t = r.read(e);
+      cache.emplace(e.storage, t);
+      return State(t);
+    }
+    case State::Kind::List: {
+      State s = State::list();
+      for (auto& c : n.items) s.push_back(materialize_rec(r, c, cache));
+      return s;
+    }
+    case State::Kind::Map: {
+      State s = State::map();
+      for (size_t i = 0; i < n.keys.size(); ++i)
+        s.set(n.keys[i], materialize_rec(r, n.items[i], cache));
+      return s;
+    }
+    default:
+      return n.scalar;
+  }
+}
+}  // namespace
+
+State materialize(FormatReader& r, std::optional<Device> map_location) {
+  check_map_location(map_location, r.path);
+  std::map<int64_t, Tensor> cache;
+  return materialize_rec(r, r.root, cache);
+}
+
+std::unique_ptr<FormatReader> open_any(const std::string& path) {
+  switch (detect_checkpoint_format(path)) {
+    case CheckpointFormat::HDF5:
+      return open_hdf5(path);
+    case CheckpointFormat::PyTorch:
+      return open_pt(path);
+    case CheckpointFormat::SafeTensors:
+      return open_safetensors(path);
+  }
+  fail("load {}: unknown format", path);
+}
+
+}  // namespace ckpt
+
+// ---------------------------------------------------------------------------------------------
+// Public entry points.
+
+const char* checkpoint_format_name(CheckpointFormat f) {
+  switch (f) {
+    case CheckpointFormat::HDF5:
+      return "hdf5";
+    case CheckpointFormat::PyTorch:
+      return "pytorch";
+    case CheckpointFormat::SafeTensors:
+      return "safetensors";
+  }
+  return "?";
+}
+
+CheckpointFormat checkpoint_format_for_path(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ext == ".pt" || ext == ".pth") return CheckpointFormat::PyTorch;
+  if (ext == ".safetensors") return CheckpointFormat::SafeTensors;
+  return CheckpointFormat::HDF5;
+}
+
+CheckpointFormat detect_checkpoint_format(const std::string& path) {
+  ckpt::FileReader f(path);
+  unsigned char head[9] = {};
+  size_t n = static_cast<size_t>(std::min<uint64_t>(f.size(), 9));
+  f.read(0, head, n, "the file header");
+  static const unsigned char kHdf5[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  if (n >= 8 && std::memcmp(head, kHdf5, 8) == 0) return CheckpointFormat::HDF5;
+  if (n >= 4 && head[0] == 'P' && head[1] == 'K' && head[2] == 3 && head[3] == 4)
+    return CheckpointFormat::PyTorch;
+  if (n >= 9 && head[8] == '{') return CheckpointFormat::SafeTensors;
+  if (n >= 2 && head[0] == 0x80 && head[1] <= 5)
+    fail(
+        "load {}: this is a legacy (pre-1.6, non-zip) torch.save file, which is not supported: "
+        "re-save it with torch.save(obj, path) from PyTorch 1.6 or newer",
+        path);
+  if (n == 0) fail("load {}: the file is empty (partially written or damaged)", path);
+  fail("load {}: not a checkpoint (neither HDF5, a PyTorch zip file nor safetensors)", path);
+}
+
+void save(const State& state, const std::string& path) {
+  switch (checkpoint_format_for_path(path)) {
+    case CheckpointFormat::HDF5:
+      return save_hdf5(state, path);
+    case CheckpointFormat::PyTorch:
+      return save_pt(state, path);
+    case CheckpointFormat::SafeTensors:
+      return save_safetensors(state, path);
+  }
+}
+
+State load(const std::string& path, std::optional<Device> map_location) {
+  ckpt::check_map_location(map_location, path);
+  auto r = ckpt::open_any(path);
+  return ckpt::materialize(*r, map_location);
+}
+
+State load_hdf5(const std::string& path, std::optional<Device> map_location) {
+  ckpt::check_map_location(map_location, path);
+  auto r = ckpt::open_hdf5(path);
+  return ckpt::materialize(*r, map_location);
+}
+
+State load_pt(const std::string& path, std::optional<Device> map_location) {
+  ckpt::check_map_location(map_location, path);
+  auto r = ckpt::open_pt(path);
+  return ckpt::materialize(*r, map_location);
+}
+
+State load_safetensors(const std::string& path, std::optional<Device> map_location) {
+  ckpt::check_map_location(map_location, path);
+  auto r = ckpt::open_safetensors(path);
+  return ckpt::materialize(*r, map_location);
+}
+
+void convert_checkpoint(const std::string& in, const std::string& out) {
+  CS_CHECK(std::filesystem::absolute(in) != std::filesystem::absolute(out),
+           "convert: input and output are the same file ({})", in);
+  save(load(in), out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CheckpointReader.
+
+struct CheckpointReader::Impl {
+  std::unique_ptr<ckpt::FormatReader> r;
+  std::map<std::string, size_t> index;
+  std::vector<CheckpointTensorInfo> infos;
+};
+
+CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  impl_->r = ckpt::open_any(path);
+  for (size_t i = 0; i < impl_->r->entries.size(); ++i)
+    impl_->index.emplace(impl_->r->entries[i].info.key, i);
+  for (auto& e : impl_->r->entries) impl_->infos.push_back(e.info);
+}
+CheckpointReader::~CheckpointReader() = default;
+CheckpointReader::CheckpointReader(CheckpointReader&&) noexcept = default;
+CheckpointReader& CheckpointReader::operator=(CheckpointReader&&) noexcept = default;
+
+const std::string& CheckpointReader::path() const {
+  return impl_->r->path;
+}
+CheckpointFormat CheckpointReader::format() const {
+  return impl_->r->format;
+}
+int64_t CheckpointReader::format_version() const {
+  return impl_->r->version;
+}
+
+const std::vector<CheckpointTensorInfo>& CheckpointReader::tensors() const {
+  return impl_->infos;
+}
+
+bool CheckpointReader::contains(const std::string& key) const {
+  return impl_->index.count(key) > 0;
+}
+
+const CheckpointTensorInfo& CheckpointReader::info(const std::string& key) const {
+  auto it = impl_->index.find(key);
+  if (it == impl_->index.end()) {
+    // Name a few keys that share the longest prefix, so a typo is easy to see.
+    std::vector<std::string> near;
+    std::string prefix = key.substr(0, key.rfind('.') == std::string::npos ? 0 : key.rfind('.'));
+    for (auto& [k, i] : impl_->index)
+      if (near.size() < 8 && (prefix.empty() || k.rfind(prefix, 0) == 0)) near.push_back(k);
+    fail("checkpoint {}: no tensor '{}' ({} tensors{}{})", impl_->r->path, key, impl_->index.size(),
+         near.empty() ? "" : "; e.g. ", fmt::join(near, ", "));
+  }
+  return impl_->r->entries[it->second].info;
+}
+
+Tensor CheckpointReader::read(const std::string& key, std::optional<Device> map_location) const {
+  ckpt::check_map_location(map_location, impl_->r->path);
+  info(key);  // error for an unknown key
+  return impl_->r->read(impl_->r->entries[impl_->index.at(key)]);
+}
+
+State CheckpointReader::read_all(std::optional<Device> map_location) const {
+  return ckpt::materialize(*impl_->r, map_location);
+}
+
+// ---------------------------------------------------------------------------------------------
+// info and diff.
+
+namespace {
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} {}", b, units[u]) : fmt::format("{:.2f} {}", b, units[u]);
+}
+
+// Flattened leaves of a skeleton: key -> node.
+void leaves(const ckpt::SNode& n, const std::string& key,
+            std::vector<std::pair<std::string, const ckpt::SNode*>>& out) {
+  if (n.kind == State::Kind::List) {
+    for (size_t i = 0; i < n.items.size(); ++i)
+      leaves(n.items[i], ckpt::join_key(key, std::to_string(i)), out);
+  } else if (n.kind == State::Kind::Map) {
+    for (size_t i = 0; i < n.items.size(); ++i)
+      leaves(n.items[i], ckpt::join_key(key, n.keys[i]), out);
+  } else {
+    out.emplace_back(key, &n);
+  }
+}
+
+std::vector<double> as_doubles(const Tensor& t) {
+  const void* p = t.data_ptr();
+  size_t n = static_cast<size_t>(t.numel());
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    switch (t.dtype()) {
+      case DType::f32:
+        v[i] = static_cast<const float*>(p)[i];
+        break;
+      case DType::bf16:
+        v[i] = static_cast<float>(static_cast<const bf16_t*>(p)[i]);
+        break;
+      case DType::f16:
+        v[i] = static_cast<float>(static_cast<const f16_t*>(p)[i]);
+        break;
+      case DType::i32:
+        v[i] = static_cast<const int32_t*>(p)[i];
+        break;
+      case DType::i64:
+        v[i] = static_cast<double>(static_cast<const int64_t*>(p)[i]);
+        break;
+      case DType::boolean:
+        v[i] = static_cast<const uint8_t*>(p)[i];
+        break;
+    }
+  }
+  return v;
+}
+}  // namespace
+
+std::string checkpoint_info(const std::string& path) {
+  auto r = ckpt::open_any(path);
+  std::string out =
+      fmt::format("checkpoint: {}\nformat: {}", path, checkpoint_format_name(r->format));
+  if (r->format != CheckpointFormat::SafeTensors) out += fmt::format(" (version {})", r->version);
+  out += "\n";
+  std::vector<std::pair<std::string, const ckpt::SNode*>> ls;
+  leaves(r->root, "", ls);
+  int64_t unique_total = 0, shared = 0;
+  size_t width = 4;
+  for (auto& [k, n] : ls) width = std::max(width, ckpt::show_key(k).size());
+  width = std::min<size_t>(width, 80);
+  std::string lines;
+  for (auto& [k, n] : ls) {
+    if (n->kind == State::Kind::Tensor) {
+      const auto& e = r->entries[static_cast<size_t>(n->tensor)];
+      if (e.info.shared_with.empty())
+        unique_total += e.info.nbytes;
+      else
+        ++shared;
+      lines += fmt::format(
+          "  {:<{}}  {:<4}  {:<18}  {:>10}{}\n", ckpt::show_key(k), width, dtype_name(e.info.dtype),
+          shape_str(e.info.shape), human_bytes(static_cast<double>(e.info.nbytes)),
+          e.info.shared_with.empty() ? "" : fmt::format("  (shared with {})", e.info.shared_with));
+    } else {
+      lines += fmt::format("  {:<{}}  {:<4}  {}\n", ckpt::show_key(k), width, kind_name(n->kind),
+                           n->scalar.repr());
+    }
+  }
+  out += fmt::format("tensors: {} ({} shared), {} stored ({} bytes)\n", r->entries.size(), shared,
+                     human_bytes(static_cast<double>(unique_total)), unique_total);
+  out += fmt::format("values: {}\n", ls.size() - r->entries.size());
+  out += lines;
+  return out;
+}
+
+bool CheckpointDiff::identical() const {
+  if (!only_in_a.empty() || !only_in_b.empty()) return false;
+  for (auto& e : common)
+    if (!e.note.empty() || e.max_abs_diff != 0) return false;
+  return true;
+}
+
+CheckpointDiff checkpoint_diff(const std::string& a, const std::string& b) {
+  auto ra = ckpt::open_any(a);
+  auto rb = ckpt::open_any(b);
+  std::vector<std::pair<std::string, const ckpt::SNode*>> la, lb;
+  leaves(ra->root, "", la);
+  leaves(rb->root, "", lb);
+  std::map<std::string, const ckpt::SNode*> mb(lb.begin(), lb.end());
+  std::map<std::string, const ckpt::SNode*> ma(la.begin(), la.end());
+  CheckpointDiff d;
+  for (auto& [k, na] : la) {
+    auto it = mb.find(k);
+    if (it == mb.end()) {
+      d.only_in_a.push_back(k);
+      continue;
+    }
+    const ckpt::SNode* nb = it->second;
+    CheckpointDiff::Entry e{k, "", 0};
+    if (na->kind != nb->kind) {
+      e.note = fmt::format("kind {} vs {}", kind_name(na->kind), kind_name(nb->kind));
+    } else if (na->kind == State::Kind::Tensor) {
+      const auto& ea = ra->entries[static_cast<size_t>(na->tensor)];
+      const auto& eb = rb->entries[static_cast<size_t>(nb->tensor)];
+      if (ea.info.dtype != eb.info.dtype) {
+        e.note =
+            fmt::format("dtype {} vs {}", dtype_name(ea.info.dtype), dtype_name(eb.info.dtype));
+      } else if (ea.info.shape != eb.info.shape) {
+        e.note = fmt::format("shape {} vs {}", shape_str(ea.info.shape), shape_str(eb.info.shape));
+      } else {
+        auto va = as_doubles(ra->read(ea));
+        auto vb = as_doubles(rb->read(eb));
+        for (size_t i = 0; i < va.size(); ++i) {
+          double x = std::abs(va[i] - vb[i]);
+          if (std::isnan(va[i]) != std::isnan(vb[i]) || (std::isinf(va[i]) && va[i] != vb[i]))
+            x = std::numeric_limits<double>::infinity();
+          else if (std::isnan(x))
+            x = 0;  // both NaN, or equal infinities
+          e.max_abs_diff = std::max(e.max_abs_diff, x);
+        }
+      }
+    } else if (!(na->scalar == nb->scalar)) {
+      e.note = fmt::format("value {} vs {}", na->scalar.repr(), nb->scalar.repr());
+    }
+    d.common.push_back(std::move(e));
+  }
+  for (auto& [k, n] : lb)
+    if (!ma.count(k)) d.only_in_b.push_back(k);
+  return d;
+}
+
+std::string format_checkpoint_diff(const CheckpointDiff& d) {
+  std::string out;
+  for (auto& k : d.only_in_a) out += fmt::format("only in A: {}\n", ckpt::show_key(k));
+  for (auto& k : d.only_in_b) out += fmt::format("only in B: {}\n", ckpt::show_key(k));
+  size_t differing = 0;
+  double worst = 0;
+  for (auto& e : d.common) {
+    if (!e.note.empty()) {
+      out += fmt::format("differs:   {}: {}\n", ckpt::show_key(e.key), e.note);
+      ++differing;
+    } else if (e.max_abs_diff != 0) {
+      out += fmt::format("differs:   {}: max abs diff {:.6g}\n", ckpt::show_key(e.key),
+                         e.max_abs_diff);
+      ++differing;
+    }
+    worst = std::max(worst, e.max_abs_diff);
+  }
+  out += fmt::format(
+      "{} common entries, {} differ (max abs diff {:.6g}), {} only in A, {} only in B: {}\n",
+      d.common.size(), differing, worst, d.only_in_a.size(), d.only_in_b.size(),
+      d.identical() ? "identical" : "different");
+  return out;
+}
+
+}  // namespace cstorch

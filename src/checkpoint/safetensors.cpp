@@ -1,0 +1,230 @@
+// safetensors: an 8-byte little-endian header length, a JSON header
+//   {"__metadata__": {str: str}, name: {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}}
+// and the tensors' bytes (offsets relative to the end of the header). A cstorch state that is
+// not a flat map of distinct tensors keeps its structure (docs/checkpoint-format.md) in
+// __metadata__["cstorch_structure"], so it round-trips; files without it load as a flat map in
+// header order.
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "checkpoint/common.h"
+
+namespace cstorch {
+namespace ckpt {
+namespace {
+
+const char* st_dtype(DType t) {
+  switch (t) {
+    case DType::f32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
+    case DType::i32:
+      return "I32";
+    case DType::i64:
+      return "I64";
+    case DType::boolean:
+      return "BOOL";
+  }
+  return "?";
+}
+
+std::optional<DType> st_dtype_from(const std::string& s) {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (s == st_dtype(static_cast<DType>(i))) return static_cast<DType>(i);
+  return std::nullopt;
+}
+
+// Header size limit (the reference implementation uses 100 MB).
+constexpr uint64_t kMaxHeader = 100u << 20;
+
+class SafetensorsReader : public FormatReader {
+ public:
+  explicit SafetensorsReader(const std::string& p) : f_(p) {
+    path = p;
+    format = CheckpointFormat::SafeTensors;
+    uint64_t n = 0;
+    f_.read(0, &n, 8, "the header length");
+    CS_CHECK(n >= 2 && n <= kMaxHeader && n <= f_.size() - 8,
+             "checkpoint {}: safetensors header length {} is impossible for a {}-byte file", p, n,
+             f_.size());
+    data_start_ = 8 + n;
+    uint64_t data_size = f_.size() - data_start_;
+    Json h = parse_json(f_.read_string(8, n, "the safetensors header"), p, "safetensors header");
+    CS_CHECK(h.is_object(), "checkpoint {}: the safetensors header is not a JSON object", p);
+    std::map<std::string, int64_t> by_name;
+    for (auto& [name, t] : h.items()) {
+      if (name == "__metadata__") continue;
+      auto bad = [&](const std::string& what) {
+        fail("checkpoint {}: safetensors entry '{}': {}", p, name, what);
+      };
+      if (!t.is_object()) bad("not an object");
+      auto dt = t.find("dtype");
+      auto sh = t.find("shape");
+      auto off = t.find("data_offsets");
+      if (dt == t.end() || !dt->is_string()) bad("no dtype");
+      auto dtype = st_dtype_from(dt->get<std::string>());
+      if (!dtype)
+        bad(fmt::format("dtype {} is not supported (F32, BF16, F16, I32, I64 and BOOL are)",
+                        dt->get<std::string>()));
+      if (sh == t.end() || !sh->is_array() || sh->size() > 64) bad("no shape");
+      Shape shape;
+      for (auto& d : *sh) {
+        if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62))
+          bad("shape holds something other than a size");
+        shape.push_back(d.get<int64_t>());
+      }
+      int64_t numel = checked_numel(shape, p, name);
+      if (off == t.end() || !off->is_array() || off->size() != 2 ||
+          !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
+        bad("no data_offsets [begin, end]");
+      uint64_t b = (*off)[0].get<uint64_t>(), e = (*off)[1].get<uint64_t>();
+      uint64_t nbytes = static_cast<uint64_t>(numel) * itemsize(*dtype);
+      if (b > e || e > data_size || e - b != nbytes)
+        bad(fmt::format("data_offsets [{}, {}] do not fit {} bytes of data in a {}-byte buffer", b,
+                        e, nbytes, data_size));
+      by_name.emplace(name, static_cast<int64_t>(tensors_.size()));
+      tensors_.push_back({name, *dtype, shape, b});
+    }
+    // The nested structure, when cstorch wrote one.
+    std::optional<Json> structure;
+    if (auto m = h.find("__metadata__"); m != h.end()) {
+      CS_CHECK(m->is_object(), "checkpoint {}: safetensors __metadata__ is not an object", p);
+      if (auto s = m->find("cstorch_structure"); s != m->end()) {
+        CS_CHECK(s->is_string(), "checkpoint {}: cstorch_structure metadata is not a string", p);
+        structure = parse_json(s->get<std::string>(), p, "cstorch_structure metadata");
+      }
+    }
+    if (structure) {
+      root = decode_structure(*structure, p, [&](const std::string& key, const Json& t) {
+        auto ds = t.find("dataset");
+        CS_CHECK(ds != t.end() && ds->is_string(),
+                 "checkpoint {}: structure of tensor '{}' names no tensor", p, show_key(key));
+        auto it = by_name.find(ds->get<std::string>());
+        CS_CHECK(it != by_name.end(),
+                 "checkpoint {}: tensor '{}' refers to '{}', which is not in the file", p,
+                 show_key(key), ds->get<std::string>());
+        return add_entry(key, it->second);
+      });
+    } else {
+      root.kind = State::Kind::Map;
+      for (size_t i = 0; i < tensors_.size(); ++i) {
+        root.keys.push_back(tensors_[i].name);
+        SNode leaf;
+        leaf.kind = State::Kind::Tensor;
+        leaf.tensor = add_entry(tensors_[i].name, static_cast<int64_t>(i));
+        root.items.push_back(std::move(leaf));
+      }
+    }
+    link_shared(entries);
+  }
+
+  Tensor read(const Entry& e) override {
+    const auto& t = tensors_[static_cast<size_t>(e.storage)];
+    return make_host_tensor(t.shape, t.dtype, [&](void* dst) {
+      f_.read(data_start_ + t.begin, dst, static_cast<size_t>(e.info.nbytes), "tensor data");
+      if (t.dtype == DType::boolean) {
+        auto* b = static_cast<uint8_t*>(dst);
+        for (int64_t i = 0; i < e.info.nbytes; ++i) b[i] = b[i] != 0;
+      }
+    });
+  }
+
+ private:
+  struct T {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    uint64_t begin;
+  };
+  int64_t add_entry(const std::string& key, int64_t storage) {
+    const T& t = tensors_[static_cast<size_t>(storage)];
+    Entry e;
+    e.info.key = key;
+    e.info.dtype = t.dtype;
+    e.info.shape = t.shape;
+    e.info.nbytes = numel(t.shape) * static_cast<int64_t>(itemsize(t.dtype));
+    e.storage = storage;
+    entries.push_back(std::move(e));
+    return static_cast<int64_t>(entries.size() - 1);
+  }
+  FileReader f_;
+  uint64_t data_start_ = 0;
+  std::vector<T> tensors_;
+};
+
+}  // namespace
+
+std::unique_ptr<FormatReader> open_safetensors(const std::string& path) {
+  return std::make_unique<SafetensorsReader>(path);
+}
+
+}  // namespace ckpt
+
+void save_safetensors(const State& state, const std::string& path) {
+  using namespace ckpt;
+  struct Item {
+    std::string name;
+    Tensor t;
+  };
+  std::vector<Item> items;
+  std::map<const void*, std::string> stored;
+  std::set<std::string> names;
+  bool flat = state.is_map();
+  Json structure = encode_structure(state, path, [&](const std::string& key, const Tensor& t) {
+    CS_CHECK(t.defined(), "save {}: the tensor at key '{}' is undefined", path, show_key(key));
+    Json shape = Json::array();
+    for (auto d : t.shape()) shape.push_back(d);
+    Json j{{"kind", "tensor"}, {"dtype", dtype_name(t.dtype())}, {"shape", shape}};
+    auto it = stored.find(tensor_identity(t));
+    if (it != stored.end()) {  // tied: the format forbids overlapping data, so store once
+      j["dataset"] = it->second;
+      flat = false;
+      return j;
+    }
+    std::string name = key.empty() ? "tensor" : key, base = name;
+    for (int i = 1; names.count(name) || name == "__metadata__"; ++i)
+      name = base + "#" + std::to_string(i);
+    if (name != key) flat = false;
+    names.insert(name);
+    stored.emplace(tensor_identity(t), name);
+    items.push_back({name, t});
+    j["dataset"] = name;
+    return j;
+  });
+  if (flat)
+    for (auto& v : state.items()) flat = flat && v.is_tensor();
+  if (flat) flat = structure.at("keys").size() == items.size();
+
+  Json header = Json::object();
+  if (!flat) header["__metadata__"] = Json{{"cstorch_structure", structure.dump()}};
+  uint64_t off = 0;
+  for (auto& it : items) {
+    Json shape = Json::array();
+    for (auto d : it.t.shape()) shape.push_back(d);
+    uint64_t n = static_cast<uint64_t>(it.t.numel()) * itemsize(it.t.dtype());
+    header[it.name] = Json{{"dtype", st_dtype(it.t.dtype())},
+                           {"shape", shape},
+                           {"data_offsets", Json::array({off, off + n})}};
+    off += n;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned, as the spec suggests
+  AtomicFile out(path);
+  {
+    FileWriter w(out.temp_path(), path);
+    uint64_t n = h.size();
+    w.write(&n, 8);
+    w.write(h.data(), h.size());
+    for (auto& it : items)
+      w.write(tensor_bytes(it.t, path, it.name),
+              static_cast<size_t>(it.t.numel()) * itemsize(it.t.dtype()));
+    w.close();
+  }
+  out.commit();
+}
+
+}  // namespace cstorch

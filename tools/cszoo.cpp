@@ -1,0 +1,83 @@
+// cszoo: the Model Zoo command line. Each command group registers its subcommands on the app
+// (see kCommandGroups); `cszoo checkpoint {info, diff, convert}` is the first group, the
+// Trainer adds fit / validate / validate_all the same way.
+//
+//   cszoo checkpoint info model_dir/checkpoint_100.mdl
+//   cszoo checkpoint diff a.mdl b.pt
+//   cszoo checkpoint convert checkpoint_100.mdl weights.safetensors
+//
+// Exit status: 0 on success; 1 on an error (printed as "error: ..."); diff exits 2 when the
+// checkpoints differ (like diff(1)).
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cstorch/checkpoint.h"
+#include "cstorch/core/error.h"
+
+namespace {
+
+// A command group adds its subcommands to `app`; the callback it installs sets `status`.
+using RegisterCommands = std::function<void(CLI::App& app, int& status)>;
+
+void register_checkpoint(CLI::App& app, int& status) {
+  auto* ckpt = app.add_subcommand("checkpoint", "Inspect, compare and convert checkpoints");
+  ckpt->require_subcommand(1);
+
+  auto* info = ckpt->add_subcommand(
+      "info", "List keys, dtypes, shapes and sizes of a checkpoint (.mdl/.h5, .pt, .safetensors)");
+  static std::string info_path;
+  info->add_option("path", info_path, "Checkpoint file")->required();
+  info->callback([&status] {
+    std::fputs(cstorch::checkpoint_info(info_path).c_str(), stdout);
+    status = 0;
+  });
+
+  auto* diff = ckpt->add_subcommand(
+      "diff", "Compare two checkpoints: keys in only one, and the max abs difference per tensor");
+  static std::string diff_a, diff_b;
+  diff->add_option("a", diff_a, "First checkpoint")->required();
+  diff->add_option("b", diff_b, "Second checkpoint")->required();
+  diff->callback([&status] {
+    auto d = cstorch::checkpoint_diff(diff_a, diff_b);
+    std::fputs(cstorch::format_checkpoint_diff(d).c_str(), stdout);
+    status = d.identical() ? 0 : 2;
+  });
+
+  auto* convert = ckpt->add_subcommand(
+      "convert",
+      "Convert a checkpoint; the output format follows its extension (.mdl/.h5: HDF5, "
+      ".pt/.pth: PyTorch, .safetensors)");
+  static std::string conv_in, conv_out;
+  convert->add_option("input", conv_in, "Checkpoint to read (any format)")->required();
+  convert->add_option("output", conv_out, "File to write")->required();
+  convert->callback([&status] {
+    cstorch::convert_checkpoint(conv_in, conv_out);
+    std::printf("wrote %s (%s)\n", conv_out.c_str(),
+                cstorch::checkpoint_format_name(cstorch::checkpoint_format_for_path(conv_out)));
+    status = 0;
+  });
+}
+
+const std::vector<RegisterCommands> kCommandGroups = {register_checkpoint};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cszoo: train, validate and manage cstorch Model Zoo runs"};
+  app.require_subcommand(1);
+  int status = 0;
+  for (const auto& reg : kCommandGroups) reg(app, status);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const cstorch::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return status;
+}
