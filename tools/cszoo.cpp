@@ -17,6 +17,7 @@
 
 #include "cstorch/checkpoint.h"
 #include "cstorch/core/error.h"
+#include "modelzoo/cli.h"
 
 namespace {
 
@@ -62,7 +63,8 @@ void register_checkpoint(CLI::App& app, int& status) {
   });
 }
 
-const std::vector<RegisterCommands> kCommandGroups = {register_checkpoint};
+const std::vector<RegisterCommands> kCommandGroups = {modelzoo::register_cszoo_commands,
+                                                      register_checkpoint};
 
 }  // namespace
 

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <regex>
 
+#include "cstorch/checkpoint.h"
+#include "cstorch/metrics.h"
 #include "cstorch/tensor.h"
 #include "modelzoo/trainer/core_callbacks.h"
 
@@ -228,6 +230,12 @@ void Trainer::add_callback(CallbackPtr cb) {
 
 State Trainer::state_dict() {
   cstorch::synchronize();
+  return collect_state();
+}
+
+// The checkpoint state without waiting for pending steps: a checkpoint closure runs on the
+// executor right after its step, so the state tensors hold that step's values.
+State Trainer::collect_state() {
   State s = State::map();
   s.set("model", model_->state_dict().to_state());
   s.set("global_step", global_step_);
@@ -237,8 +245,11 @@ State Trainer::state_dict() {
 
 void Trainer::load_state_dict(const State& s) {
   cstorch::synchronize();
+  CS_CHECK(s.is_map() && s.contains("model"),
+           "Trainer.load_state_dict: the state has no 'model' entry (keys: {})",
+           s.is_map() ? fmt::format("{}", fmt::join(s.keys(), ", ")) : s.repr());
   model_->load_state_dict(cstorch::nn::StateDict::from_state(s.at("model")));
-  global_step_ = s.at("global_step").as_int();
+  if (s.contains("global_step")) global_step_ = s.at("global_step").as_int();
   if (s.contains("rng_state")) cstorch::set_rng_state(s.at("rng_state").as_tensor());
 }
 
@@ -257,12 +268,44 @@ std::vector<std::pair<int64_t, std::string>> Trainer::checkpoints() const {
   return r;
 }
 
+std::string Trainer::write_checkpoint(int64_t step, State state) {
+  each([&](Callback& c) { c.on_save_checkpoint(*this, state); });
+  fs::create_directories(model_dir_);
+  std::string path = (fs::path(model_dir_) / fmt::format("checkpoint_{}.mdl", step)).string();
+  cstorch::save(state, path);
+  if (ckpt_.keep_last > 0) {
+    auto all = checkpoints();
+    for (size_t i = 0; i + static_cast<size_t>(ckpt_.keep_last) < all.size(); ++i) {
+      std::error_code ec;
+      fs::remove(all[i].second, ec);
+    }
+  }
+  return path;
+}
+
 std::string Trainer::save_checkpoint() {
-  cstorch::fail("checkpoints are not available in this build");
+  cstorch::synchronize();
+  return write_checkpoint(global_step_, collect_state());
+}
+
+void Trainer::queue_checkpoint() {
+  // Captured now (client side, as of this step): the step number. The tensors are read when
+  // the closure runs, right after the step.
+  const int64_t step = global_step_;
+  auto save = cstorch::step_closure([this, step] {
+    State s = collect_state();
+    s.set("global_step", step);
+    write_checkpoint(step, std::move(s));
+  });
+  save();
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
-  cstorch::fail("cannot load checkpoint '{}': checkpoints are not available in this build", path);
+  cstorch::synchronize();
+  State s = cstorch::load(path);
+  load_state_dict(s);
+  each([&](Callback& c) { c.on_load_checkpoint(*this, s); });
+  fmt::print("loaded checkpoint {} (step {})\n", path, global_step_);
 }
 
 // ---------------------------------------------------------------------------------------------
