@@ -266,8 +266,11 @@ void DataLoader::stop() {
     std::lock_guard<std::mutex> l(m_);
     stop_ = true;
   }
-  cv_space_.notify_all();
-  cv_item_.notify_all();
+  cv_created_.notify_all();
+  for (auto& w : workers_) {
+    w.cv_space->notify_all();
+    w.cv_item->notify_all();
+  }
   for (auto& w : workers_)
     if (w.thread.joinable()) w.thread.join();
   for (auto& w : workers_) w.queue.clear();  // release the prefetched batches
@@ -301,7 +304,7 @@ void DataLoader::start() {
   std::string failure;
   {
     std::unique_lock<std::mutex> l(m_);
-    cv_item_.wait(l, [&] {
+    cv_created_.wait(l, [&] {
       return std::all_of(workers_.begin(), workers_.end(),
                          [](const Worker& w) { return w.created; });
     });
@@ -353,10 +356,10 @@ void DataLoader::run_worker(int id) {
     std::lock_guard<std::mutex> l(m_);
     me.loader_failure = fmt::format("{}: {}: {}", where, stage, e.what());
     me.created = true;
-    cv_item_.notify_all();
+    cv_created_.notify_all();
     return;
   }
-  cv_item_.notify_all();
+  cv_created_.notify_all();
 
   try {
     for (;;) {
@@ -379,11 +382,12 @@ void DataLoader::run_worker(int id) {
       }
       if (restartable) it.state = snapshot();
       std::unique_lock<std::mutex> l(m_);
-      cv_space_.wait(l, [&] { return stop_ || me.queue.size() < static_cast<size_t>(prefetch_); });
+      me.cv_space->wait(l,
+                        [&] { return stop_ || me.queue.size() < static_cast<size_t>(prefetch_); });
       if (stop_) return;
       me.queue.push_back(std::move(it));
       l.unlock();
-      cv_item_.notify_all();
+      me.cv_item->notify_one();
     }
   } catch (const std::exception& e) {
     Item it;
@@ -393,7 +397,7 @@ void DataLoader::run_worker(int id) {
       std::lock_guard<std::mutex> l(m_);
       me.queue.push_back(std::move(it));  // past the bound: it is the worker's last item
     }
-    cv_item_.notify_all();
+    me.cv_item->notify_one();
   }
 }
 
@@ -450,13 +454,14 @@ std::optional<Batch> DataLoader::next() {
       std::unique_lock<std::mutex> l(m_);
       if (w.queue.empty()) {
         auto t0 = std::chrono::steady_clock::now();
-        cv_item_.wait(l, [&] { return !w.queue.empty(); });
+        w.cv_item->wait(l, [&] { return !w.queue.empty(); });
+        ++waits_;
         wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       it = std::move(w.queue.front());
       w.queue.pop_front();
     }
-    cv_space_.notify_all();
+    w.cv_space->notify_one();
     if (it.kind == Item::Failure) raise(it.error);
     if (it.epoch < epoch_) continue;  // left over from an epoch cut short by steps_per_epoch
     w.consumed = it.state;
@@ -622,6 +627,7 @@ std::vector<int64_t> DataExecutor::checkpoint_steps() const {
 bool DataExecutor::fetch() {
   if (step_ >= last_step()) return false;
   double w0 = loader_.data_wait_seconds();
+  int64_t n0 = loader_.data_waits();
   auto b = loader_.next();
   if (!b) {  // the epoch ended: re-iterate
     b = loader_.next();
@@ -631,6 +637,7 @@ bool DataExecutor::fetch() {
              step_ + 1);
   }
   wait_s_ += loader_.data_wait_seconds() - w0;
+  waits_ += loader_.data_waits() > n0 ? 1 : 0;
   batch_ = std::move(*b);
   ++step_;
   set_current_step(step_);

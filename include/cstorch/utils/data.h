@@ -157,6 +157,8 @@ class DataLoader {
 
   // Seconds the client spent blocked in next() waiting for a worker, and batches taken.
   double data_wait_seconds() const { return wait_s_; }
+  // next() calls that found the worker's queue empty and had to wait.
+  int64_t data_waits() const { return waits_; }
   int64_t batches_taken() const { return total_batches_; }
 
   // Used by DataExecutor: remember the state after the batch of `step` for closures.
@@ -173,6 +175,9 @@ class DataLoader {
   struct Worker {
     std::thread thread;
     std::deque<Item> queue;
+    // Per-worker signals, so a push wakes only the client and a pop only this worker.
+    std::shared_ptr<std::condition_variable> cv_item = std::make_shared<std::condition_variable>();
+    std::shared_ptr<std::condition_variable> cv_space = std::make_shared<std::condition_variable>();
     bool created = false;  // loader built (or failed)
     int64_t size = -1;
     bool restartable = false;
@@ -203,7 +208,7 @@ class DataLoader {
   std::vector<Worker> workers_;
   bool started_ = false;
   std::mutex m_;
-  std::condition_variable cv_item_, cv_space_;
+  std::condition_variable cv_created_;  // a worker built its loader (or failed)
   bool stop_ = false;
   int64_t min_epoch_ = 0;  // workers skip to this epoch (after a truncated epoch)
   std::string error_;      // sticky failure
@@ -211,6 +216,7 @@ class DataLoader {
   int64_t epoch_ = 0, batches_in_epoch_ = 0, total_batches_ = 0;
   int next_ = 0;
   double wait_s_ = 0;
+  int64_t waits_ = 0;
   // States recorded per step for closures (bounded).
   std::mutex snap_m_;
   std::map<int64_t, Position> snapshots_;
@@ -256,6 +262,8 @@ class DataExecutor {
   std::vector<int64_t> checkpoint_steps() const;
   // Seconds the client waited for the loader during this run (0 when batches were ready).
   double data_wait_seconds() const { return wait_s_; }
+  // Steps of this run whose batch was not ready when the client asked for it.
+  int64_t data_waits() const { return waits_; }
   DataLoader& loader() { return loader_; }
   static DataExecutor* current();
 
@@ -266,6 +274,7 @@ class DataExecutor {
   int64_t num_steps_, ckpt_, initial_;
   int64_t step_;
   double wait_s_ = 0;
+  int64_t waits_ = 0;
   Batch batch_;
 };
 

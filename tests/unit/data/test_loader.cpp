@@ -315,6 +315,7 @@ TEST(DataExecutor, ReportsTimeWaitedForData) {
   // Every batch takes 20 ms to make and the client does nothing else: it waits ~80 ms.
   EXPECT_GT(ex.data_wait_seconds(), 0.04);
   EXPECT_GE(dl.data_wait_seconds(), ex.data_wait_seconds());
+  EXPECT_EQ(ex.data_waits(), 4);
 }
 
 // ---------------------------------------------------------------------------------------------
