@@ -116,7 +116,7 @@ class DataLoader {
   // `args` keys read here (and not forwarded): num_steps, max_steps, num_epochs,
   // steps_per_epoch, initial_step (see StepArgs); num_workers (>= 1; default: the current
   // backend's cluster_config.num_workers_per_csx, else 1); prefetch (batches each worker may
-  // have ready ahead of the client, >= 1, default 2). Every other key is passed to input_fn.
+  // have ready ahead of the client, >= 1, default 4). Every other key is passed to input_fn.
   // Workers start on first use (size(), next(), the DataExecutor), not here.
   explicit DataLoader(InputFn input_fn, Config args = Config::object());
   // Stops and joins the workers (a worker blocked on a full queue is woken).
@@ -204,7 +204,7 @@ class DataLoader {
   InputFn fn_;
   Config args_;
   StepArgs steps_;
-  int num_workers_ = 1, prefetch_ = 2;
+  int num_workers_ = 1, prefetch_ = 4;
   std::vector<Worker> workers_;
   bool started_ = false;
   std::mutex m_;
