@@ -62,7 +62,8 @@ using Transform = std::function<Sample(Sample)>;
 std::shared_ptr<Dataset> map(std::shared_ptr<Dataset> inner, Transform fn);
 
 // Iterable dataset: a stream of samples, one epoch at a time. A restartable one records its
-// position in state_dict() (same contract as utils::data::Loader).
+// position in state_dict() (same contract as utils::data::Loader). After the end of an epoch,
+// next() keeps returning nullopt until reset().
 class IterableDataset {
  public:
   virtual ~IterableDataset() = default;

@@ -32,23 +32,22 @@ using namespace cs::data;
 
 namespace {
 
-fs::path temp_root() {
-  static fs::path p = [] {
-    auto d = fs::temp_directory_path() / ("cstorch_sources_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return p;
-}
-
-// Removes the test directory at exit.
-struct Cleanup {
-  ~Cleanup() {
-    std::error_code ec;
-    fs::remove_all(temp_root(), ec);
+// A fresh directory for this process, removed at exit.
+struct TempRoot {
+  fs::path path;
+  TempRoot() : path(fs::temp_directory_path() / ("cstorch_sources_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
   }
-} g_cleanup;
+  ~TempRoot() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+fs::path temp_root() {
+  static TempRoot root;
+  return root.path;
+}
 
 template <class F>
 void within_timeout(F body) {
