@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
     cs::utils::data::DataLoader loader(
         mnist_input_fn,
         {{"data_dir", data_dir}, {"split", "train"}, {"batch_size", batch_size}, {"seed", seed}});
-    int64_t steps_per_epoch = loader.loader().size();
+    int64_t steps_per_epoch = loader.size();
 
     auto training_step = cs::trace([&](const cs::Batch& batch) {
       auto loss = cs::nn::functional::cross_entropy(compiled(batch.at("x")), batch.at("y"));

@@ -109,6 +109,9 @@ class Trainer {
   std::vector<CallbackPtr> callbacks_;
   int64_t global_step_ = 0;
   uint64_t seed_ = 0;
+  cstorch::utils::data::DataLoader* train_loader_ = nullptr;  // during fit()
+  std::optional<cstorch::State> pending_loader_state_;        // from a checkpoint, for fit()
+  bool warned_loader_state_ = false;
 };
 
 // Which phase methods run_config calls.

@@ -240,6 +240,17 @@ State Trainer::collect_state() {
   s.set("model", model_->state_dict().to_state());
   s.set("global_step", global_step_);
   s.set("rng_state", cstorch::rng_state());
+  if (train_loader_) {
+    // A loader whose sources cannot record their position is left out: a resumed run then
+    // starts its data from the beginning (said once).
+    try {
+      s.set("dataloader", train_loader_->state_dict());
+    } catch (const cstorch::Error& e) {
+      if (!warned_loader_state_)
+        fmt::print(stderr, "warning: checkpoints will not hold the data position: {}\n", e.what());
+      warned_loader_state_ = true;
+    }
+  }
   return s;
 }
 
@@ -251,6 +262,7 @@ void Trainer::load_state_dict(const State& s) {
   model_->load_state_dict(cstorch::nn::StateDict::from_state(s.at("model")));
   if (s.contains("global_step")) global_step_ = s.at("global_step").as_int();
   if (s.contains("rng_state")) cstorch::set_rng_state(s.at("rng_state").as_tensor());
+  if (s.contains("dataloader")) pending_loader_state_ = s.at("dataloader");
 }
 
 std::vector<std::pair<int64_t, std::string>> Trainer::checkpoints() const {
@@ -323,29 +335,22 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       if (!found.empty()) load_checkpoint(found.back().second);
     }
 
+    if (pending_loader_state_) {
+      with_path("checkpoint 'dataloader'", [&] { train->load_state_dict(*pending_loader_state_); });
+      pending_loader_state_.reset();
+    }
     const int64_t accum = loop_.grad_accum_steps;
-    int64_t loader_len = train->loader().size();
-    int64_t spe = loop_.steps_per_epoch.value_or(loader_len > 0 ? loader_len / accum : -1);
-    if (loop_.steps_per_epoch && loader_len > 0 && *loop_.steps_per_epoch * accum > loader_len)
-      cstorch::fail("trainer.init.loop.steps_per_epoch: {} exceeds the dataloader's {} batches",
-                    *loop_.steps_per_epoch, loader_len);
-    if (!loop_.num_steps && !loop_.max_steps && !loop_.num_epochs)
-      cstorch::fail("One of num_epochs, num_steps, or max_steps must be provided");
-    int64_t total = INT64_MAX;
-    if (loop_.num_epochs) {
-      CS_CHECK(spe > 0,
-               "trainer.init.loop.num_epochs: the dataloader's length is unknown; give "
-               "steps_per_epoch");
-      total = *loop_.num_epochs * spe;
-    }
-    if (loop_.num_steps) total = std::min(total, *loop_.num_steps);
-    if (loop_.max_steps) {
-      if (global_step_ >= *loop_.max_steps)
-        cstorch::fail("The initial step {} is at or past max_steps {}: nothing to train",
-                      global_step_, *loop_.max_steps);
-      total = std::min(total, *loop_.max_steps - global_step_);
-    }
-
+    const int64_t loader_len = train->size();
+    data::StepArgs args;
+    args.num_steps = loop_.num_steps;
+    args.max_steps = loop_.max_steps;
+    args.num_epochs = loop_.num_epochs;
+    args.steps_per_epoch = loop_.steps_per_epoch;
+    args.initial_step = global_step_;
+    const int64_t spe = loop_.steps_per_epoch.value_or(loader_len > 0 ? loader_len / accum : -1);
+    const int64_t total = with_path("trainer.init.loop", [&] {
+      return data::compute_num_steps(args, loader_len > 0 ? loader_len / accum : -1);
+    });
     model_->train();
     each([&](Callback& c) { c.on_train_start(*this); });
     try {
@@ -373,6 +378,7 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
           cstorch::trace([&](const Batch& b) { return body(b, false); }, "accumulate_step");
 
       data::DataExecutor executor(*train, {.num_steps = total * accum, .checkpoint_steps = 0});
+      train_loader_ = train.get();
       const auto& bo = backend_->options();
       const bool dry_run = bo.compile_only || bo.validate_only;
       int64_t epoch = -1;
@@ -404,7 +410,9 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       }
       if (epoch >= 0) each([&](Callback& c) { c.on_train_epoch_end(*this, epoch); });
       cstorch::synchronize();
+      train_loader_ = nullptr;
     } catch (const std::exception& e) {
+      train_loader_ = nullptr;
       each([&](Callback& c) { c.on_train_exception(*this, e); });
       throw;
     }
@@ -431,32 +439,32 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
           return model_->loss(b);
         },
         "eval_step");
-    int64_t len = val->loader().size();
+    const int64_t len = val->size();
     int64_t steps = loop_.eval_steps.value_or(len);
     CS_CHECK(steps > 0,
              "Trainer.validate: the validation dataloader's length is unknown; set "
              "trainer.init.loop.eval_steps");
     if (len > 0) steps = std::min(steps, len);
+    cstorch::metrics::reset_all();
     auto sum = std::make_shared<double>(0.0);
     auto accumulate = cstorch::step_closure(
         [sum](const Tensor& loss) { *sum += static_cast<double>(loss.item<float>()); });
     each([&](Callback& c) { c.on_validate_epoch_start(*this, 0); });
     // Validation may run inside training (eval_frequency), so it walks the loader itself
     // rather than starting a second DataExecutor; it re-iterates like one.
-    auto& loader = val->loader();
-    loader.reset();
     for (int64_t i = 0; i < steps; ++i) {
-      auto batch = loader.next();
-      if (!batch) {
-        loader.reset();
-        batch = loader.next();
-        CS_CHECK(batch.has_value(), "Trainer.validate: the validation dataloader is empty");
-      }
+      auto batch = val->next();
+      if (!batch) batch = val->next();  // an epoch ended: start the next one
+      CS_CHECK(batch.has_value(), "Trainer.validate: the validation dataloader is empty");
       each([&](Callback& c) { c.on_validate_batch_start(*this, *batch, i); });
       Tensor loss = eval_fn(*batch);
       accumulate(loss);
       each([&](Callback& c) { c.on_validate_batch_end(*this, loss, i); });
     }
+    // Finish the epoch, so that every validation starts from the same batches.
+    if (len > 0)
+      while (val->next()) {
+      }
     cstorch::synchronize();
     mean = *sum / static_cast<double>(steps);
     each([&](Callback& c) { c.on_validate_epoch_end(*this, 0); });

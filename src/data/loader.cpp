@@ -1,20 +1,78 @@
-// TensorLoader, DataLoader and DataExecutor.
+// TensorLoader, the step arguments, the multi-worker DataLoader and DataExecutor.
+//
+// Worker protocol: worker w owns its Loader and a bounded queue of Items (a batch, the end of
+// one of its epochs, or a failure), each tagged with the worker's epoch and, for restartable
+// loaders, the worker's state after the item. The client takes items round-robin over the
+// workers whose epoch has not ended; when all have ended (or steps_per_epoch batches were
+// taken) the DataLoader epoch ends and every worker continues with its next epoch (a worker
+// still inside a truncated epoch skips ahead: items of older epochs are dropped). Because the
+// order depends only on the per-worker batch sequences, it does not depend on timing, and the
+// client-side record "state after the last item taken from each worker" is an exact restart
+// point.
 #include <algorithm>
-#include <numeric>
+#include <chrono>
+#include <cstring>
+#include <limits>
 
 #include "core/internal.h"
 #include "core/splitmix.h"
+#include "cstorch/backend.h"
 #include "cstorch/utils/data.h"
+#include "data/host_tensor.h"
+#include "runtime/sync.h"
 
 namespace cstorch::detail {
 void end_step_numbering(int64_t next);
-}
+std::shared_ptr<Backend> existing_backend();
+}  // namespace cstorch::detail
 
 namespace cstorch::utils::data {
 
 namespace {
 DataExecutor* g_current = nullptr;
+constexpr size_t kMaxSnapshots = 1024;  // per-step loader states kept for step closures
+
+const State& state_at(const State& s, const std::string& key, const std::string& what) {
+  try {
+    return s.at(key);
+  } catch (const Error& e) {
+    fail("{}: {}", what, e.what());
+  }
+}
+int64_t state_int(const State& s, const std::string& key, const std::string& what) {
+  const State& v = state_at(s, key, what);
+  CS_CHECK(v.is_int(), "{}: '{}' must be an integer, got {}", what, key, v.repr());
+  return v.as_int();
+}
+bool state_bool(const State& s, const std::string& key, const std::string& what) {
+  const State& v = state_at(s, key, what);
+  CS_CHECK(v.is_bool(), "{}: '{}' must be a boolean, got {}", what, key, v.repr());
+  return v.as_bool();
+}
+
+int64_t batch_samples(const Batch& b) {
+  for (auto& [k, t] : b)
+    if (t.defined() && t.dim() >= 1) return t.size(0);
+  return 0;
+}
+
+const char* const kStepKeys[] = {"num_steps", "max_steps", "num_epochs", "steps_per_epoch",
+                                 "initial_step"};
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Loader, TensorLoader
+
+State Loader::state_dict() const {
+  fail(
+      "Loader::state_dict: this loader is not restartable (it does not implement "
+      "state_dict()/load_state_dict())");
+}
+void Loader::load_state_dict(const State&) {
+  fail(
+      "Loader::load_state_dict: this loader is not restartable (it does not implement "
+      "state_dict()/load_state_dict())");
+}
 
 TensorLoader::TensorLoader(Batch tensors, int64_t batch_size, bool shuffle, uint64_t seed,
                            bool drop_last, WorkerInfo shard)
@@ -27,10 +85,12 @@ TensorLoader::TensorLoader(Batch tensors, int64_t batch_size, bool shuffle, uint
   CS_CHECK(batch_size > 0, "TensorLoader: batch_size must be positive, got {}", batch_size);
   int64_t n = -1;
   for (auto& [k, t] : data_) {
+    CS_CHECK(t.defined(), "TensorLoader: tensor '{}' is undefined", k);
     CS_CHECK(t.dim() >= 1, "TensorLoader: tensor '{}' is 0-d; need a sample dimension", k);
     if (n < 0) n = t.size(0);
     CS_CHECK(t.size(0) == n, "TensorLoader: tensor '{}' has {} samples, others have {}", k,
              t.size(0), n);
+    t.data_ptr();  // materialise now (on the thread that built the loader), not per batch
   }
   CS_CHECK(shard.num_workers >= 1 && shard.id >= 0 && shard.id < shard.num_workers,
            "TensorLoader: invalid worker {} of {}", shard.id, shard.num_workers);
@@ -39,14 +99,18 @@ TensorLoader::TensorLoader(Batch tensors, int64_t batch_size, bool shuffle, uint
   reset();
 }
 
+// The order of epoch `epoch_` (0-based): the shard's rows, permuted from (seed, epoch).
+void TensorLoader::shuffle_order() {
+  if (!shuffle_) return;
+  std::sort(order_.begin(), order_.end());
+  uint64_t s = seed_ * 1000003ull + static_cast<uint64_t>(epoch_);
+  for (int64_t i = n_ - 1; i > 0; --i)
+    std::swap(order_[i], order_[splitmix64_next(s) % static_cast<uint64_t>(i + 1)]);
+}
+
 void TensorLoader::reset() {
   pos_ = 0;
-  if (shuffle_) {
-    std::sort(order_.begin(), order_.end());
-    uint64_t s = seed_ * 1000003ull + static_cast<uint64_t>(epoch_);
-    for (int64_t i = n_ - 1; i > 0; --i)
-      std::swap(order_[i], order_[splitmix64_next(s) % static_cast<uint64_t>(i + 1)]);
-  }
+  shuffle_order();
   ++epoch_;
 }
 
@@ -57,31 +121,479 @@ int64_t TensorLoader::size() const {
 std::optional<Batch> TensorLoader::next() {
   if (pos_ >= n_ || (drop_last_ && pos_ + batch_ > n_)) return std::nullopt;
   int64_t b = std::min(batch_, n_ - pos_);
-  std::vector<int64_t> idx(order_.begin() + pos_, order_.begin() + pos_ + b);
-  pos_ += b;
   Batch out;
-  Tensor index = from_vector(idx, {b});
-  for (auto& [k, t] : data_) out[k] = index_select(t, 0, index);
+  // Row gathers with memcpy: workers run no kernels (and so start no OpenMP teams).
+  for (auto& [k, t] : data_) {
+    Shape s = t.shape();
+    size_t row = static_cast<size_t>(t.numel() / std::max<int64_t>(s[0], 1)) * itemsize(t.dtype());
+    s[0] = b;
+    uint8_t* dst = nullptr;
+    Tensor o = cstorch::data::detail::host_tensor(s, t.dtype(), &dst);
+    auto* src = static_cast<const uint8_t*>(t.data_ptr());
+    for (int64_t i = 0; i < b; ++i)
+      std::memcpy(dst + i * row, src + static_cast<size_t>(order_[pos_ + i]) * row, row);
+    out[k] = std::move(o);
+  }
+  pos_ += b;
+  samples_ += b;
   return out;
 }
 
+State TensorLoader::state_dict() const {
+  return State::map({{"epoch", epoch_},
+                     {"position", pos_},
+                     {"samples_streamed", samples_},
+                     {"num_samples", n_},
+                     {"batch_size", batch_}});
+}
+
+void TensorLoader::load_state_dict(const State& st) {
+  const std::string what = "TensorLoader.load_state_dict";
+  int64_t n = state_int(st, "num_samples", what), b = state_int(st, "batch_size", what);
+  CS_CHECK(n == n_ && b == batch_,
+           "{}: the state is of a loader over {} samples in batches of {}, this one has {} "
+           "samples in batches of {}",
+           what, n, b, n_, batch_);
+  int64_t e = state_int(st, "epoch", what), p = state_int(st, "position", what);
+  CS_CHECK(e >= 1, "{}: 'epoch' must be >= 1, got {}", what, e);
+  CS_CHECK(p >= 0 && p <= n_, "{}: 'position' {} is outside 0..{}", what, p, n_);
+  epoch_ = e - 1;
+  shuffle_order();
+  epoch_ = e;
+  pos_ = p;
+  samples_ = state_int(st, "samples_streamed", what);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Step arguments
+
+StepArgs step_args_from(const Config& args) {
+  StepArgs a;
+  if (!args.is_object()) return a;
+  auto get = [&](const char* key) -> std::optional<int64_t> {
+    auto it = args.find(key);
+    if (it == args.end() || it->is_null()) return std::nullopt;
+    CS_CHECK(it->is_number_integer(), "DataLoader: argument '{}' must be an integer, got {}", key,
+             it->dump());
+    return it->get<int64_t>();
+  };
+  a.num_steps = get("num_steps");
+  a.max_steps = get("max_steps");
+  a.num_epochs = get("num_epochs");
+  a.steps_per_epoch = get("steps_per_epoch");
+  a.initial_step = get("initial_step").value_or(0);
+  return a;
+}
+
+int64_t compute_num_steps(const StepArgs& a, int64_t len) {
+  if (a.num_epochs && a.num_steps)
+    fail("num_epochs and num_steps are mutually exclusive: got num_epochs={} and num_steps={}",
+         *a.num_epochs, *a.num_steps);
+  if (!a.num_epochs && !a.num_steps && !a.max_steps)
+    fail("One of num_epochs, num_steps, or max_steps must be provided");
+  auto positive = [](const std::optional<int64_t>& v, const char* name) {
+    if (v) CS_CHECK(*v > 0, "{} must be positive, got {}", name, *v);
+  };
+  positive(a.num_steps, "num_steps");
+  positive(a.max_steps, "max_steps");
+  positive(a.num_epochs, "num_epochs");
+  positive(a.steps_per_epoch, "steps_per_epoch");
+  CS_CHECK(a.initial_step >= 0, "initial_step must be >= 0, got {}", a.initial_step);
+  if (a.max_steps)
+    CS_CHECK(a.initial_step < *a.max_steps,
+             "initial_step ({}) must be less than max_steps ({}): no steps are left to run",
+             a.initial_step, *a.max_steps);
+  if (a.steps_per_epoch && len >= 0)
+    CS_CHECK(*a.steps_per_epoch <= len,
+             "steps_per_epoch ({}) exceeds the loader's length ({} batches per epoch)",
+             *a.steps_per_epoch, len);
+  int64_t total = std::numeric_limits<int64_t>::max();
+  if (a.num_epochs) {
+    int64_t spe = a.steps_per_epoch.value_or(len);
+    CS_CHECK(spe >= 0,
+             "num_epochs needs steps_per_epoch: the loader's length (batches per epoch) is "
+             "unknown");
+    CS_CHECK(spe > 0, "num_epochs: the loader is empty (0 batches per epoch)");
+    total = *a.num_epochs > total / spe ? total : *a.num_epochs * spe;
+  }
+  if (a.num_steps) total = std::min(total, *a.num_steps);
+  if (a.max_steps) total = std::min(total, *a.max_steps - a.initial_step);
+  return total;
+}
+
+// ---------------------------------------------------------------------------------------------
+// DataLoader
+
 DataLoader::DataLoader(InputFn fn, Config args) : fn_(std::move(fn)), args_(std::move(args)) {
   CS_CHECK(fn_ != nullptr, "DataLoader: input_fn is empty");
+  if (args_.is_null()) args_ = Config::object();
+  CS_CHECK(args_.is_object(), "DataLoader: args must be a map of named arguments, got {}",
+           args_.dump());
+  steps_ = step_args_from(args_);
+  for (auto* k : kStepKeys) args_.erase(k);
+  auto int_arg = [&](const char* key) -> std::optional<int64_t> {
+    auto it = args_.find(key);
+    if (it == args_.end() || it->is_null()) return std::nullopt;
+    CS_CHECK(it->is_number_integer(), "DataLoader: argument '{}' must be an integer, got {}", key,
+             it->dump());
+    int64_t v = it->get<int64_t>();
+    args_.erase(key);
+    return v;
+  };
+  if (auto n = int_arg("num_workers")) {
+    CS_CHECK(*n >= 1 && *n <= 1024, "DataLoader: num_workers must be in 1..1024, got {}", *n);
+    num_workers_ = static_cast<int>(*n);
+  } else if (auto b = cstorch::detail::existing_backend()) {
+    int n = b->options().cluster_config.num_workers_per_csx;
+    CS_CHECK(n >= 1,
+             "DataLoader: the backend's cluster_config.num_workers_per_csx must be >= 1, got {}",
+             n);
+    num_workers_ = n;
+  }
+  if (auto p = int_arg("prefetch")) {
+    CS_CHECK(*p >= 1 && *p <= 4096, "DataLoader: prefetch must be in 1..4096, got {}", *p);
+    prefetch_ = static_cast<int>(*p);
+  }
+  workers_.resize(static_cast<size_t>(num_workers_));
 }
 
-Loader& DataLoader::loader() {
-  if (!loader_) {
-    loader_ = fn_(args_, WorkerInfo{0, 1});
-    CS_CHECK(loader_ != nullptr, "DataLoader: input_fn returned no loader");
-  }
-  return *loader_;
+DataLoader::~DataLoader() {
+  stop();
 }
+
+void DataLoader::stop() {
+  {
+    std::lock_guard<std::mutex> l(m_);
+    stop_ = true;
+  }
+  cv_created_.notify_all();
+  for (auto& w : workers_) {
+    w.cv_space->notify_all();
+    w.cv_item->notify_all();
+  }
+  for (auto& w : workers_)
+    if (w.thread.joinable()) w.thread.join();
+  for (auto& w : workers_) w.queue.clear();  // release the prefetched batches
+  started_ = false;
+}
+
+void DataLoader::raise(const std::string& msg) {
+  error_ = msg;
+  stop();
+  throw Error(msg);
+}
+
+void DataLoader::start() {
+  if (!error_.empty()) throw Error(error_);
+  if (started_) return;
+  {
+    std::lock_guard<std::mutex> l(m_);
+    stop_ = false;
+    min_epoch_ = epoch_;
+    for (auto& w : workers_) {
+      w.queue.clear();
+      w.created = false;
+      w.loader_failure.clear();
+      w.size = -1;
+      w.restartable = false;
+    }
+  }
+  started_ = true;
+  for (int w = 0; w < num_workers_; ++w)
+    workers_[static_cast<size_t>(w)].thread = std::thread([this, w] { run_worker(w); });
+  std::string failure;
+  {
+    std::unique_lock<std::mutex> l(m_);
+    cv_created_.wait(l, [&] {
+      return std::all_of(workers_.begin(), workers_.end(),
+                         [](const Worker& w) { return w.created; });
+    });
+    for (auto& w : workers_)
+      if (!w.loader_failure.empty()) {
+        failure = w.loader_failure;
+        break;
+      }
+  }
+  if (!failure.empty()) raise(failure);
+}
+
+void DataLoader::run_worker(int id) {
+  Worker& me = workers_[static_cast<size_t>(id)];
+  const std::string where = fmt::format("DataLoader worker {} of {}", id, num_workers_);
+  std::shared_ptr<Loader> loader;
+  int64_t epoch = 0;
+  bool restartable = false;
+  auto snapshot = [&] {
+    return std::make_shared<const State>(
+        State::map({{"epoch", epoch}, {"loader", loader->state_dict()}}));
+  };
+  const char* stage = "input_fn failed";
+  try {
+    loader = fn_(args_, WorkerInfo{id, num_workers_});
+    CS_CHECK(loader != nullptr, "input_fn returned no loader");
+    stage = "restoring the saved data position failed";
+    restartable = loader->restartable();
+    std::shared_ptr<const State> pending;
+    {
+      std::lock_guard<std::mutex> l(m_);
+      pending = me.pending;
+    }
+    if (pending) {
+      CS_CHECK(restartable,
+               "cannot restore the saved data position: this worker's loader is not restartable");
+      epoch = state_int(*pending, "epoch", "DataLoader.load_state_dict");
+      loader->load_state_dict(pending->at("loader"));
+    }
+    stage = "building the loader failed";
+    auto init = restartable ? snapshot() : nullptr;
+    int64_t size = loader->size();
+    std::lock_guard<std::mutex> l(m_);
+    me.size = size;
+    me.restartable = restartable;
+    me.consumed = init;
+    me.created = true;
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> l(m_);
+    me.loader_failure = fmt::format("{}: {}: {}", where, stage, e.what());
+    me.created = true;
+    cv_created_.notify_all();
+    return;
+  }
+  cv_created_.notify_all();
+
+  try {
+    for (;;) {
+      int64_t target;
+      {
+        std::lock_guard<std::mutex> l(m_);
+        if (stop_) return;
+        target = min_epoch_;
+      }
+      for (; epoch < target; ++epoch) loader->reset();  // the client cut the epoch short
+      Item it;
+      it.epoch = epoch;
+      auto b = loader->next();
+      if (b) {
+        it.batch = std::move(*b);
+      } else {
+        it.kind = Item::End;
+        loader->reset();
+        ++epoch;
+      }
+      if (restartable) it.state = snapshot();
+      std::unique_lock<std::mutex> l(m_);
+      me.cv_space->wait(l,
+                        [&] { return stop_ || me.queue.size() < static_cast<size_t>(prefetch_); });
+      if (stop_) return;
+      me.queue.push_back(std::move(it));
+      l.unlock();
+      me.cv_item->notify_one();
+    }
+  } catch (const std::exception& e) {
+    Item it;
+    it.kind = Item::Failure;
+    it.error = fmt::format("{}: {}", where, e.what());
+    {
+      std::lock_guard<std::mutex> l(m_);
+      me.queue.push_back(std::move(it));  // past the bound: it is the worker's last item
+    }
+    me.cv_item->notify_one();
+  }
+}
+
+int64_t DataLoader::size() {
+  start();
+  int64_t sum = 0;
+  for (auto& w : workers_) {
+    if (w.size < 0) {
+      sum = -1;
+      break;
+    }
+    sum += w.size;
+  }
+  if (steps_.steps_per_epoch)
+    return sum < 0 ? *steps_.steps_per_epoch : std::min(sum, *steps_.steps_per_epoch);
+  return sum;
+}
+
+int64_t DataLoader::num_steps() {
+  start();
+  int64_t sum = 0;
+  for (auto& w : workers_) {
+    if (w.size < 0) {
+      sum = -1;
+      break;
+    }
+    sum += w.size;
+  }
+  return compute_num_steps(steps_, sum);
+}
+
+std::optional<Batch> DataLoader::next() {
+  start();
+  const int n = num_workers_;
+  for (;;) {
+    bool all_done =
+        std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.done; });
+    if (all_done || (steps_.steps_per_epoch && batches_in_epoch_ >= *steps_.steps_per_epoch)) {
+      ++epoch_;
+      batches_in_epoch_ = 0;
+      next_ = 0;
+      for (auto& w : workers_) w.done = false;
+      {
+        std::lock_guard<std::mutex> l(m_);
+        min_epoch_ = epoch_;
+      }
+      return std::nullopt;
+    }
+    while (workers_[static_cast<size_t>(next_)].done) next_ = (next_ + 1) % n;
+    const int id = next_;
+    Worker& w = workers_[static_cast<size_t>(id)];
+    Item it;
+    {
+      std::unique_lock<std::mutex> l(m_);
+      if (w.queue.empty()) {
+        auto t0 = std::chrono::steady_clock::now();
+        w.cv_item->wait(l, [&] { return !w.queue.empty(); });
+        ++waits_;
+        wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+      it = std::move(w.queue.front());
+      w.queue.pop_front();
+    }
+    w.cv_space->notify_one();
+    if (it.kind == Item::Failure) raise(it.error);
+    if (it.epoch < epoch_) continue;  // left over from an epoch cut short by steps_per_epoch
+    w.consumed = it.state;
+    next_ = (id + 1) % n;
+    if (it.kind == Item::End) {
+      w.done = true;
+      continue;
+    }
+    ++w.batches;
+    w.samples += batch_samples(it.batch);
+    ++batches_in_epoch_;
+    ++total_batches_;
+    return std::move(it.batch);
+  }
+}
+
+DataLoader::Position DataLoader::position() const {
+  Position p{epoch_, batches_in_epoch_, total_batches_, next_, {}, {}, {}, {}};
+  for (auto& w : workers_) {
+    p.consumed.push_back(w.consumed);
+    p.done.push_back(w.done);
+    p.batches.push_back(w.batches);
+    p.samples.push_back(w.samples);
+  }
+  return p;
+}
+
+void DataLoader::record_step(int64_t step) {
+  for (auto& w : workers_)
+    if (!w.restartable) return;  // nothing to restore from
+  Position p = position();
+  std::lock_guard<std::mutex> l(snap_m_);
+  snapshots_[step] = std::move(p);
+  while (snapshots_.size() > kMaxSnapshots) snapshots_.erase(snapshots_.begin());
+}
+
+State DataLoader::to_state(const Position& p) const {
+  State workers = State::list();
+  for (size_t i = 0; i < p.consumed.size(); ++i) {
+    CS_CHECK(p.consumed[i] != nullptr,
+             "DataLoader.state_dict: worker {}'s loader is not restartable (its Loader does not "
+             "implement state_dict()/load_state_dict())",
+             i);
+    workers.push_back(State::map({{"epoch", p.consumed[i]->at("epoch")},
+                                  {"loader", p.consumed[i]->at("loader")},
+                                  {"done", static_cast<bool>(p.done[i])},
+                                  {"batches", p.batches[i]},
+                                  {"samples", p.samples[i]}}));
+  }
+  return State::map({{"num_workers", static_cast<int64_t>(p.consumed.size())},
+                     {"epoch", p.epoch},
+                     {"batches_in_epoch", p.batches_in_epoch},
+                     {"batches_total", p.total},
+                     {"next_worker", p.next},
+                     {"workers", std::move(workers)}});
+}
+
+State DataLoader::state_dict() {
+  if (runtime::on_executor_thread()) {
+    // A step closure: the client may be steps ahead; use the state recorded at the step.
+    int64_t step = runtime::executing_step();
+    std::lock_guard<std::mutex> l(snap_m_);
+    auto it = snapshots_.find(step);
+    CS_CHECK(it != snapshots_.end(),
+             "DataLoader.state_dict: called from a step closure of step {}, but no data position "
+             "was recorded for that step (only a DataExecutor over this loader records them, "
+             "for its last {} steps)",
+             step, kMaxSnapshots);
+    return to_state(it->second);
+  }
+  start();
+  return to_state(position());
+}
+
+void DataLoader::load_state_dict(const State& st) {
+  const std::string what = "DataLoader.load_state_dict";
+  int64_t n = state_int(st, "num_workers", what);
+  CS_CHECK(n == num_workers_, "{}: the state was saved with {} workers but this DataLoader has {}",
+           what, n, num_workers_);
+  const State& ws = state_at(st, "workers", what);
+  CS_CHECK(ws.is_list() && ws.size() == static_cast<size_t>(n),
+           "{}: 'workers' must be a list of {} entries, got {}", what, n, ws.repr());
+  int64_t epoch = state_int(st, "epoch", what), in_epoch = state_int(st, "batches_in_epoch", what);
+  int64_t total = state_int(st, "batches_total", what), next = state_int(st, "next_worker", what);
+  CS_CHECK(next >= 0 && next < n, "{}: 'next_worker' {} is outside 0..{}", what, next, n - 1);
+  std::vector<std::shared_ptr<const State>> pend;
+  for (int64_t i = 0; i < n; ++i) {
+    const State& w = ws[static_cast<size_t>(i)];
+    std::string wk = fmt::format("{}: workers[{}]", what, i);
+    pend.push_back(std::make_shared<const State>(
+        State::map({{"epoch", state_int(w, "epoch", wk)}, {"loader", state_at(w, "loader", wk)}})));
+    state_bool(w, "done", wk);
+    state_int(w, "batches", wk);
+    state_int(w, "samples", wk);
+  }
+  stop();
+  error_.clear();
+  epoch_ = epoch;
+  batches_in_epoch_ = in_epoch;
+  total_batches_ = total;
+  next_ = static_cast<int>(next);
+  for (int64_t i = 0; i < n; ++i) {
+    auto& w = workers_[static_cast<size_t>(i)];
+    const State& s = ws[static_cast<size_t>(i)];
+    w.pending = pend[static_cast<size_t>(i)];
+    w.consumed = nullptr;
+    w.done = s.at("done").as_bool();
+    w.batches = s.at("batches").as_int();
+    w.samples = s.at("samples").as_int();
+  }
+  std::lock_guard<std::mutex> l(snap_m_);
+  snapshots_.clear();
+}
+
+// ---------------------------------------------------------------------------------------------
+// DataExecutor
+
+DataExecutor::DataExecutor(DataLoader& loader, int64_t num_steps, int64_t checkpoint_steps)
+    : DataExecutor(loader, ExecutorOptions{num_steps, checkpoint_steps}) {}
 
 DataExecutor::DataExecutor(DataLoader& loader, ExecutorOptions o)
-    : loader_(loader), num_steps_(o.num_steps), ckpt_(o.checkpoint_steps) {
-  CS_CHECK(num_steps_ > 0, "DataExecutor: num_steps must be positive, got {}", num_steps_);
-  CS_CHECK(ckpt_ >= 0, "DataExecutor: checkpoint_steps must be >= 0, got {}", ckpt_);
+    : loader_(loader), ckpt_(o.checkpoint_steps), initial_(loader.step_args().initial_step) {
   CS_CHECK(g_current == nullptr, "DataExecutor: another DataExecutor is already running");
+  CS_CHECK(ckpt_ >= 0, "DataExecutor: checkpoint_steps must be >= 0, got {}", ckpt_);
+  CS_CHECK(initial_ >= 0, "DataExecutor: initial_step must be >= 0, got {}", initial_);
+  if (o.num_steps == -1) {
+    num_steps_ = loader.num_steps();
+  } else {
+    CS_CHECK(o.num_steps > 0, "DataExecutor: num_steps must be positive, got {}", o.num_steps);
+    num_steps_ = o.num_steps;
+  }
+  step_ = initial_ - 1;
   g_current = this;
 }
 DataExecutor::~DataExecutor() {
@@ -91,41 +603,50 @@ DataExecutor::~DataExecutor() {
 void DataExecutor::finish() {
   if (g_current != this) return;
   g_current = nullptr;
-  detail::end_step_numbering(step_ + 1);
+  cstorch::detail::end_step_numbering(step_ + 1);
 }
 DataExecutor* DataExecutor::current() {
   return g_current;
 }
 
 bool DataExecutor::is_checkpoint_step(int64_t s) const {
-  if (s == num_steps_ - 1) return true;
+  if (s < initial_ || s > last_step()) return false;
+  if (s == last_step()) return true;
   return ckpt_ > 0 && (s + 1) % ckpt_ == 0;
 }
 std::vector<int64_t> DataExecutor::checkpoint_steps() const {
   std::vector<int64_t> r;
-  if (ckpt_ > 0)
-    for (int64_t s = ckpt_ - 1; s < num_steps_; s += ckpt_) r.push_back(s);
-  if (r.empty() || r.back() != num_steps_ - 1) r.push_back(num_steps_ - 1);
+  if (ckpt_ > 0) {
+    int64_t first = ((initial_ + 1 + ckpt_ - 1) / ckpt_) * ckpt_ - 1;  // smallest k*m-1 >= initial
+    for (int64_t s = first; s <= last_step(); s += ckpt_) r.push_back(s);
+  }
+  if (r.empty() || r.back() != last_step()) r.push_back(last_step());
   return r;
 }
 
 bool DataExecutor::fetch() {
-  if (step_ + 1 >= num_steps_) return false;
-  auto& l = loader_.loader();
-  auto b = l.next();
-  if (!b) {  // re-iterate when the loader runs out
-    l.reset();
-    b = l.next();
-    CS_CHECK(b.has_value(), "DataExecutor: the data loader produced no batches (it is empty)");
+  if (step_ >= last_step()) return false;
+  double w0 = loader_.data_wait_seconds();
+  int64_t n0 = loader_.data_waits();
+  auto b = loader_.next();
+  if (!b) {  // the epoch ended: re-iterate
+    b = loader_.next();
+    CS_CHECK(b.has_value(),
+             "DataExecutor: the data loader produced no batches (it is empty); step {} has no "
+             "data",
+             step_ + 1);
   }
+  wait_s_ += loader_.data_wait_seconds() - w0;
+  waits_ += loader_.data_waits() > n0 ? 1 : 0;
   batch_ = std::move(*b);
   ++step_;
   set_current_step(step_);
+  loader_.record_step(step_);
   return true;
 }
 
 DataExecutor::iterator DataExecutor::begin() {
-  CS_CHECK(step_ == -1, "DataExecutor: can only be iterated once");
+  CS_CHECK(step_ == initial_ - 1, "DataExecutor: can only be iterated once");
   bool ok = fetch();
   if (!ok) synchronize();
   return iterator(this, !ok);
@@ -154,7 +675,7 @@ void check_checkpoint_step(const char* what) {
     std::string list;
     for (size_t i = 0; i < steps.size() && i < 20; ++i)
       list += (i ? ", " : "") + std::to_string(steps[i]);
-    if (steps.size() > 20) list += ", ...";
+    if (steps.size() > 20) list += fmt::format(", ..., {}", steps.back());
     fail("{}: step {} is not a checkpoint step; checkpoints can be taken at steps {}", what, s,
          list);
   }

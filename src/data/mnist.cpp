@@ -146,11 +146,14 @@ IdxArray read_idx(const std::string& path) {
   }
 
   const int64_t found = size - header;
-  if (found < count)
+  if (found < count) {
+    // Name the first sample (index along the first dimension) that is cut short.
+    const int64_t per_sample = count / a.dims[0];
     fail(
         "read_idx: '{}': truncated data: expected {} bytes of data after the header, found {} "
-        "(dims {})",
-        path, count, found, dims_str(a.dims));
+        "(dims {}): sample {} of {} is the first one cut short",
+        path, count, found, dims_str(a.dims), found / per_sample, a.dims[0]);
+  }
   if (found > count)
     fail("read_idx: '{}': {} extra bytes after the data (dims {} need exactly {} bytes)", path,
          found - count, dims_str(a.dims), count);

@@ -130,6 +130,14 @@ std::shared_ptr<Backend> backend() {
   return g_backend;
 }
 
+namespace detail {
+// The current backend, or null when none was created (DataLoader reads its worker count).
+std::shared_ptr<Backend> existing_backend() {
+  std::lock_guard<std::mutex> l(g_mu);
+  return g_backend;
+}
+}  // namespace detail
+
 CompiledModel compile(std::shared_ptr<nn::Module> model, std::shared_ptr<Backend> b) {
   CS_CHECK(model != nullptr, "compile: model is null");
   auto cur = backend();

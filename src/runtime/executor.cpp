@@ -12,7 +12,8 @@ namespace cstorch::runtime {
 
 namespace {
 thread_local bool t_on_executor = false;
-}
+thread_local int64_t t_job_step = -1;  // step of the job running on this (executor) thread
+}  // namespace
 
 Executor& Executor::get() {
   // Never destroyed: the worker may still hold tensors at static-destruction time. Pending
@@ -53,6 +54,7 @@ void Executor::loop() {
       q_.pop_front();
     }
     std::exception_ptr err;
+    t_job_step = job.step;
     try {
       job.fn();
     } catch (const std::exception& e) {
@@ -139,6 +141,9 @@ void Executor::set_lookahead(int n) {
 
 bool on_executor_thread() {
   return t_on_executor;
+}
+int64_t executing_step() {
+  return t_on_executor ? t_job_step : -1;
 }
 void synchronize() {
   Executor::get().synchronize();

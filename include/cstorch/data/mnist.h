@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "cstorch/data/dataset.h"
+
 namespace cstorch::data {
 
 inline constexpr int kMnistRows = 28;
@@ -65,5 +67,28 @@ void write_synthetic_mnist(const std::string& dir, int64_t n_train, int64_t n_te
 // (0) to '@' (255). Each pixel is two characters wide so the digit keeps its aspect ratio in a
 // terminal. For debugging and documentation.
 std::string ascii_art(const uint8_t* img);
+
+// MNIST as a map-style dataset: sample i is {"x": image i, "y": label i as i64}. Images are
+// f32, scaled to [0, 1] and, with `normalize`, standardised with the usual MNIST mean and std
+// ((p / 255 - 0.1307) / 0.3081); shape [784] with `flatten`, else [1, 28, 28]. The split is
+// read once (load_mnist_split, with its errors: missing or truncated files name the file and
+// the first incomplete sample); batches are filled straight from the bytes.
+struct MnistOptions {
+  bool normalize = true;
+  bool flatten = true;
+};
+class MnistDataset : public Dataset {
+ public:
+  MnistDataset(const std::string& dir, const std::string& split, MnistOptions opts = {});
+  int64_t size() const override { return n_; }
+  Sample get(int64_t index) const override;
+  Batch get_batch(const std::vector<int64_t>& indices) const override;
+
+ private:
+  MnistSplit split_;
+  MnistOptions o_;
+  int64_t n_;
+  float lut_[256];
+};
 
 }  // namespace cstorch::data

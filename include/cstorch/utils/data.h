@@ -1,52 +1,88 @@
-// Data loading and the execution loop.
+// Data loading and the execution loop (api.md §6).
 //
-// DataLoader(input_fn, args): a worker calls input_fn(args, worker) to build its own Loader.
-// DataExecutor(loader, {num_steps, checkpoint_steps}) numbers the steps, re-iterates the loader
-// when it runs out, and knows the checkpoint steps (k-1, 2k-1, ..., and the last step).
-// checkpoint_closure(fn) runs fn at checkpoint steps only (after the step has run).
+//   DataLoader loader(input_fn, {{"batch_size", 64}, {"num_epochs", 2}, {"num_workers", 2}});
+//   DataExecutor executor(loader, {.checkpoint_steps = 100});
+//   for (const Batch& batch : executor) { auto loss = step(batch); log(loss); }
+//
+// DataLoader(input_fn, args): `num_workers` worker threads each call input_fn(args, worker) to
+// build their own Loader (so they can shard) and stream its batches into a bounded per-worker
+// prefetch queue. The client takes batches from the workers in a fixed round-robin order, so the
+// batch sequence is the same for every run whatever the threads' timing. The step arguments
+// (num_steps, max_steps, num_epochs, steps_per_epoch, initial_step) and the worker settings are
+// read from `args`; everything else is forwarded to input_fn.
+//
+// DataExecutor(loader, num_steps, checkpoint_steps) numbers the steps, re-iterates the loader
+// when an epoch ends, knows the checkpoint steps (k-1, 2k-1, ..., and the last step) and
+// measures how long the client waited for data. checkpoint_closure(fn) is a step closure that
+// may only be called at checkpoint steps.
 #pragma once
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "cstorch/optim/optimizer.h"
+#include "cstorch/config.h"
 #include "cstorch/runtime.h"
+#include "cstorch/state.h"
 
 namespace cstorch::utils::data {
 
+// Which worker is building or running a loader: id in 0..num_workers-1.
 struct WorkerInfo {
   int id = 0;
   int num_workers = 1;
 };
 
-// A source of batches for one epoch at a time.
+// A source of batches, one epoch at a time. A loader is used by one worker thread only.
 class Loader {
  public:
   virtual ~Loader() = default;
   // The next batch of this epoch, or nullopt at its end.
   virtual std::optional<Batch> next() = 0;
-  // Starts a new epoch.
+  // Starts the next epoch (a shuffling loader draws the next epoch's order).
   virtual void reset() = 0;
   // Batches per epoch (-1 when unknown).
   virtual int64_t size() const { return -1; }
+  // A restartable loader records its position so a resumed run continues exactly where it
+  // stopped: state_dict() after k next() calls, loaded into a fresh loader built the same way,
+  // makes the fresh loader return what the original's next() calls k+1, ... return (across
+  // resets too). The defaults raise an error saying the loader is not restartable.
+  virtual bool restartable() const { return false; }
+  virtual State state_dict() const;
+  virtual void load_state_dict(const State& state);
 };
 
-// Batches of rows of in-memory tensors (first dim = sample), optionally shuffled with a seed
-// (a new permutation every epoch), keeping or dropping a last partial batch.
+// Batches of rows of in-memory tensors (first dim = sample). Worker `shard.id` of
+// `shard.num_workers` takes rows id, id+n, id+2n, ...; with `shuffle` those rows are permuted
+// anew every epoch from (seed, epoch). A last partial batch is kept unless `drop_last`.
+// Restartable: its state is {epoch, position, samples_streamed}.
 class TensorLoader : public Loader {
  public:
+  // Errors: no tensors, a 0-d tensor, tensors with different sample counts (naming them),
+  // batch_size < 1, an invalid worker.
   TensorLoader(Batch tensors, int64_t batch_size, bool shuffle = false, uint64_t seed = 0,
                bool drop_last = false, WorkerInfo shard = {});
   std::optional<Batch> next() override;
   void reset() override;
   int64_t size() const override;
+  bool restartable() const override { return true; }
+  State state_dict() const override;
+  // Errors name the missing or mismatching key (a state from a loader of another size).
+  void load_state_dict(const State& state) override;
 
  private:
+  void shuffle_order();
   Batch data_;
-  int64_t n_, batch_, pos_ = 0, epoch_ = 0;
+  int64_t n_, batch_, pos_ = 0, epoch_ = 0, samples_ = 0;
   bool shuffle_, drop_last_;
   uint64_t seed_;
   std::vector<int64_t> order_;
@@ -55,28 +91,151 @@ class TensorLoader : public Loader {
 using InputFn =
     std::function<std::shared_ptr<Loader>(const Config& args, const WorkerInfo& worker)>;
 
+// The step arguments of api.md §6. Unset optionals were not given.
+struct StepArgs {
+  std::optional<int64_t> num_steps, max_steps, num_epochs, steps_per_epoch;
+  int64_t initial_step = 0;
+};
+
+// Steps to run: min(num_epochs * steps_per_epoch, num_steps, max_steps - initial_step) over the
+// terms whose arguments were given. steps_per_epoch defaults to `loader_length` (batches per
+// epoch; -1 when unknown) and may not exceed it. Errors (cstorch::Error):
+//   none of num_epochs, num_steps, max_steps: "One of num_epochs, num_steps, or max_steps must
+//   be provided"; num_epochs and num_steps both given; initial_step >= max_steps ("initial_step
+//   (I) must be less than max_steps (M)..."); a non-positive num_steps, max_steps, num_epochs or
+//   steps_per_epoch; a negative initial_step; steps_per_epoch > loader_length; num_epochs
+//   without steps_per_epoch when the length is unknown.
+int64_t compute_num_steps(const StepArgs& a, int64_t loader_length);
+
+// Reads the step arguments from `args` (integers; null counts as not given). A non-integer
+// value is an error naming the key.
+StepArgs step_args_from(const Config& args);
+
 class DataLoader {
  public:
-  // `args` are forwarded to input_fn; the step arguments (num_steps, ...) are read by the
-  // DataExecutor. One worker for now (the worker pool comes with the data pipeline).
-  DataLoader(InputFn input_fn, Config args = Config::object());
-  Loader& loader();
-  const Config& args() const { return args_; }
+  // `args` keys read here (and not forwarded): num_steps, max_steps, num_epochs,
+  // steps_per_epoch, initial_step (see StepArgs); num_workers (>= 1; default: the current
+  // backend's cluster_config.num_workers_per_csx, else 1); prefetch (batches each worker may
+  // have ready ahead of the client, >= 1, default 4). Every other key is passed to input_fn.
+  // Workers start on first use (size(), next(), the DataExecutor), not here.
+  explicit DataLoader(InputFn input_fn, Config args = Config::object());
+  // Stops and joins the workers (a worker blocked on a full queue is woken).
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  const Config& args() const { return args_; }  // what input_fn receives
+  const StepArgs& step_args() const { return steps_; }
+  int num_workers() const { return num_workers_; }
+  int prefetch() const { return prefetch_; }
+
+  // Batches per epoch: the sum of the workers' loader sizes, capped by steps_per_epoch; -1 when
+  // a worker's size is unknown and no steps_per_epoch is given. Starts the workers and waits
+  // until each has built its loader (an input_fn error is raised here).
+  int64_t size();
+  // compute_num_steps(step_args(), size()).
+  int64_t num_steps();
+
+  // The next batch in round-robin order over the workers (a worker whose epoch has ended is
+  // skipped), or nullopt when the epoch has ended: every worker's loader ran out, or
+  // steps_per_epoch batches were taken. The call after nullopt starts the next epoch. A worker
+  // error is raised here as cstorch::Error "DataLoader worker I of N: ..." (the source's
+  // message names the file and sample); the workers are then stopped and every later call
+  // raises the same error.
+  std::optional<Batch> next();
+
+  // Restartable state: the epoch, batches taken in it, the round-robin position, and per worker
+  // its loader's state after the last batch the client took from it, with batches and samples
+  // streamed. Called from a step closure (on the executor thread, while the client runs ahead),
+  // it returns the state as of the closure's step when a DataExecutor recorded it. Errors: a
+  // worker's loader that is not restartable.
+  State state_dict();
+  // Restores a state_dict(); the next batch is the one the saved run would have taken next.
+  // Running workers are stopped and restarted from the state. Errors name the bad key, or a
+  // worker count different from the saved one.
+  void load_state_dict(const State& state);
+
+  // Seconds the client spent blocked in next() waiting for a worker, and batches taken.
+  double data_wait_seconds() const { return wait_s_; }
+  // next() calls that found the worker's queue empty and had to wait.
+  int64_t data_waits() const { return waits_; }
+  int64_t batches_taken() const { return total_batches_; }
+
+  // Used by DataExecutor: remember the state after the batch of `step` for closures.
+  void record_step(int64_t step);
 
  private:
+  struct Item {
+    enum Kind { Data, End, Failure } kind = Data;
+    int64_t epoch = 0;
+    Batch batch;
+    std::shared_ptr<const State> state;  // worker state after this item (restartable loaders)
+    std::string error;
+  };
+  struct Worker {
+    std::thread thread;
+    std::deque<Item> queue;
+    // Per-worker signals, so a push wakes only the client and a pop only this worker.
+    std::shared_ptr<std::condition_variable> cv_item = std::make_shared<std::condition_variable>();
+    std::shared_ptr<std::condition_variable> cv_space = std::make_shared<std::condition_variable>();
+    bool created = false;  // loader built (or failed)
+    int64_t size = -1;
+    bool restartable = false;
+    std::string loader_failure;  // input_fn error, reported by size()/next()
+    // Client side: state after the last item taken, counts.
+    std::shared_ptr<const State> consumed;
+    bool done = false;  // its epoch ended (in the client's current epoch)
+    int64_t batches = 0, samples = 0;
+    std::shared_ptr<const State> pending;  // state to load when the worker starts
+  };
+  struct Position {  // client position, for state_dict()
+    int64_t epoch, batches_in_epoch, total, next;
+    std::vector<std::shared_ptr<const State>> consumed;
+    std::vector<bool> done;
+    std::vector<int64_t> batches, samples;
+  };
+  void start();
+  void stop();
+  void run_worker(int w);
+  void raise(const std::string& msg);
+  Position position() const;
+  State to_state(const Position& p) const;
+
   InputFn fn_;
   Config args_;
-  std::shared_ptr<Loader> loader_;
+  StepArgs steps_;
+  int num_workers_ = 1, prefetch_ = 4;
+  std::vector<Worker> workers_;
+  bool started_ = false;
+  std::mutex m_;
+  std::condition_variable cv_created_;  // a worker built its loader (or failed)
+  bool stop_ = false;
+  int64_t min_epoch_ = 0;  // workers skip to this epoch (after a truncated epoch)
+  std::string error_;      // sticky failure
+  // Client position.
+  int64_t epoch_ = 0, batches_in_epoch_ = 0, total_batches_ = 0;
+  int next_ = 0;
+  double wait_s_ = 0;
+  int64_t waits_ = 0;
+  // States recorded per step for closures (bounded).
+  std::mutex snap_m_;
+  std::map<int64_t, Position> snapshots_;
 };
 
 struct ExecutorOptions {
-  int64_t num_steps = -1;
-  int64_t checkpoint_steps = 0;  // 0: only... no checkpoints
+  int64_t num_steps = -1;        // -1: from the DataLoader's step arguments
+  int64_t checkpoint_steps = 0;  // k > 0: checkpoints at steps k-1, 2k-1, ...; always the last
 };
 
+// Drives a training loop: `for (const Batch& b : executor)` yields num_steps batches, numbering
+// them initial_step, initial_step + 1, ... (initial_step from the DataLoader's arguments); the
+// loader is re-iterated when an epoch ends. Only one DataExecutor may run at a time.
 class DataExecutor {
  public:
-  DataExecutor(DataLoader& loader, ExecutorOptions opts);
+  // Errors: num_steps < 1 (given or computed), checkpoint_steps < 0, another DataExecutor
+  // running, and the step-argument errors of compute_num_steps.
+  DataExecutor(DataLoader& loader, ExecutorOptions opts = {});
+  DataExecutor(DataLoader& loader, int64_t num_steps, int64_t checkpoint_steps = 0);
   ~DataExecutor();
 
   class iterator {
@@ -90,21 +249,32 @@ class DataExecutor {
     DataExecutor* ex_;
     bool end_;
   };
+  // Fetches the first batch. An empty loader (an epoch without batches) is an error.
   iterator begin();
   iterator end() { return iterator(this, true); }
 
-  int64_t step() const { return step_; }  // 0-based step of the current batch
+  int64_t step() const { return step_; }  // step number of the current batch
+  int64_t initial_step() const { return initial_; }
   int64_t num_steps() const { return num_steps_; }
+  int64_t last_step() const { return initial_ + num_steps_ - 1; }
+  // Global step numbers s with (s + 1) % checkpoint_steps == 0, and the last step.
   bool is_checkpoint_step(int64_t step) const;
   std::vector<int64_t> checkpoint_steps() const;
+  // Seconds the client waited for the loader during this run (0 when batches were ready).
+  double data_wait_seconds() const { return wait_s_; }
+  // Steps of this run whose batch was not ready when the client asked for it.
+  int64_t data_waits() const { return waits_; }
+  DataLoader& loader() { return loader_; }
   static DataExecutor* current();
 
  private:
   bool fetch();
   void finish();
   DataLoader& loader_;
-  int64_t num_steps_, ckpt_;
-  int64_t step_ = -1;
+  int64_t num_steps_, ckpt_, initial_;
+  int64_t step_;
+  double wait_s_ = 0;
+  int64_t waits_ = 0;
   Batch batch_;
 };
 

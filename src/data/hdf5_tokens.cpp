@@ -1,0 +1,168 @@
+// Hdf5TokenDataset: GPT-style HDF5 token files (see cstorch/data/tokens.h). The HDF5 library in
+// use is the thread-safe build, so worker threads may read concurrently (HDF5 serialises).
+#include <hdf5.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+#include "cstorch/data/tokens.h"
+#include "data/host_tensor.h"
+
+namespace cstorch::data {
+
+namespace {
+
+// Error stacks are per thread in the thread-safe build: silence the automatic printing on the
+// calling thread (errors are reported through cstorch::Error instead).
+void quiet() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+// The HDF5 error stack of this thread as one line (innermost description last).
+std::string h5_error() {
+  std::string out;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+        auto* s = static_cast<std::string*>(data);
+        if (e->desc && *e->desc) {
+          if (!s->empty()) *s += "; ";
+          *s += e->desc;
+        }
+        return 0;
+      },
+      &out);
+  H5Eclear2(H5E_DEFAULT);
+  return out.empty() ? "unknown HDF5 error" : out;
+}
+
+std::vector<std::string> expand(std::vector<std::string> files) {
+  if (files.size() == 1 && std::filesystem::is_directory(files[0])) {
+    std::vector<std::string> found;
+    for (auto& e : std::filesystem::directory_iterator(files[0])) {
+      auto ext = e.path().extension().string();
+      if (e.is_regular_file() && (ext == ".h5" || ext == ".hdf5")) found.push_back(e.path());
+    }
+    std::sort(found.begin(), found.end());
+    CS_CHECK(!found.empty(), "Hdf5TokenDataset: directory '{}' holds no .h5 or .hdf5 files",
+             files[0]);
+    return found;
+  }
+  return files;
+}
+
+}  // namespace
+
+Hdf5TokenDataset::Hdf5TokenDataset(std::vector<std::string> files) : paths_(expand(files)) {
+  CS_CHECK(!paths_.empty(), "Hdf5TokenDataset: no files given");
+  quiet();
+  try {
+    for (const auto& path : paths_) {
+      CS_CHECK(std::filesystem::exists(path), "Hdf5TokenDataset: '{}': no such file", path);
+      hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+      if (f < 0)
+        fail("Hdf5TokenDataset: '{}': cannot open as an HDF5 file (not HDF5, or truncated): {}",
+             path, h5_error());
+      file_ids_.push_back(f);
+      if (H5Lexists(f, "data", H5P_DEFAULT) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        fail(
+            "Hdf5TokenDataset: '{}': no dataset 'data' (GPT token files hold 'data' of shape "
+            "(N, 3, msl))",
+            path);
+      }
+      hid_t d = H5Dopen2(f, "data", H5P_DEFAULT);
+      if (d < 0) fail("Hdf5TokenDataset: '{}': cannot open dataset 'data': {}", path, h5_error());
+      dset_ids_.push_back(d);
+      hid_t type = H5Dget_type(d);
+      H5T_class_t cls = H5Tget_class(type);
+      H5Tclose(type);
+      CS_CHECK(cls == H5T_INTEGER,
+               "Hdf5TokenDataset: '{}': dataset 'data' is not of an integer "
+               "type (token ids)",
+               path);
+      hid_t space = H5Dget_space(d);
+      int rank = H5Sget_simple_extent_ndims(space);
+      hsize_t dims[8] = {};
+      if (rank > 0 && rank <= 8) H5Sget_simple_extent_dims(space, dims, nullptr);
+      H5Sclose(space);
+      std::string shape = "(";
+      for (int i = 0; i < rank && i < 8; ++i) shape += (i ? ", " : "") + std::to_string(dims[i]);
+      shape += ")";
+      CS_CHECK(rank == 3 && dims[1] == 3 && dims[2] >= 1,
+               "Hdf5TokenDataset: '{}': dataset 'data' has shape {}, expected (N, 3, msl): input "
+               "ids, attention mask and labels per sample",
+               path, shape);
+      int64_t msl = static_cast<int64_t>(dims[2]);
+      if (msl_ == 0) msl_ = msl;
+      CS_CHECK(msl == msl_,
+               "Hdf5TokenDataset: '{}' has sequences of length {} but '{}' has {}; all files "
+               "must have the same msl",
+               path, msl, paths_[0], msl_);
+      starts_.push_back(total_);
+      total_ += static_cast<int64_t>(dims[0]);
+    }
+    starts_.push_back(total_);
+  } catch (...) {
+    for (auto d : dset_ids_) H5Dclose(d);
+    for (auto f : file_ids_) H5Fclose(f);
+    throw;
+  }
+}
+
+Hdf5TokenDataset::~Hdf5TokenDataset() {
+  for (auto d : dset_ids_) H5Dclose(d);
+  for (auto f : file_ids_) H5Fclose(f);
+}
+
+void Hdf5TokenDataset::read_sample(int64_t i, int64_t* ids, int64_t* mask, int64_t* labels) const {
+  CS_CHECK(i >= 0 && i < total_, "Hdf5TokenDataset: sample {} is outside 0..{}", i, total_ - 1);
+  size_t f = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) -
+                                 starts_.begin() - 1);
+  int64_t local = i - starts_[f];
+  quiet();
+  std::vector<int64_t> buf(static_cast<size_t>(3 * msl_));
+  hid_t fspace = H5Dget_space(static_cast<hid_t>(dset_ids_[f]));
+  hsize_t start[3] = {static_cast<hsize_t>(local), 0, 0};
+  hsize_t count[3] = {1, 3, static_cast<hsize_t>(msl_)};
+  hsize_t mdims[1] = {static_cast<hsize_t>(3 * msl_)};
+  hid_t mspace = H5Screate_simple(1, mdims, nullptr);
+  herr_t st = H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr);
+  if (st >= 0)
+    st = H5Dread(static_cast<hid_t>(dset_ids_[f]), H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT,
+                 buf.data());
+  std::string err = st < 0 ? h5_error() : "";
+  H5Sclose(mspace);
+  H5Sclose(fspace);
+  if (st < 0)
+    fail(
+        "Hdf5TokenDataset: '{}': reading sample {} (sample {} of the file) failed (truncated or "
+        "corrupt file?): {}",
+        paths_[f], i, local, err);
+  std::copy(buf.begin(), buf.begin() + msl_, ids);
+  std::copy(buf.begin() + msl_, buf.begin() + 2 * msl_, mask);
+  std::copy(buf.begin() + 2 * msl_, buf.end(), labels);
+}
+
+Sample Hdf5TokenDataset::get(int64_t i) const {
+  int64_t *a, *b, *c;
+  Sample s{{"input_ids", detail::host_tensor({msl_}, DType::i64, &a)},
+           {"attention_mask", detail::host_tensor({msl_}, DType::i64, &b)},
+           {"labels", detail::host_tensor({msl_}, DType::i64, &c)}};
+  read_sample(i, a, b, c);
+  return s;
+}
+
+Batch Hdf5TokenDataset::get_batch(const std::vector<int64_t>& idx) const {
+  int64_t n = static_cast<int64_t>(idx.size());
+  int64_t *a, *b, *c;
+  Batch out{{"input_ids", detail::host_tensor({n, msl_}, DType::i64, &a)},
+            {"attention_mask", detail::host_tensor({n, msl_}, DType::i64, &b)},
+            {"labels", detail::host_tensor({n, msl_}, DType::i64, &c)}};
+  for (int64_t j = 0; j < n; ++j)
+    read_sample(idx[static_cast<size_t>(j)], a + j * msl_, b + j * msl_, c + j * msl_);
+  return out;
+}
+
+}  // namespace cstorch::data
