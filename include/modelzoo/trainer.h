@@ -21,6 +21,7 @@
 #include "cstorch/optim/optimizer.h"
 #include "cstorch/state.h"
 #include "modelzoo/callback.h"
+#include "modelzoo/loggers.h"
 #include "modelzoo/model.h"
 
 namespace modelzoo {
@@ -74,6 +75,8 @@ class Trainer {
   const LoopConfig& loop() const { return loop_; }
   const CheckpointConfig& checkpoint_config() const { return ckpt_; }
   int64_t global_step() const { return global_step_; }
+  // Optimizer steps the current (or last) fit() runs.
+  int64_t run_steps() const { return run_steps_; }
   void add_callback(CallbackPtr cb);
   const std::vector<CallbackPtr>& callbacks() const { return callbacks_; }
 
@@ -108,11 +111,18 @@ class Trainer {
   LoggingConfig logging_;
   std::vector<CallbackPtr> callbacks_;
   int64_t global_step_ = 0;
+  int64_t run_steps_ = 0;
   uint64_t seed_ = 0;
   cstorch::utils::data::DataLoader* train_loader_ = nullptr;  // during fit()
   std::optional<cstorch::State> pending_loader_state_;        // from a checkpoint, for fit()
   bool warned_loader_state_ = false;
 };
+
+// Loggers by name (`loggers: [{TensorBoard: {log_dir}}, {CSV: {file}}, {JSONLines: {file}}]`);
+// every factory also receives `model_dir` (defaults: model_dir/tensorboard,
+// model_dir/metrics.csv, model_dir/metrics.jsonl).
+using LoggerPtr = std::shared_ptr<Logger>;
+Registry<LoggerPtr>& loggers();
 
 // Which phase methods run_config calls.
 enum class Mode { Fit, Validate, ValidateAll };

@@ -6,6 +6,7 @@
 #include "cstorch/config.h"
 #include "modelzoo/cli.h"
 #include "modelzoo/legacy.h"
+#include "modelzoo/plot.h"
 
 namespace modelzoo {
 
@@ -136,6 +137,27 @@ void register_cszoo_commands(CLI::App& app, int& status) {
       status = 0;
     });
   }
+
+  // plot MODEL_DIR: the loss/LR image of a run from its metrics file.
+  static std::string plot_dir, plot_out;
+  auto* plot = app.add_subcommand("plot", "Draw the loss and learning-rate curves of a run");
+  plot->add_option("model_dir", plot_dir, "The run's model_dir (holds metrics.jsonl or .csv)")
+      ->required();
+  plot->add_option("-o,--output", plot_out, "PNG file (default MODEL_DIR/loss_lr.png)");
+  plot->callback([&status] {
+    namespace fs = std::filesystem;
+    fs::path metrics;
+    for (const char* name : {"metrics.jsonl", "metrics.csv"})
+      if (fs::exists(fs::path(plot_dir) / name)) {
+        metrics = fs::path(plot_dir) / name;
+        break;
+      }
+    CS_CHECK(!metrics.empty(), "plot: no metrics.jsonl or metrics.csv in '{}'", plot_dir);
+    fs::path out = plot_out.empty() ? fs::path(plot_dir) / "loss_lr.png" : fs::path(plot_out);
+    plot_metrics_file(metrics, out, PlotOptions{});
+    fmt::print("wrote {}\n", out.string());
+    status = 0;
+  });
 
   // The legacy form: run --mode {train,eval,train_and_eval,eval_all} --params PARAMS.
   static CommonOptions legacy;

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "modelzoo/callback.h"
+#include "modelzoo/loggers.h"
 
 namespace modelzoo {
 
@@ -18,17 +19,36 @@ class CoreCallback : public Callback {
   virtual void on_validation_result(Trainer&, double mean_loss) {}
 };
 
-// Prints the loss and learning rate every `log_steps` steps (from a step closure, so values
-// are read after their step ran) and validation results.
+// Sends the loss and learning rate every `log_steps` steps (from a step closure, so values
+// are read after their step ran) and validation results (mean loss and every live metric) to
+// the configured loggers; draws the progress bar during fit(); writes the loss/LR plot at
+// the end of fit() when a metrics file is being written.
 class LoggingCallback : public CoreCallback {
  public:
-  explicit LoggingCallback(int64_t log_steps) : log_steps_(log_steps) {}
+  // `progress_every`: 0 for no progress bar; else its plain-line period off a terminal.
+  LoggingCallback(int64_t log_steps, std::shared_ptr<MultiLogger> loggers, int64_t progress_every,
+                  std::string metrics_file, std::string plot_file)
+      : log_steps_(log_steps),
+        loggers_(std::move(loggers)),
+        progress_every_(progress_every),
+        metrics_file_(std::move(metrics_file)),
+        plot_file_(std::move(plot_file)) {}
   std::string name() const override { return "Logging"; }
+  void on_train_start(Trainer&) override;
+  void on_train_end(Trainer&) override;
+  void on_train_exception(Trainer&, const std::exception&) override;
+  void on_fit_end(Trainer&) override;
+  void finalize(Trainer&) override;
   void on_step_outputs(Trainer&, const cstorch::Tensor& loss, const cstorch::Tensor& lr) override;
   void on_validation_result(Trainer&, double mean_loss) override;
 
  private:
+  void end_progress();
   int64_t log_steps_;
+  std::shared_ptr<MultiLogger> loggers_;
+  int64_t progress_every_;
+  std::shared_ptr<ProgressBar> progress_;
+  std::string metrics_file_, plot_file_;
 };
 
 // Saves checkpoints at checkpoint steps (and at the end of training), keeping the newest N.

@@ -48,7 +48,12 @@ void run_phase(const ConfigView& phase, Mode mode, const RunOverrides& o) {
     case Mode::Validate: {
       ConfigView v = phase.at("validate");
       v.check_keys({"val_dataloader", "ckpt_path"});
-      trainer.validate(make_dataloader(v.at("val_dataloader")), ckpt_of(v));
+      // Without a checkpoint path: the latest checkpoint in model_dir, if any.
+      auto ckpt = ckpt_of(v);
+      auto found = trainer.checkpoints();
+      if (!ckpt && trainer.checkpoint_config().autoload_last_checkpoint && !found.empty())
+        ckpt = found.back().second;
+      trainer.validate(make_dataloader(v.at("val_dataloader")), ckpt);
       break;
     }
     case Mode::ValidateAll: {

@@ -32,6 +32,32 @@ Registry<CallbackPtr>& callbacks() {
   static Registry<CallbackPtr> r("callback");
   return r;
 }
+Registry<LoggerPtr>& loggers() {
+  static Registry<LoggerPtr> r("logger");
+  return r;
+}
+
+// The file a built-in file logger writes: its `file` argument, else model_dir/<default>.
+static std::string logger_file(const ConfigView& a, const char* def) {
+  return a.has("file") ? a.at("file").as_string()
+                       : (fs::path(a.at("model_dir").as_string()) / def).string();
+}
+
+MODELZOO_REGISTER(loggers, "TensorBoard", [](const ConfigView& a) -> LoggerPtr {
+  a.check_keys({"model_dir", "log_dir"});
+  std::string dir = a.has("log_dir")
+                        ? a.at("log_dir").as_string()
+                        : (fs::path(a.at("model_dir").as_string()) / "tensorboard").string();
+  return std::make_shared<TensorBoardLogger>(dir);
+});
+MODELZOO_REGISTER(loggers, "CSV", [](const ConfigView& a) -> LoggerPtr {
+  a.check_keys({"model_dir", "file"});
+  return std::make_shared<CSVLogger>(logger_file(a, "metrics.csv"));
+});
+MODELZOO_REGISTER(loggers, "JSONLines", [](const ConfigView& a) -> LoggerPtr {
+  a.check_keys({"model_dir", "file"});
+  return std::make_shared<JSONLinesLogger>(logger_file(a, "metrics.jsonl"));
+});
 
 // Runs `body`; a cstorch::Error from it is rethrown with `path: ` in front, for components
 // (optimizers, schedulers) whose own errors do not know where in the YAML they were named.
@@ -147,13 +173,36 @@ Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
   loop_ = parse_loop(init.has("loop") ? init.at("loop") : ConfigView(Config(), ""));
   ckpt_ =
       parse_checkpoint(init.has("checkpoint") ? init.at("checkpoint") : ConfigView(Config(), ""));
+  int64_t progress_every = 100;
+  bool plot = true;
   if (init.has("logging")) {
     ConfigView l = init.at("logging");
-    l.check_keys({"log_steps"});
+    l.check_keys({"log_steps", "progress", "progress_every", "plot"});
     logging_.log_steps = l.get_int("log_steps", 1);
     if (logging_.log_steps < 1)
       cstorch::fail("{}: must be at least 1, got {}", l.child_path("log_steps"),
                     logging_.log_steps);
+    progress_every = l.get_bool("progress", true) ? l.get_int("progress_every", 100) : 0;
+    if (progress_every < 0)
+      cstorch::fail("{}: must be 0 or more, got {}", l.child_path("progress_every"),
+                    progress_every);
+    plot = l.get_bool("plot", true);
+  }
+  // Loggers: the configured list, else a JSON-lines metrics file and TensorBoard events.
+  auto multi = std::make_shared<MultiLogger>();
+  std::string metrics_file;
+  {
+    Config list = init.has("loggers") ? init.at("loggers").value()
+                                      : Config::array({"JSONLines", "TensorBoard"});
+    ConfigView lv(list, init.child_path("loggers"));
+    for (size_t i = 0; i < lv.size(); ++i) {
+      auto [name, args] = lv.at(i).named_entry();
+      if (!args.contains("model_dir")) args["model_dir"] = model_dir_;
+      ConfigView av(args, lv.at(i).child_path(name));
+      multi->add(::modelzoo::loggers().create(name, av, lv.at(i).path()));
+      if (metrics_file.empty() && (lower(name) == "jsonlines" || lower(name) == "csv"))
+        metrics_file = logger_file(av, lower(name) == "csv" ? "metrics.csv" : "metrics.jsonl");
+    }
   }
 
   // The model, built after seeding so its initial weights depend on `seed` only.
@@ -185,7 +234,9 @@ Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
   }
 
   // Core callbacks first (logging, checkpointing), then the user's, in the order given.
-  impl_->core.push_back(std::make_shared<LoggingCallback>(logging_.log_steps));
+  impl_->core.push_back(std::make_shared<LoggingCallback>(
+      logging_.log_steps, multi, progress_every, metrics_file,
+      plot ? (fs::path(model_dir_) / "loss_lr.png").string() : std::string()));
   impl_->core.push_back(std::make_shared<CheckpointCallback>());
   for (auto& c : impl_->core) callbacks_.push_back(c);
   if (init.has("callbacks")) {
@@ -196,8 +247,6 @@ Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
       callbacks_.push_back(::modelzoo::callbacks().create(name, av, cv.at(i).path()));
     }
   }
-  if (init.has("loggers"))
-    cstorch::fail("{}: loggers are not available in this build", init.child_path("loggers"));
 
   each([&](Callback& c) { c.pre_setup(*this); });
   each([&](Callback& c) { c.setup(*this); });
@@ -348,9 +397,16 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     args.steps_per_epoch = loop_.steps_per_epoch;
     args.initial_step = global_step_;
     const int64_t spe = loop_.steps_per_epoch.value_or(loader_len > 0 ? loader_len / accum : -1);
+    if (loop_.max_steps && global_step_ >= *loop_.max_steps) {
+      // Resumed from the final checkpoint: nothing is left to train.
+      fmt::print("training is complete: step {} of max_steps {}\n", global_step_, *loop_.max_steps);
+      each([&](Callback& c) { c.on_fit_end(*this); });
+      return;
+    }
     const int64_t total = with_path("trainer.init.loop", [&] {
       return data::compute_num_steps(args, loader_len > 0 ? loader_len / accum : -1);
     });
+    run_steps_ = total;
     model_->train();
     each([&](Callback& c) { c.on_train_start(*this); });
     try {

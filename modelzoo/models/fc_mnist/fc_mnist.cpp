@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "cstorch/data/mnist.h"
+#include "cstorch/metrics.h"
 #include "cstorch/nn/functional.h"
 #include "cstorch/nn/layers.h"
 #include "modelzoo/model.h"
@@ -28,11 +29,14 @@ class FcMnist : public Model {
     register_module("net", net_.ptr());
   }
   cs::Tensor loss(const cs::Batch& b) override {
-    return cs::nn::functional::cross_entropy(net_(b.at("x")), b.at("y"));
+    cs::Tensor logits = net_(b.at("x"));
+    if (!is_training()) accuracy_.update(b.at("y"), cs::argmax(logits, -1));
+    return cs::nn::functional::cross_entropy(logits, b.at("y"));
   }
 
  private:
   cs::nn::Sequential net_;
+  cs::metrics::AccuracyMetric accuracy_{"eval/accuracy"};
 };
 
 MODELZOO_REGISTER(models, "fc_mnist", [](const ConfigView& a) -> ModelPtr {
@@ -70,7 +74,7 @@ void ensure_mnist(const std::string& dir, bool synthetic, const std::string& whe
 
 MODELZOO_REGISTER(data_processors, "MNISTDataProcessor", [](const ConfigView& a) -> DataLoaderPtr {
   a.check_keys({"data_processor", "data_dir", "batch_size", "split", "shuffle", "shuffle_seed",
-                "drop_last", "synthetic", "num_workers"});
+                "drop_last", "synthetic", "num_workers", "prefetch"});
   std::string dir = a.get_string("data_dir", "data/mnist");
   std::string split = a.get_string("split", "train");
   if (split != "train" && split != "test")
@@ -85,6 +89,8 @@ MODELZOO_REGISTER(data_processors, "MNISTDataProcessor", [](const ConfigView& a)
                      {"shuffle", a.get_bool("shuffle", train)},
                      {"seed", a.get_int("shuffle_seed", 0)},
                      {"drop_last", a.get_bool("drop_last", train)}};
+  if (a.has("num_workers")) args["num_workers"] = a.at("num_workers").as_int();
+  if (a.has("prefetch")) args["prefetch"] = a.at("prefetch").as_int();
   auto input_fn =
       [](const cs::Config& args,
          const cs::utils::data::WorkerInfo& w) -> std::shared_ptr<cs::utils::data::Loader> {

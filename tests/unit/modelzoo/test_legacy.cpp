@@ -13,7 +13,10 @@ using modelzoo::Config;
 namespace {
 
 Config legacy(const std::string& mode, const std::string& extra = "") {
-  auto dir = std::filesystem::temp_directory_path() / "cstorch_legacy";
+  // One folder per test: ctest runs tests in parallel processes.
+  auto dir = std::filesystem::temp_directory_path() /
+             (std::string("cstorch_legacy_") +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::filesystem::remove_all(dir);
   return cs::parse_config(
       "train_input: {data_processor: TinyData, batches: 4, batch_size: 4}\n"

@@ -115,7 +115,7 @@ Config init_config(const std::string& extra = "") {
   return cs::parse_config(
       "device: CPU\n"
       "model_dir: " +
-      tmpdir("init") +
+      tmpdir(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
       "\n"
       "seed: 3\n"
       "model: {name: fc_mnist, depth: 1, hidden_size: 16}\n"
