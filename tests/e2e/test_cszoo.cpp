@@ -1,0 +1,157 @@
+// End to end through the cszoo command line: kill -9 during `cszoo fit` and run the same
+// command again: it resumes from the latest checkpoint and ends with exactly the state of an
+// uninterrupted run (weights, optimizer state, data position, RNG). Also validate, plot,
+// convert, and a plugin loaded with --python_paths.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "cstorch/data/mnist.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kCszoo = std::string(CSTORCH_BINARY_DIR) + "/cszoo";
+const std::string kPlugins = std::string(CSTORCH_BINARY_DIR) + "/tests/plugins";
+
+std::string run(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  std::array<char, 4096> buf;
+  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
+  int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+fs::path temp_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("cstorch_cszoo_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A small FC-MNIST config: 60 steps, checkpoints every 20, validation every 30.
+std::string write_config(const fs::path& dir, const fs::path& data, int sleep_ms) {
+  std::string yaml =
+      "trainer:\n"
+      "  init:\n"
+      "    device: CPU\n"
+      "    model_dir: " + (dir / "model").string() + "\n"
+      "    seed: 7\n"
+      "    model: {name: fc_mnist, hidden_sizes: [32]}\n"
+      "    optimizer: {SGD: {lr: 0.05, momentum: 0.9}}\n"
+      "    loop: {max_steps: 60, eval_frequency: 30, eval_steps: 2}\n"
+      "    checkpoint: {steps: 20}\n"
+      "    logging: {log_steps: 5}\n"
+      "    callbacks: [{SleepEachStep: {ms: " + std::to_string(sleep_ms) + "}}]\n"
+      "  fit:\n"
+      "    train_dataloader: {data_processor: MNISTDataProcessor, data_dir: " + data.string() +
+      ", batch_size: 32, shuffle_seed: 3, synthetic: false}\n"
+      "    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: " + data.string() +
+      ", split: test, batch_size: 100, synthetic: false}\n"
+      "  validate:\n"
+      "    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: " + data.string() +
+      ", split: test, batch_size: 100, synthetic: false}\n";
+  std::string path = (dir / "fit.yaml").string();
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+}  // namespace
+
+TEST(CszooE2E, KilledFitResumesToTheSameFinalState) {
+  auto root = temp_dir("resume");
+  auto data = root / "mnist";
+  cstorch::data::write_synthetic_mnist(data.string(), 2000, 300, 11);
+
+  // Uninterrupted.
+  auto straight = root / "straight";
+  fs::create_directories(straight);
+  int st = 0;
+  std::string out = run(kCszoo + " fit " + write_config(straight, data, 0) +
+                            " --python_paths " + kPlugins,
+                        &st);
+  ASSERT_EQ(st, 0) << out;
+  ASSERT_TRUE(fs::exists(straight / "model" / "checkpoint_60.mdl")) << out;
+
+  // Killed with SIGKILL after its first checkpoint, then the same command again.
+  auto killed = root / "killed";
+  fs::create_directories(killed);
+  std::string cfg = write_config(killed, data, 40);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execl(kCszoo.c_str(), kCszoo.c_str(), "fit", cfg.c_str(), "--python_paths", kPlugins.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  auto first = killed / "model" / "checkpoint_20.mdl";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(first) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  kill(pid, SIGKILL);
+  int ws = 0;
+  waitpid(pid, &ws, 0);
+  ASSERT_TRUE(fs::exists(first));
+  ASSERT_TRUE(WIFSIGNALED(ws)) << "the run finished before it could be killed";
+  ASSERT_FALSE(fs::exists(killed / "model" / "checkpoint_60.mdl"));
+
+  out = run(kCszoo + " fit " + cfg + " --python_paths " + kPlugins, &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("loaded checkpoint"), std::string::npos) << out;
+
+  // Every key of the final checkpoints is equal: model, optimizer, data position, RNG, step.
+  out = run(kCszoo + " checkpoint diff " + (straight / "model" / "checkpoint_60.mdl").string() +
+                " " + (killed / "model" / "checkpoint_60.mdl").string(),
+            &st);
+  EXPECT_EQ(st, 0) << out;
+
+  // validate the latest checkpoint, plot, convert to .pt.
+  out = run(kCszoo + " validate " + cfg + " --python_paths " + kPlugins, &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("validation at step 60: loss"), std::string::npos) << out;
+  EXPECT_NE(out.find("accuracy"), std::string::npos) << out;
+  out = run(kCszoo + " plot " + (killed / "model").string(), &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_TRUE(fs::exists(killed / "model" / "loss_lr.png"));
+  out = run(kCszoo + " checkpoint convert " + (killed / "model" / "checkpoint_60.mdl").string() +
+                " " + (root / "final.pt").string(),
+            &st);
+  EXPECT_EQ(st, 0) << out;
+  fs::remove_all(root);
+}
+
+TEST(CszooE2E, ConfigErrorsNameTheKeyPath) {
+  auto root = temp_dir("errors");
+  std::ofstream(root / "bad.yaml") << "trainer:\n  init:\n    model: {name: fc_mnist}\n"
+                                      "    loop: {max_steps: ten}\n  fit: {}\n";
+  int st = 0;
+  std::string out = run(kCszoo + " fit " + (root / "bad.yaml").string(), &st);
+  EXPECT_EQ(st, 1);
+  EXPECT_NE(out.find("error: trainer.init.loop.max_steps: expected an integer, got \"ten\""),
+            std::string::npos)
+      << out;
+  out = run(kCszoo + " fit " + (root / "missing.yaml").string(), &st);
+  EXPECT_EQ(st, 1);
+  EXPECT_NE(out.find("cannot open"), std::string::npos) << out;
+  out = run(kCszoo + " fit " + (root / "bad.yaml").string() + " --python_paths /nonexistent", &st);
+  EXPECT_EQ(st, 1);
+  EXPECT_NE(out.find("plugin path '/nonexistent' is not a directory"), std::string::npos) << out;
+  fs::remove_all(root);
+}
