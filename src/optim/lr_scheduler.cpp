@@ -25,14 +25,24 @@ Tensor pow_exact(double b, const Tensor& k) {
   return pow(num(b), k) * (k * delta + 1.0);
 }
 
-// (1 + cos(pi * num / den)) / 2 for tensors num, den (den > 0): as cos^2(pi num / (2 den)) in
-// the first half and sin^2(pi (den - num) / (2 den)) in the second, so the value keeps its
-// relative accuracy near the end where 1 + cos(x) would cancel. `rest` is den - num, given
-// separately so callers can compute it exactly.
-Tensor half_cos(const Tensor& numer, const Tensor& den, const Tensor& rest) {
-  Tensor c = cos(numer * M_PI / (den * 2.0));
-  Tensor s = sin(rest * M_PI / (den * 2.0));
-  return where(numer * 2.0 <= den, c * c, s * s);
+// a * (1 + cos(pi x)) / 2 + b * (1 - cos(pi x)) / 2 with x = num / den (den > 0), i.e.
+// a cos^2(pi x / 2) + b sin^2(pi x / 2): the cosine schedules written as a sum of two
+// non-negative terms, so no value is the small difference of two large ones (1 + cos(x) near
+// x = pi, or end + (start - end) * ... near the end). cos(pi x / 2) is taken as sin(pi (den -
+// num) / (2 den)) in the second half (and sin likewise) so each factor keeps its relative
+// accuracy; `rest` = den - num is given separately so callers can compute it exactly.
+Tensor cos_mix(double a, double b, const Tensor& numer, const Tensor& den, const Tensor& rest) {
+  Tensor x = numer * M_PI / (den * 2.0), y = rest * M_PI / (den * 2.0);
+  Tensor first = numer * 2.0 <= den;
+  Tensor c = where(first, cos(x), sin(y));
+  Tensor s = where(first, sin(x), cos(y));
+  return (c * c) * a + (s * s) * b;
+}
+
+// a * f + b * (1 - f) with f = rest / den and 1 - f = numer / den (numer + rest = den), for
+// linear interpolation without cancellation.
+Tensor lin_mix(double a, double b, const Tensor& numer, const Tensor& rest, double den) {
+  return (rest / den) * a + (numer / den) * b;
 }
 
 std::string lower(std::string s) {
@@ -176,15 +186,16 @@ PolynomialLR::PolynomialLR(Target t, double init, double end, int64_t total_iter
 }
 Tensor PolynomialLR::closed_form_lr(const Tensor& s) const {
   double T = static_cast<double>(*total_iters_);
-  Tensor frac;
+  Tensor d = num(T), sc = minimum(s, num(T));
   if (cycle_) {
-    Tensor d = maximum(-floor(-s / T), num(1)) * T;  // T * max(1, ceil(s / T))
-    frac = (d - s) / d;
-  } else {
-    frac = (T - minimum(s, num(T))) / T;
+    d = maximum(-floor(-s / T), num(1)) * T;  // T * max(1, ceil(s / T))
+    sc = s;
   }
-  Tensor f = power_ == 1 ? frac : pow(frac, power_);
-  return f * (init_ - end_) + end_;
+  // init * f^p + end * (1 - f^p), f = (d - s) / d: two non-negative terms (no cancellation
+  // when end is the larger rate); 1 - f^p = s / d for p = 1, -expm1(p ln f) otherwise.
+  Tensor f = (d - sc) / d;
+  if (power_ == 1) return f * init_ + (sc / d) * end_;
+  return pow(f, power_) * init_ - expm1(log(f) * power_) * end_;
 }
 
 LinearLR::LinearLR(Target t, double init, double end, int64_t total_iters)
@@ -195,9 +206,8 @@ LinearLR::LinearLR(Target t, double init, double end, int64_t total_iters)
 }
 Tensor LinearLR::closed_form_lr(const Tensor& s) const {
   double T = static_cast<double>(*total_iters_);
-  // init + (end - init) * min(s, T) / T, as torch's factor form (no cancellation when end is 0
-  // since both terms are then init-scaled).
-  return (minimum(s, num(T)) / T) * (end_ - init_) + init_;
+  Tensor sc = minimum(s, num(T));
+  return lin_mix(init_, end_, sc, T - sc, T);
 }
 
 ExponentialLR::ExponentialLR(Target t, double init, int64_t total_iters, double decay_rate,
@@ -252,7 +262,7 @@ CosineDecayLR::CosineDecayLR(Target t, double init, double end, int64_t total_it
 Tensor CosineDecayLR::closed_form_lr(const Tensor& s) const {
   Tensor T = num(static_cast<double>(*total_iters_));
   Tensor sc = minimum(s, T);
-  return half_cos(sc, T, T - sc) * (init_ - end_) + end_;
+  return cos_mix(init_, end_, sc, T, T - sc);
 }
 
 CosineAnnealingLR::CosineAnnealingLR(Target t, double init, int64_t T_max, double eta_min)
@@ -265,7 +275,7 @@ Tensor CosineAnnealingLR::closed_form_lr(const Tensor& s) const {
   Tensor r = s - floor(s / (2 * T)) * (2 * T);  // s mod 2T, exact for integers
   Tensor u = minimum(r, 2 * T - r);             // cos(pi r / T) = cos(pi u / T), u in [0, T]
   Tensor Tt = num(T);
-  return half_cos(u, Tt, T - u) * (init_ - eta_min_) + eta_min_;
+  return cos_mix(init_, eta_min_, u, Tt, T - u);
 }
 
 CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Target t, double init, int64_t T_0,
@@ -295,7 +305,7 @@ Tensor CosineAnnealingWarmRestarts::closed_form_lr(const Tensor& s) const {
       length *= static_cast<double>(mult_);
     }
   }
-  return half_cos(cur, len, len - cur) * (init_ - eta_min_) + eta_min_;
+  return cos_mix(init_, eta_min_, cur, len, len - cur);
 }
 
 StepLR::StepLR(Target t, double init, int64_t step_size, double gamma)
@@ -402,11 +412,8 @@ Tensor OneCycleLR::closed_form_lr(const Tensor& s_in) const {
     // end_step may be fractional: end - s as (integer part - s) + fraction keeps it exact.
     double ei = std::floor(ph.end_step), ef = ph.end_step - ei;
     Tensor rest = (ei - s) + ef;
-    Tensor v;
-    if (cos_)
-      v = half_cos(numer, num(den), rest) * (ph.start_lr - ph.end_lr) + ph.end_lr;
-    else
-      v = (numer / den) * (ph.end_lr - ph.start_lr) + ph.start_lr;
+    Tensor v = cos_ ? cos_mix(ph.start_lr, ph.end_lr, numer, num(den), rest)
+                    : lin_mix(ph.start_lr, ph.end_lr, numer, rest, den);
     vals.push_back(v);
     start_step = ph.end_step;
   }
