@@ -136,17 +136,31 @@ TEST(ConfigureOptimizer, EveryNameCaseInsensitiveWithAlias) {
 }
 
 TEST(ConfigureOptimizer, Errors) {
-  expect_error([] { optim::configure_optimizer("Adamm", params(1), {{"lr", 0.1}}); },
-               {"unknown optimizer type 'Adamm'", "SGD", "Adam", "Lion", "Rprop"});
-  expect_error([] { optim::configure_optimizer("SGD", params(1), {{"lr", -0.1}}); },
-               {"invalid learning rate -0.1"});
   expect_error(
-      [] { optim::configure_optimizer("SGD", params(1), {{"lr", 0.1}, {"learning_rate", 0.2}}); },
+      [] {
+        optim::configure_optimizer("Adamm", params(1), {{"lr", 0.1}});
+      },
+      {"unknown optimizer type 'Adamm'", "SGD", "Adam", "Lion", "Rprop"});
+  expect_error(
+      [] {
+        optim::configure_optimizer("SGD", params(1), {{"lr", -0.1}});
+      },
+      {"invalid learning rate -0.1"});
+  expect_error(
+      [] {
+        optim::configure_optimizer("SGD", params(1), {{"lr", 0.1}, {"learning_rate", 0.2}});
+      },
       {"either 'lr' or its alias 'learning_rate'"});
-  expect_error([] { optim::configure_optimizer("Adam", params(1), {{"betas", {0.9}}}); },
-               {"'betas' must be a list of two numbers"});
-  expect_error([] { optim::configure_optimizer("Adafactor", params(1), {{"lr", 0.1}, {"relative_step", true}}); },
-               {"mutually exclusive"});
+  expect_error(
+      [] {
+        optim::configure_optimizer("Adam", params(1), {{"betas", {0.9}}});
+      },
+      {"'betas' must be a list of two numbers"});
+  expect_error(
+      [] {
+        optim::configure_optimizer("Adafactor", params(1), {{"lr", 0.1}, {"relative_step", true}});
+      },
+      {"mutually exclusive"});
   // Unknown keys are a warning (on stderr), not an error.
   ::testing::internal::CaptureStderr();
   optim::configure_optimizer("SGD", params(1), {{"lr", 0.1}, {"momentun", 0.9}});

@@ -61,8 +61,11 @@ TEST(Schedulers, ClosedFormsMatchTheFormulasInATracedStep) {
   std::vector<Case> cases = {
       {"ConstantLR", [](auto& o) { return std::make_shared<ls::ConstantLR>(o, 0.03); },
        [](double) { return 0.03; }},
-      {"PolynomialLR", [](auto& o) { return std::make_shared<ls::PolynomialLR>(o, 0.1, 0.001, 400, 1.5); },
-       [](double s) { return s >= 400 ? 0.001 : (0.1 - 0.001) * std::pow(1 - s / 400, 1.5) + 0.001; }},
+      {"PolynomialLR",
+       [](auto& o) { return std::make_shared<ls::PolynomialLR>(o, 0.1, 0.001, 400, 1.5); },
+       [](double s) {
+         return s >= 400 ? 0.001 : (0.1 - 0.001) * std::pow(1 - s / 400, 1.5) + 0.001;
+       }},
       {"PolynomialLR_cycle",
        [](auto& o) { return std::make_shared<ls::PolynomialLR>(o, 0.1, 0.01, 150, 2.0, true); },
        [](double s) {
@@ -72,25 +75,38 @@ TEST(Schedulers, ClosedFormsMatchTheFormulasInATracedStep) {
       {"PolynomialLR_warmup",
        [](auto& o) { return std::make_shared<ls::PolynomialLR>(o, 0.0, 0.2, 300, 1.0); },
        [](double s) { return s >= 300 ? 0.2 : (0.0 - 0.2) * (1 - s / 300) + 0.2; }},
-      {"ExponentialLR_T", [](auto& o) { return std::make_shared<ls::ExponentialLR>(o, 0.1, 70, 0.5); },
+      {"ExponentialLR_T",
+       [](auto& o) { return std::make_shared<ls::ExponentialLR>(o, 0.1, 70, 0.5); },
        [](double s) { return 0.1 * std::pow(0.5, s / 70); }},
       {"ExponentialLR_staircase",
        [](auto& o) { return std::make_shared<ls::ExponentialLR>(o, 0.1, 70, 0.5, true); },
        [](double s) { return 0.1 * std::pow(0.5, std::floor(s / 70)); }},
       {"InverseExponentialTimeDecayLR",
-       [](auto& o) { return std::make_shared<ls::InverseExponentialTimeDecayLR>(o, 0.1, 1.5, 100, 0.3); },
+       [](auto& o) {
+         return std::make_shared<ls::InverseExponentialTimeDecayLR>(o, 0.1, 1.5, 100, 0.3);
+       },
        [](double s) { return 0.1 / (1 + 0.3 * std::pow(s, 1.5) / 100); }},
       {"InverseExponentialTimeDecayLR_staircase",
-       [](auto& o) { return std::make_shared<ls::InverseExponentialTimeDecayLR>(o, 0.1, 1.0, 50, 0.3, true); },
+       [](auto& o) {
+         return std::make_shared<ls::InverseExponentialTimeDecayLR>(o, 0.1, 1.0, 50, 0.3, true);
+       },
        [](double s) { return 0.1 / (1 + 0.3 * std::floor(s / 50)); }},
       {"InverseSquareRootDecayLR",
        [](auto& o) { return std::make_shared<ls::InverseSquareRootDecayLR>(o, 2.0, 0.5, 40); },
        [](double s) { return 2.0 * 0.5 / std::sqrt(std::max(40.0, s)); }},
-      {"CosineDecayLR", [](auto& o) { return std::make_shared<ls::CosineDecayLR>(o, 0.1, 0.001, 450); },
-       [pi](double s) { return 0.001 + (0.1 - 0.001) * 0.5 * (1 + std::cos(pi * std::min(s, 450.0) / 450)); }},
+      {"CosineDecayLR",
+       [](auto& o) { return std::make_shared<ls::CosineDecayLR>(o, 0.1, 0.001, 450); },
+       [pi](double s) {
+         return 0.001 + (0.1 - 0.001) * 0.5 * (1 + std::cos(pi * std::min(s, 450.0) / 450));
+       }},
       {"PiecewiseConstantLR",
-       [](auto& o) { return std::make_shared<ls::PiecewiseConstantLR>(o, std::vector<double>{0.1, 0.05, 0.01}, std::vector<int64_t>{100, 350}); },
-       [](double s) { return s < 100 ? 0.1 : s < 350 ? 0.05 : 0.01; }},
+       [](auto& o) {
+         return std::make_shared<ls::PiecewiseConstantLR>(o, std::vector<double>{0.1, 0.05, 0.01},
+                                                          std::vector<int64_t>{100, 350});
+       },
+       [](double s) { return s < 100   ? 0.1
+                             : s < 350 ? 0.05
+                                       : 0.01; }},
   };
   for (auto& c : cases) {
     Fixture f;
@@ -196,26 +212,42 @@ TEST(ConfigureLRScheduler, Errors) {
   auto cfg = [&](const std::string& y) { optim::configure_lr_scheduler(*f.opt, parse_config(y)); };
   expect_error([&] { cfg("{scheduler: Cosyne, initial_learning_rate: 0.1}"); },
                {"unknown scheduler 'Cosyne'", "CosineDecayLR", "StepLR", "OneCycleLR"});
-  expect_error([&] { cfg("{scheduler: StepLR, initial_learning_rate: 0.1, step_size: 3, gama: 0.1}"); },
-               {"unknown key 'gama'", "gamma"});
-  expect_error([&] { cfg("{scheduler: CosineDecay, initial_learning_rate: 0.1, end_learning_rate: 0, decay_steps: 10}"); },
-               {"'decay_steps' was renamed; use 'total_iters'"});
-  expect_error([&] { cfg("{scheduler: CosineDecay, learning_rate: 0.1, end_learning_rate: 0, total_iters: 10}"); },
-               {"'learning_rate' was renamed; use 'initial_learning_rate'"});
+  expect_error(
+      [&] { cfg("{scheduler: StepLR, initial_learning_rate: 0.1, step_size: 3, gama: 0.1}"); },
+      {"unknown key 'gama'", "gamma"});
+  expect_error(
+      [&] {
+        cfg("{scheduler: CosineDecay, initial_learning_rate: 0.1, end_learning_rate: 0, "
+            "decay_steps: 10}");
+      },
+      {"'decay_steps' was renamed; use 'total_iters'"});
+  expect_error(
+      [&] {
+        cfg("{scheduler: CosineDecay, learning_rate: 0.1, end_learning_rate: 0, total_iters: 10}");
+      },
+      {"'learning_rate' was renamed; use 'initial_learning_rate'"});
   expect_error([&] { cfg("{scheduler: PiecewiseConstant, values: [0.1, 0.2], milestones: [3]}"); },
                {"'values' was renamed; use 'learning_rates'"});
-  expect_error([&] { cfg("{scheduler: PiecewiseConstant, learning_rates: [0.1, 0.2], boundaries: [3]}"); },
-               {"'boundaries' was renamed; use 'milestones'"});
-  expect_error([&] { cfg("{scheduler: Exponential, base_lr: 0.1, total_iters: 1, decay_rate: 0.5}"); },
-               {"'base_lr' was renamed; use 'initial_learning_rate'"});
-  expect_error([&] { cfg("{scheduler: Constant, learning_rate: -0.1}"); }, {"invalid learning_rate -0.1"});
-  expect_error([&] { cfg("[{scheduler: Step, initial_learning_rate: 0.1, step_size: 3}, {scheduler: Constant, learning_rate: 0.1}]"); },
-               {"learning_rate[0]", "needs 'total_iters'"});
+  expect_error(
+      [&] { cfg("{scheduler: PiecewiseConstant, learning_rates: [0.1, 0.2], boundaries: [3]}"); },
+      {"'boundaries' was renamed; use 'milestones'"});
+  expect_error(
+      [&] { cfg("{scheduler: Exponential, base_lr: 0.1, total_iters: 1, decay_rate: 0.5}"); },
+      {"'base_lr' was renamed; use 'initial_learning_rate'"});
+  expect_error([&] { cfg("{scheduler: Constant, learning_rate: -0.1}"); },
+               {"invalid learning_rate -0.1"});
+  expect_error(
+      [&] {
+        cfg("[{scheduler: Step, initial_learning_rate: 0.1, step_size: 3}, {scheduler: Constant, "
+            "learning_rate: 0.1}]");
+      },
+      {"learning_rate[0]", "needs 'total_iters'"});
   expect_error([&] { cfg("{scheduler: Lambda}"); }, {"LambdaLR needs a function"});
   expect_error([&] { cfg("{scheduler: StepLR, initial_learning_rate: 0.1}"); },
                {"missing required key 'step_size'"});
-  expect_error([&] { cfg("[{scheduler: Constant, learning_rate: 0.1, main_scheduler: Parallel}]"); },
-               {"main_scheduler", "expected ChainedLR or SequentialLR"});
+  expect_error(
+      [&] { cfg("[{scheduler: Constant, learning_rate: 0.1, main_scheduler: Parallel}]"); },
+      {"main_scheduler", "expected ChainedLR or SequentialLR"});
 }
 
 }  // namespace
