@@ -213,3 +213,36 @@ TEST(Autocast, MatmulInLowPrecisionReductionsAndLossesInF32) {
 
 }  // namespace
 }  // namespace cstorch::testing
+
+namespace cstorch::testing {
+namespace {
+
+// f16 conversions (single F16C instructions where available) agree with the portable
+// round-to-nearest-even versions on every half value, every midpoint between neighbours, and
+// out-of-range inputs.
+TEST(F16Conversion, MatchesThePortableVersion) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    f16_t v;
+    v.bits = static_cast<uint16_t>(h);
+    float a = static_cast<float>(v), b = f16_t::to_float(static_cast<uint16_t>(h));
+    if (std::isnan(b)) {
+      EXPECT_TRUE(std::isnan(a)) << h;
+      continue;
+    }
+    ASSERT_EQ(a, b) << "bits " << h;
+    ASSERT_EQ(f16_t(b).bits, f16_t::from_float(b)) << "value " << b;
+    if ((h & 0x7c00u) != 0x7c00u && (h & 0x7fffu) < 0x7bffu) {  // midpoint to the next half up
+      float up = f16_t::to_float(static_cast<uint16_t>(h + 1));
+      float mid = b + (up - b) / 2;
+      ASSERT_EQ(f16_t(mid).bits, f16_t::from_float(mid)) << "midpoint " << mid;
+      float above = std::nextafter(mid, up);
+      ASSERT_EQ(f16_t(above).bits, f16_t::from_float(above)) << "above midpoint " << above;
+    }
+  }
+  for (float x : {65519.0f, 65520.0f, 1e6f, -1e9f, INFINITY, -INFINITY, 1e-9f, -3e-8f})
+    EXPECT_EQ(f16_t(x).bits, f16_t::from_float(x)) << x;
+  EXPECT_TRUE(std::isnan(static_cast<float>(f16_t(NAN))));
+}
+
+}  // namespace
+}  // namespace cstorch::testing
