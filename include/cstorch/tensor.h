@@ -140,6 +140,10 @@ Tensor relu(const Tensor& a);
 Tensor gelu(const Tensor& a, bool tanh_approximation = false);
 Tensor silu(const Tensor& a);
 Tensor erf(const Tensor& a);
+Tensor sin(const Tensor& a);
+Tensor cos(const Tensor& a);
+Tensor expm1(const Tensor& a);  // exp(a) - 1, accurate near 0
+Tensor floor(const Tensor& a);  // no gradient; integer tensors are returned as they are
 Tensor isfinite(const Tensor& a);
 Tensor logical_not(const Tensor& a);
 Tensor cast(const Tensor& a, DType dtype);

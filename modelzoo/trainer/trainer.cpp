@@ -289,6 +289,7 @@ State Trainer::collect_state() {
   s.set("model", model_->state_dict().to_state());
   s.set("global_step", global_step_);
   s.set("rng_state", cstorch::rng_state());
+  if (optimizer_) s.set("optimizer", optimizer_->state_dict());
   if (train_loader_) {
     // A loader whose sources cannot record their position is left out: a resumed run then
     // starts its data from the beginning (said once).
@@ -311,6 +312,8 @@ void Trainer::load_state_dict(const State& s) {
   model_->load_state_dict(cstorch::nn::StateDict::from_state(s.at("model")));
   if (s.contains("global_step")) global_step_ = s.at("global_step").as_int();
   if (s.contains("rng_state")) cstorch::set_rng_state(s.at("rng_state").as_tensor());
+  if (optimizer_ && s.contains("optimizer"))
+    with_path("checkpoint 'optimizer'", [&] { optimizer_->load_state_dict(s.at("optimizer")); });
   if (s.contains("dataloader")) pending_loader_state_ = s.at("dataloader");
 }
 

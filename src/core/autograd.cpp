@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "amp/autocast_state.h"
 #include "core/internal.h"
 #include "ops/vjp.h"
 #include "runtime/trace_context.h"
@@ -50,7 +51,8 @@ void Tensor::backward(const Tensor& grad_in) const {
     CS_CHECK(root_grad.shape() == shape(), "backward(): gradient shape {} does not match {}",
              shape_str(root_grad.shape()), shape_str(shape()));
   }
-  NoGradGuard no_grad;  // gradient ops themselves build no history (create_graph=false)
+  NoGradGuard no_grad;           // gradient ops themselves build no history (create_graph=false)
+  amp::detail::Off no_autocast;  // gradients keep the dtypes of the forward values
 
   auto* ctx = runtime::TraceContext::current();
   ir::NodePtr root = ctx ? ctx->resolve(impl_ptr()) : impl()->node;

@@ -68,18 +68,17 @@ DType promote_types(DType a, DType b) {
   return rank(a) >= rank(b) ? a : b;
 }
 
-f16_t::f16_t(float f) {
+uint16_t f16_t::from_float(float f) {
+  uint16_t bits = 0;
   uint32_t x;
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t absx = x & 0x7fffffffu;
   if (absx >= 0x7f800000u) {  // inf or NaN
-    bits = static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
-    return;
+    return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
   }
   if (absx >= 0x477ff000u) {  // rounds to >= 65520 -> inf
-    bits = static_cast<uint16_t>(sign | 0x7c00u);
-    return;
+    return static_cast<uint16_t>(sign | 0x7c00u);
   }
   if (absx < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
     // value = absx as float; half subnormal unit is 2^-24.
@@ -88,8 +87,7 @@ f16_t::f16_t(float f) {
     float scaled = af * 16777216.0f;  // / 2^-24, exact
     // round to nearest even
     float r = std::nearbyint(scaled);
-    bits = static_cast<uint16_t>(sign | static_cast<uint32_t>(r));
-    return;
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(r));
   }
   uint32_t mant = absx & 0x7fffffu;
   uint32_t exp = (absx >> 23) - 127 + 15;
@@ -97,9 +95,10 @@ f16_t::f16_t(float f) {
   uint32_t rem = mant & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h += 1;  // may carry into exponent: fine
   bits = static_cast<uint16_t>(sign | h);
+  return bits;
 }
 
-f16_t::operator float() const {
+float f16_t::to_float(uint16_t bits) {
   uint32_t sign = (static_cast<uint32_t>(bits) & 0x8000u) << 16;
   uint32_t exp = (bits >> 10) & 0x1fu;
   uint32_t mant = bits & 0x3ffu;

@@ -133,6 +133,18 @@ void infer_Silu(ir::Node& n) {
 void infer_Erf(ir::Node& n) {
   infer_unary_float(n);
 }
+void infer_Sin(ir::Node& n) {
+  infer_unary_float(n);
+}
+void infer_Cos(ir::Node& n) {
+  infer_unary_float(n);
+}
+void infer_Expm1(ir::Node& n) {
+  infer_unary_float(n);
+}
+void infer_Floor(ir::Node& n) {
+  infer_unary_numeric(n);
+}
 void infer_IsFinite(ir::Node& n) {
   infer_unary(n);
   n.dtype = DType::boolean;
@@ -268,6 +280,16 @@ std::vector<Tensor> vjp_Erf(const VjpArgs& a) {
   const Tensor& x = a.inputs[0];
   return {(2.0 / std::sqrt(M_PI)) * exp(-(x * x)) * a.grad};
 }
+std::vector<Tensor> vjp_Sin(const VjpArgs& a) {
+  return {a.grad * cos(a.inputs[0])};
+}
+std::vector<Tensor> vjp_Cos(const VjpArgs& a) {
+  return {-a.grad * sin(a.inputs[0])};
+}
+std::vector<Tensor> vjp_Expm1(const VjpArgs& a) {
+  return {a.grad * (a.out + 1.0)};
+}
+CS_NO_VJP(Floor)
 CS_NO_VJP(IsFinite)
 CS_NO_VJP(LogicalNot)
 std::vector<Tensor> vjp_Cast(const VjpArgs& a) {
@@ -482,6 +504,20 @@ Tensor silu(const Tensor& a) {
 }
 Tensor erf(const Tensor& a) {
   return unary_float(OpCode::Erf, a, "erf");
+}
+Tensor sin(const Tensor& a) {
+  return unary_float(OpCode::Sin, a, "sin");
+}
+Tensor cos(const Tensor& a) {
+  return unary_float(OpCode::Cos, a, "cos");
+}
+Tensor expm1(const Tensor& a) {
+  return unary_float(OpCode::Expm1, a, "expm1");
+}
+Tensor floor(const Tensor& a) {
+  NoGradGuard ng;  // piecewise constant: no gradient (torch gives zeros)
+  if (!is_floating(a.dtype())) return a;
+  return unary(OpCode::Floor, a, "floor");
 }
 Tensor isfinite(const Tensor& a) {
   NoGradGuard ng;

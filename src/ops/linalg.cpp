@@ -1,5 +1,6 @@
 // Linear algebra ops: matmul (batched, broadcasting, transpose flags; torch's 1-d rules in the
 // public function) and linear. Kernels live in backend/cpu/linalg.cpp.
+#include "amp/autocast_state.h"
 #include "core/internal.h"
 #include "ops/vjp.h"
 
@@ -139,8 +140,9 @@ std::vector<Tensor> vjp_Linear(const VjpArgs& a) {
 
 }  // namespace ops
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  CS_CHECK(a.defined() && b.defined(), "matmul: an input tensor is undefined");
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  CS_CHECK(a_in.defined() && b_in.defined(), "matmul: an input tensor is undefined");
+  Tensor a = amp::detail::to_low(a_in), b = amp::detail::to_low(b_in);  // autocast
   const Shape &sa = a.shape(), &sb = b.shape();
   CS_CHECK(a.dim() >= 1 && b.dim() >= 1,
            "matmul: both arguments must be at least 1-d, got shapes {} and {}", shape_str(sa),
@@ -161,7 +163,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return reshape(c, s);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  using amp::detail::to_low;  // autocast: compute in the low dtype, from f32 master weights
+  Tensor x = to_low(x_in), weight = to_low(weight_in), bias = to_low(bias_in);
   if (bias.defined()) return detail::dispatch(ir::OpCode::Linear, ir::NoAttrs{}, {x, weight, bias});
   return detail::dispatch(ir::OpCode::Linear, ir::NoAttrs{}, {x, weight});
 }

@@ -1,6 +1,7 @@
 // nn functions: softmax, log_softmax and nll_loss as ops (kernels in backend/cpu/nn.cpp), and
 // the composites built on the public ops: cross_entropy, mse_loss, layer_norm, embedding,
 // dropout.
+#include "amp/autocast_state.h"
 #include "core/internal.h"
 #include "ops/vjp.h"
 
@@ -124,12 +125,14 @@ std::vector<Tensor> vjp_NllLossGrad(const VjpArgs& a) {
 
 using ir::OpCode;
 
-Tensor softmax(const Tensor& a, int64_t dim) {
+Tensor softmax(const Tensor& a_in, int64_t dim) {
+  Tensor a = amp::detail::to_f32(a_in);
   int64_t d = normalize_dim(dim, std::max<int64_t>(a.dim(), 1), "softmax");
   return detail::dispatch(OpCode::Softmax, ir::DimAttrs{d}, {a});
 }
 
-Tensor log_softmax(const Tensor& a, int64_t dim) {
+Tensor log_softmax(const Tensor& a_in, int64_t dim) {
+  Tensor a = amp::detail::to_f32(a_in);
   int64_t d = normalize_dim(dim, std::max<int64_t>(a.dim(), 1), "log_softmax");
   return detail::dispatch(OpCode::LogSoftmax, ir::DimAttrs{d}, {a});
 }
@@ -139,9 +142,10 @@ static ir::LossAttrs loss_attrs(const Tensor& input, int64_t ignore_index, Reduc
   return ir::LossAttrs{ignore_index, static_cast<ir::Reduction>(r), classes};
 }
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index,
+Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, int64_t ignore_index,
                 Reduction reduction) {
-  CS_CHECK(log_probs.defined() && target.defined(), "nll_loss: an input tensor is undefined");
+  CS_CHECK(log_probs_in.defined() && target.defined(), "nll_loss: an input tensor is undefined");
+  Tensor log_probs = amp::detail::to_f32(log_probs_in);
   ops::check_loss_inputs("nll_loss", log_probs.shape(), log_probs.dtype(), target.shape(),
                          target.dtype());
   return detail::dispatch(OpCode::NllLoss, loss_attrs(log_probs, ignore_index, reduction),
@@ -151,9 +155,10 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_in
 // torch's label smoothing: (1 - eps) * nll + eps / C * smooth, with smooth the negative sum of
 // log-probabilities over the classes, zero at ignored targets, reduced like the loss (the mean
 // divides by the number of non-ignored targets).
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index,
                      double label_smoothing, Reduction reduction) {
-  CS_CHECK(logits.defined() && target.defined(), "cross_entropy: an input tensor is undefined");
+  CS_CHECK(logits_in.defined() && target.defined(), "cross_entropy: an input tensor is undefined");
+  Tensor logits = amp::detail::to_f32(logits_in);
   ops::check_loss_inputs("cross_entropy", logits.shape(), logits.dtype(), target.shape(),
                          target.dtype());
   CS_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
@@ -176,8 +181,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
              reduced * (label_smoothing / static_cast<double>(classes)));
 }
 
-Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
-  CS_CHECK(a.defined() && b.defined(), "mse_loss: an input tensor is undefined");
+Tensor mse_loss(const Tensor& a_in, const Tensor& b_in, Reduction reduction) {
+  CS_CHECK(a_in.defined() && b_in.defined(), "mse_loss: an input tensor is undefined");
+  Tensor a = amp::detail::to_f32(a_in), b = amp::detail::to_f32(b_in);
   CS_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()),
            "mse_loss: expected floating-point tensors, got {} of shape {} and {} of shape {}",
            dtype_name(a.dtype()), shape_str(a.shape()), dtype_name(b.dtype()),
@@ -189,9 +195,10 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
   return sq;
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
-  CS_CHECK(x.defined(), "layer_norm: the input tensor is undefined");
+  CS_CHECK(x_in.defined(), "layer_norm: the input tensor is undefined");
+  Tensor x = amp::detail::to_f32(x_in);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   const Shape& s = x.shape();
   bool match = k >= 1 && k <= x.dim();

@@ -2,6 +2,7 @@
 // rules and the public functions; kernels live in backend/cpu/reduction.cpp.
 #include <cmath>
 
+#include "amp/autocast_state.h"
 #include "core/internal.h"
 #include "ops/vjp.h"
 
@@ -203,11 +204,13 @@ std::vector<Tensor> vjp_Norm(const VjpArgs& a) {
 
 using ir::OpCode;
 
-Tensor sum(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
+Tensor sum(const Tensor& a_in, std::vector<int64_t> dims, bool keepdim) {
+  Tensor a = amp::detail::to_f32(a_in);  // autocast: reduce in f32
   return detail::dispatch(
       OpCode::Sum, ir::AxesAttrs{detail::normalize_dims(dims, a.dim(), "sum"), keepdim}, {a});
 }
-Tensor mean(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
+Tensor mean(const Tensor& a_in, std::vector<int64_t> dims, bool keepdim) {
+  Tensor a = amp::detail::to_f32(a_in);  // autocast: reduce in f32
   return detail::dispatch(
       OpCode::Mean, ir::AxesAttrs{detail::normalize_dims(dims, a.dim(), "mean"), keepdim}, {a});
 }
@@ -230,17 +233,20 @@ Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
   if (dim) dims = detail::normalize_dims({*dim}, a.dim(), "argmax");  // empty for a 0-d input
   return detail::dispatch(OpCode::Argmax, ir::AxesAttrs{dims, keepdim}, {a});
 }
-Tensor var(const Tensor& a, std::vector<int64_t> dims, double correction, bool keepdim) {
+Tensor var(const Tensor& a_in, std::vector<int64_t> dims, double correction, bool keepdim) {
+  Tensor a = amp::detail::to_f32(a_in);  // autocast: reduce in f32
   return detail::dispatch(
       OpCode::Var, ir::VarAttrs{detail::normalize_dims(dims, a.dim(), "var"), keepdim, correction},
       {a});
 }
-Tensor logsumexp(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
+Tensor logsumexp(const Tensor& a_in, std::vector<int64_t> dims, bool keepdim) {
+  Tensor a = amp::detail::to_f32(a_in);  // autocast: reduce in f32
   return detail::dispatch(
       OpCode::LogSumExp, ir::AxesAttrs{detail::normalize_dims(dims, a.dim(), "logsumexp"), keepdim},
       {a});
 }
-Tensor norm(const Tensor& a, double p, std::vector<int64_t> dims, bool keepdim) {
+Tensor norm(const Tensor& a_in, double p, std::vector<int64_t> dims, bool keepdim) {
+  Tensor a = amp::detail::to_f32(a_in);  // autocast: reduce in f32
   CS_CHECK(p > 0 && std::isfinite(p), "norm: p must be positive and finite, got {}", p);
   return detail::dispatch(
       OpCode::Norm, ir::NormAttrs{detail::normalize_dims(dims, a.dim(), "norm"), keepdim, p}, {a});

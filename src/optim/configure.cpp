@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "core/internal.h"
@@ -27,15 +28,27 @@ struct Arg {
     return v.get<double>();
   }
   bool flag(const std::string& k, bool def) { return num(k, def ? 1 : 0) != 0; }
-  std::pair<double, double> betas(double d1, double d2) {
-    used.insert("betas");
-    if (c.contains("betas")) {
-      const auto& b = c.at("betas");
-      CS_CHECK(b.is_array() && b.size() == 2,
-               "configure_optimizer: 'betas' must be a list of two numbers");
+  // A pair given as a two-element list `key` or as two scalar keys k1, k2.
+  std::pair<double, double> pair(const std::string& key, const std::string& k1, double d1,
+                                 const std::string& k2, double d2) {
+    used.insert(key);
+    if (c.contains(key)) {
+      const auto& b = c.at(key);
+      CS_CHECK(b.is_array() && b.size() == 2 && b[0].is_number() && b[1].is_number(),
+               "configure_optimizer: '{}' must be a list of two numbers, got {}", key, b.dump());
+      CS_CHECK(!c.contains(k1) && !c.contains(k2),
+               "configure_optimizer: give either '{}' or '{}'/'{}', not both", key, k1, k2);
       return {b[0].get<double>(), b[1].get<double>()};
     }
-    return {num("beta1", d1), num("beta2", d2)};
+    return {num(k1, d1), num(k2, d2)};
+  }
+  std::pair<double, double> betas(double d1, double d2) {
+    return pair("betas", "beta1", d1, "beta2", d2);
+  }
+  std::optional<double> opt_num(const std::string& k) {
+    used.insert(k);
+    if (!c.contains(k) || c.at(k).is_null()) return std::nullopt;
+    return num(k, 0);
   }
 };
 
@@ -48,12 +61,92 @@ const std::vector<std::pair<std::string, Factory>>& factories() {
                                       a.num("dampening", 0), a.num("weight_decay", 0),
                                       a.flag("nesterov", false), a.flag("maximize", false));
        }},
+      {"Adam",
+       [](std::vector<Tensor> p, Arg& a) {
+         auto [b1, b2] = a.betas(0.9, 0.999);
+         return std::make_unique<Adam>(std::move(p), a.num("lr", 0.001), b1, b2, a.num("eps", 1e-8),
+                                       a.num("weight_decay", 0), a.flag("amsgrad", false),
+                                       a.flag("maximize", false));
+       }},
       {"AdamW",
        [](std::vector<Tensor> p, Arg& a) {
          auto [b1, b2] = a.betas(0.9, 0.999);
          return std::make_unique<AdamW>(std::move(p), a.num("lr", 0.001), b1, b2,
                                         a.num("eps", 1e-8), a.num("weight_decay", 0.01),
                                         a.flag("amsgrad", false), a.flag("maximize", false));
+       }},
+      {"Adadelta",
+       [](std::vector<Tensor> p, Arg& a) {
+         return std::make_unique<Adadelta>(std::move(p), a.num("lr", 1.0), a.num("rho", 0.9),
+                                           a.num("eps", 1e-6), a.num("weight_decay", 0),
+                                           a.flag("maximize", false));
+       }},
+      {"Adafactor",
+       [](std::vector<Tensor> p, Arg& a) {
+         auto [e1, e2] = a.pair("eps", "eps1", 1e-30, "eps2", 1e-3);
+         auto lr = a.opt_num("lr");
+         bool rel = a.flag("relative_step", !lr.has_value());
+         return std::make_unique<Adafactor>(
+             std::move(p), lr, e1, e2, a.num("clip_threshold", 1.0), a.num("decay_rate", -0.8),
+             a.opt_num("beta1"), a.num("weight_decay", 0), a.flag("scale_parameter", true), rel,
+             a.flag("warmup_init", false));
+       }},
+      {"Adagrad",
+       [](std::vector<Tensor> p, Arg& a) {
+         return std::make_unique<Adagrad>(
+             std::move(p), a.num("lr", 1e-2), a.num("lr_decay", 0), a.num("weight_decay", 0),
+             a.num("initial_accumulator_value", 0), a.num("eps", 1e-10), a.flag("maximize", false));
+       }},
+      {"Adamax",
+       [](std::vector<Tensor> p, Arg& a) {
+         auto [b1, b2] = a.betas(0.9, 0.999);
+         return std::make_unique<Adamax>(std::move(p), a.num("lr", 2e-3), b1, b2,
+                                         a.num("eps", 1e-8), a.num("weight_decay", 0),
+                                         a.flag("maximize", false));
+       }},
+      {"ASGD",
+       [](std::vector<Tensor> p, Arg& a) {
+         return std::make_unique<ASGD>(std::move(p), a.num("lr", 1e-2), a.num("lambd", 1e-4),
+                                       a.num("alpha", 0.75), a.num("t0", 1e6),
+                                       a.num("weight_decay", 0), a.flag("maximize", false));
+       }},
+      {"Lamb",
+       [](std::vector<Tensor> p, Arg& a) {
+         auto [b1, b2] = a.betas(0.9, 0.999);
+         return std::make_unique<Lamb>(std::move(p), a.num("lr", 1e-3), b1, b2, a.num("eps", 1e-6),
+                                       a.num("weight_decay", 0), a.flag("adam", false));
+       }},
+      {"Lion",
+       [](std::vector<Tensor> p, Arg& a) {
+         auto [b1, b2] = a.betas(0.9, 0.99);
+         return std::make_unique<Lion>(std::move(p), a.num("lr", 1e-4), b1, b2,
+                                       a.num("weight_decay", 0));
+       }},
+      {"NAdam",
+       [](std::vector<Tensor> p, Arg& a) {
+         auto [b1, b2] = a.betas(0.9, 0.999);
+         return std::make_unique<NAdam>(std::move(p), a.num("lr", 2e-3), b1, b2, a.num("eps", 1e-8),
+                                        a.num("weight_decay", 0), a.num("momentum_decay", 4e-3));
+       }},
+      {"RAdam",
+       [](std::vector<Tensor> p, Arg& a) {
+         auto [b1, b2] = a.betas(0.9, 0.999);
+         return std::make_unique<RAdam>(std::move(p), a.num("lr", 1e-3), b1, b2, a.num("eps", 1e-8),
+                                        a.num("weight_decay", 0));
+       }},
+      {"RMSprop",
+       [](std::vector<Tensor> p, Arg& a) {
+         return std::make_unique<RMSprop>(std::move(p), a.num("lr", 1e-2), a.num("alpha", 0.99),
+                                          a.num("eps", 1e-8), a.num("weight_decay", 0),
+                                          a.num("momentum", 0), a.flag("centered", false),
+                                          a.flag("maximize", false));
+       }},
+      {"Rprop",
+       [](std::vector<Tensor> p, Arg& a) {
+         auto [em, ep] = a.pair("etas", "etaminus", 0.5, "etaplus", 1.2);
+         auto [smin, smax] = a.pair("step_sizes", "step_size_min", 1e-6, "step_size_max", 50);
+         return std::make_unique<Rprop>(std::move(p), a.num("lr", 1e-2), em, ep, smin, smax,
+                                        a.flag("maximize", false));
        }},
   };
   return f;

@@ -2,12 +2,7 @@
 // step); d = nesterov ? d + m*buf : buf; p -= lr*d. The first-step rule needs no branch:
 // with dampening 0 a zero-initialised buffer gives buf = d exactly; with dampening != 0 a
 // per-parameter "initialized" flag selects it with where().
-#include "core/internal.h"
-
-namespace cstorch {
-using detail::scalar_like;
-}
-#include "cstorch/optim/optimizer.h"
+#include "optim/common.h"
 
 namespace cstorch::optim {
 
@@ -40,7 +35,8 @@ void SGD::step() {
   NoGradGuard ng;
   for (auto& g : param_groups()) {
     double momentum = option(g, "momentum"), dampening = option(g, "dampening");
-    double wd = option(g, "weight_decay");
+    bool wd = active(g, "weight_decay");
+    Tensor wdt = wd ? hyper(g, "weight_decay") : Tensor();
     bool nesterov = option(g, "nesterov") != 0, maximize = option(g, "maximize") != 0;
     Tensor neg_lr = -g.lr;  // once per group; every update is then one fused kernel
     Tensor mom = momentum != 0 ? scalar_tensor(momentum, DType::f32) : Tensor();
@@ -48,7 +44,7 @@ void SGD::step() {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       Tensor d = maximize ? -grad : grad;
-      if (wd != 0) d = addcmul(d, p, scalar_like(wd, p));
+      if (wd) d = addcmul(d, p, wdt);
       if (momentum != 0) {
         Tensor& buf = state(p, "momentum_buffer");
         Tensor nb;

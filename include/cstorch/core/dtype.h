@@ -3,6 +3,9 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 #include <string>
 
 namespace cstorch {
@@ -44,11 +47,25 @@ struct bf16_t {
 };
 
 // IEEE binary16 storage with round-to-nearest-even conversion (handles subnormals, inf, NaN).
+// With F16C (x86, -march=native) the conversions are single instructions, inline, so 16-bit
+// kernels and casts run at memory speed; otherwise the portable bit-level versions are used.
 struct f16_t {
   uint16_t bits = 0;
   f16_t() = default;
-  explicit f16_t(float f);
-  operator float() const;
+#if defined(__F16C__)
+  explicit f16_t(float f)
+      : bits(static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))) {}
+  operator float() const {
+    return _cvtsh_ss(bits);
+  }
+#else
+  explicit f16_t(float f) : bits(from_float(f)) {}
+  operator float() const {
+    return to_float(bits);
+  }
+#endif
+  static uint16_t from_float(float f);  // portable conversions (also used by tests)
+  static float to_float(uint16_t h);
 };
 
 }  // namespace cstorch

@@ -4,13 +4,16 @@
 // traces into the compiled training step. Learning rates are 0-d tensors per param group, so
 // a change (or a scheduler) reaches the compiled step without retracing.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "cstorch/state.h"
 #include "cstorch/tensor.h"
 
 namespace cstorch {
@@ -23,20 +26,28 @@ struct ParamGroup {
   std::vector<Tensor> params;
   std::map<std::string, double> options;  // hyper-parameters (lr, momentum, ...)
   Tensor lr;                              // 0-d f32 tensor read by step()
+  // Other hyper-parameters held as 0-d f32 tensors because a scheduler drives them (see
+  // Optimizer::hyper_tensor); step() reads these instead of `options`.
+  std::map<std::string, Tensor> tensors;
 };
 
 class Optimizer {
  public:
-  // `defaults` fill missing per-group options; "lr" is required.
+  // `defaults` fill missing per-group options; "lr" is required and must be >= 0.
+  // enable_global_step: every parameter gets a 0-d f32 "step" state (created after
+  // preinitialize()), advanced by increment_global_step().
   Optimizer(std::vector<Tensor> params, std::map<std::string, double> defaults,
             bool enable_global_step = false);
   Optimizer(std::vector<ParamGroup> groups, std::map<std::string, double> defaults,
             bool enable_global_step = false);
   virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
 
   // Creates every state tensor via create_state(). Called once by ensure_initialized().
   virtual void preinitialize() = 0;
   // One update from the parameters' .grad (parameters without a gradient are skipped).
+  // Implementations call ensure_initialized() first and use tensor ops only.
   virtual void step() = 0;
   virtual std::vector<std::string> state_names_to_sparsify() const = 0;
   virtual std::string name() const = 0;
@@ -45,26 +56,71 @@ class Optimizer {
   void zero_grad(bool set_to_none = true);
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
-  // Sets a group's learning rate (writes the lr tensor).
+  // Sets a group's learning rate (writes the lr tensor). A negative rate is an error.
   void set_lr(size_t group, double lr);
+
+  // The 0-d f32 tensor that holds hyper-parameter `key` of `group` ("lr" is the lr tensor).
+  // A key other than lr becomes tensor-held on the first call (a scheduler driving
+  // weight_decay calls this); from then on step() reads the tensor, so writing it changes a
+  // compiled step without retracing. Optimizers read "lr" and "weight_decay" as tensors; asking
+  // for a key this optimizer reads as a fixed number, or one the group does not have, is an
+  // error naming the key and the group.
+  Tensor& hyper_tensor(size_t group, const std::string& key);
+  // Keys step() reads through hyper() (so hyper_tensor may drive them).
+  virtual std::vector<std::string> schedulable_keys() const { return {"lr", "weight_decay"}; }
 
   // The state tensor `name` of parameter `p` (runs preinitialize first if needed).
   Tensor& state(const Tensor& p, const std::string& name);
   bool has_state(const Tensor& p, const std::string& name);
+  // Runs preinitialize() once (eagerly, even inside a trace) and writes the first value of
+  // schedulers that have not written it yet.
   void ensure_initialized();
+
+  // PyTorch-shaped state: {"state": {"0": {name: tensor, ...}, ...}, "param_groups": [{"lr":
+  // ..., <options>, "params": [0, 1, ...]}, ...]}; parameters are numbered across groups in
+  // order. The state tensors are the live ones (as torch's); hyper-parameters are numbers.
+  // Reads tensor values, so call it outside a traced step (e.g. in a step closure).
+  State state_dict();
+  // Copies values from `sd` into this optimizer's state (shapes and dtypes must match) and
+  // restores the groups' hyper-parameters. Errors name the key path that is wrong.
+  void load_state_dict(const State& sd);
+
+  // Every parameter and state tensor (handles), for GradScaler's skip of non-finite steps.
+  std::vector<Tensor> params_and_state();
+  // 0-d i64 tensor, 1 when the last step() was applied and 0 when GradScaler skipped it;
+  // schedulers advance by it, so a skipped step does not advance the schedule.
+  Tensor& step_applied();
+
+  // Schedulers register a callback that writes their first value; ensure_initialized() runs
+  // pending ones. Returns an id for remove_start_hook.
+  int64_t add_start_hook(std::function<void()> fn);
+  void remove_start_hook(int64_t id);
 
  protected:
   // Only inside preinitialize(): registers state `name` of `p` with initial value `init`.
   void create_state(const Tensor& p, const std::string& name, const Tensor& init);
+  // A fixed hyper-parameter of the group. An error when the key is tensor-held (see
+  // hyper_tensor): read it with hyper() instead.
   double option(const ParamGroup& g, const std::string& key) const;
+  // A hyper-parameter as a 0-d f32 tensor: the group's tensor when a scheduler drives it, else
+  // a constant (folded by the compiler).
+  Tensor hyper(const ParamGroup& g, const std::string& key) const;
+  // True when the hyper-parameter is non-zero or tensor-held (so the update term is needed).
+  bool active(const ParamGroup& g, const std::string& key) const;
+  // Adds one to the "step" state of `p` (enable_global_step) and returns it.
+  Tensor increment_global_step(const Tensor& p);
   bool enable_global_step_;
 
  private:
   void setup(std::map<std::string, double> defaults);
   std::vector<ParamGroup> groups_;
   std::map<TensorImpl*, std::map<std::string, Tensor>> state_;
+  std::vector<std::string> state_order_;  // state names in creation order
   bool initialized_ = false;
   bool in_preinitialize_ = false;
+  Tensor step_applied_;
+  std::map<int64_t, std::function<void()>> start_hooks_;
+  int64_t next_hook_ = 0;
 };
 
 // SGD with momentum, dampening, Nesterov, weight decay and maximize (torch.optim.SGD).
@@ -78,17 +134,177 @@ class SGD : public Optimizer {
   std::string name() const override { return "SGD"; }
 };
 
-// AdamW with decoupled weight decay and amsgrad (torch.optim.AdamW).
-class AdamW : public Optimizer {
+// Adam with L2 weight decay, amsgrad and maximize (torch.optim.Adam).
+class Adam : public Optimizer {
  public:
-  AdamW(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
-        double eps = 1e-8, double weight_decay = 1e-2, bool amsgrad = false, bool maximize = false);
+  Adam(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+       double eps = 1e-8, double weight_decay = 0, bool amsgrad = false, bool maximize = false);
   void preinitialize() override;
   void step() override;
   std::vector<std::string> state_names_to_sparsify() const override {
     return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   }
+  std::string name() const override { return "Adam"; }
+
+ protected:
+  Adam(std::vector<Tensor> params, double lr, double beta1, double beta2, double eps,
+       double weight_decay, bool amsgrad, bool maximize, bool decoupled);
+  bool decoupled_ = false;
+};
+
+// AdamW with decoupled weight decay and amsgrad (torch.optim.AdamW).
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+        double eps = 1e-8, double weight_decay = 1e-2, bool amsgrad = false, bool maximize = false);
   std::string name() const override { return "AdamW"; }
+};
+
+// Adadelta (torch.optim.Adadelta).
+class Adadelta : public Optimizer {
+ public:
+  Adadelta(std::vector<Tensor> params, double lr = 1.0, double rho = 0.9, double eps = 1e-6,
+           double weight_decay = 0, bool maximize = false);
+  void preinitialize() override;
+  void step() override;
+  std::vector<std::string> state_names_to_sparsify() const override {
+    return {"square_avg", "acc_delta"};
+  }
+  std::string name() const override { return "Adadelta"; }
+};
+
+// Adafactor (Shazeer & Stern 2018, as in the reference implementations): factored second
+// moments for tensors of rank >= 2, update clipping by RMS, relative step sizes. `lr` must be
+// given exactly when relative_step is false.
+class Adafactor : public Optimizer {
+ public:
+  Adafactor(std::vector<Tensor> params, std::optional<double> lr = std::nullopt,
+            double eps1 = 1e-30, double eps2 = 1e-3, double clip_threshold = 1.0,
+            double decay_rate = -0.8, std::optional<double> beta1 = std::nullopt,
+            double weight_decay = 0, bool scale_parameter = true, bool relative_step = true,
+            bool warmup_init = false);
+  void preinitialize() override;
+  void step() override;
+  std::vector<std::string> state_names_to_sparsify() const override {
+    return {"exp_avg", "exp_avg_sq"};
+  }
+  std::string name() const override { return "Adafactor"; }
+};
+
+// Adagrad (torch.optim.Adagrad).
+class Adagrad : public Optimizer {
+ public:
+  Adagrad(std::vector<Tensor> params, double lr = 1e-2, double lr_decay = 0,
+          double weight_decay = 0, double initial_accumulator_value = 0, double eps = 1e-10,
+          bool maximize = false);
+  void preinitialize() override;
+  void step() override;
+  std::vector<std::string> state_names_to_sparsify() const override { return {"sum"}; }
+  std::string name() const override { return "Adagrad"; }
+};
+
+// Adamax (torch.optim.Adamax).
+class Adamax : public Optimizer {
+ public:
+  Adamax(std::vector<Tensor> params, double lr = 2e-3, double beta1 = 0.9, double beta2 = 0.999,
+         double eps = 1e-8, double weight_decay = 0, bool maximize = false);
+  void preinitialize() override;
+  void step() override;
+  std::vector<std::string> state_names_to_sparsify() const override {
+    return {"exp_avg", "exp_inf"};
+  }
+  std::string name() const override { return "Adamax"; }
+};
+
+// Averaged SGD (torch.optim.ASGD): eta and mu are state tensors computed in the step.
+class ASGD : public Optimizer {
+ public:
+  ASGD(std::vector<Tensor> params, double lr = 1e-2, double lambd = 1e-4, double alpha = 0.75,
+       double t0 = 1e6, double weight_decay = 0, bool maximize = false);
+  void preinitialize() override;
+  void step() override;
+  std::vector<std::string> state_names_to_sparsify() const override { return {"ax"}; }
+  std::string name() const override { return "ASGD"; }
+};
+
+// LAMB (You et al. 2019, Algorithm 2): Adam moments with bias correction, update
+// r = m_hat / (sqrt(v_hat) + eps) + wd * p, scaled per parameter by the trust ratio
+// ||p|| / ||r|| (1 when either norm is 0). adam = true drops the trust ratio.
+class Lamb : public Optimizer {
+ public:
+  Lamb(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+       double eps = 1e-6, double weight_decay = 0, bool adam = false);
+  void preinitialize() override;
+  void step() override;
+  std::vector<std::string> state_names_to_sparsify() const override {
+    return {"exp_avg", "exp_avg_sq"};
+  }
+  std::string name() const override { return "Lamb"; }
+};
+
+// Lion (Chen et al. 2023): p -= lr * (sign(b1*m + (1-b1)*g) + wd*p); m = b2*m + (1-b2)*g.
+class Lion : public Optimizer {
+ public:
+  Lion(std::vector<Tensor> params, double lr = 1e-4, double beta1 = 0.9, double beta2 = 0.99,
+       double weight_decay = 0);
+  void preinitialize() override;
+  void step() override;
+  std::vector<std::string> state_names_to_sparsify() const override { return {"exp_avg"}; }
+  std::string name() const override { return "Lion"; }
+};
+
+// NAdam (torch.optim.NAdam).
+class NAdam : public Optimizer {
+ public:
+  NAdam(std::vector<Tensor> params, double lr = 2e-3, double beta1 = 0.9, double beta2 = 0.999,
+        double eps = 1e-8, double weight_decay = 0, double momentum_decay = 4e-3);
+  void preinitialize() override;
+  void step() override;
+  std::vector<std::string> state_names_to_sparsify() const override {
+    return {"exp_avg", "exp_avg_sq"};
+  }
+  std::string name() const override { return "NAdam"; }
+};
+
+// RAdam (torch.optim.RAdam); the rectification branch (rho_t > 5) is a where().
+class RAdam : public Optimizer {
+ public:
+  RAdam(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+        double eps = 1e-8, double weight_decay = 0);
+  void preinitialize() override;
+  void step() override;
+  std::vector<std::string> state_names_to_sparsify() const override {
+    return {"exp_avg", "exp_avg_sq"};
+  }
+  std::string name() const override { return "RAdam"; }
+};
+
+// RMSprop with momentum and centered variants (torch.optim.RMSprop).
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(std::vector<Tensor> params, double lr = 1e-2, double alpha = 0.99, double eps = 1e-8,
+          double weight_decay = 0, double momentum = 0, bool centered = false,
+          bool maximize = false);
+  void preinitialize() override;
+  void step() override;
+  std::vector<std::string> state_names_to_sparsify() const override {
+    return {"square_avg", "momentum_buffer", "grad_avg"};
+  }
+  std::string name() const override { return "RMSprop"; }
+};
+
+// Rprop (torch.optim.Rprop). The learning rate only sets the initial step sizes.
+class Rprop : public Optimizer {
+ public:
+  Rprop(std::vector<Tensor> params, double lr = 1e-2, double etaminus = 0.5, double etaplus = 1.2,
+        double step_size_min = 1e-6, double step_size_max = 50, bool maximize = false);
+  void preinitialize() override;
+  void step() override;
+  std::vector<std::string> state_names_to_sparsify() const override {
+    return {"prev", "step_size"};
+  }
+  std::vector<std::string> schedulable_keys() const override { return {}; }
+  std::string name() const override { return "Rprop"; }
 };
 
 // Builds an optimizer by class name (case-insensitive). `learning_rate` is an alias of `lr`.

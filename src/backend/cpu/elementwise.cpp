@@ -446,6 +446,18 @@ void cpu_Silu(const ir::Node& n, const void* const* in, void* out) {
 void cpu_Erf(const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return std::erf(x); });
 }
+void cpu_Sin(const ir::Node& n, const void* const* in, void* out) {
+  unary_float(n, in, out, kMathGrain, [](float x) { return std::sin(x); });
+}
+void cpu_Cos(const ir::Node& n, const void* const* in, void* out) {
+  unary_float(n, in, out, kMathGrain, [](float x) { return std::cos(x); });
+}
+void cpu_Expm1(const ir::Node& n, const void* const* in, void* out) {
+  unary_float(n, in, out, kMathGrain, [](float x) { return std::expm1(x); });
+}
+void cpu_Floor(const ir::Node& n, const void* const* in, void* out) {
+  unary_float(n, in, out, kElementwiseGrain, [](float x) { return std::floor(x); });
+}
 void cpu_IsFinite(const ir::Node& n, const void* const* in, void* out) {
   dispatch_all(n.inputs[0]->dtype, [&]<class T>(T*) {
     map1<T, bool>(n, in, out, kElementwiseGrain, [](auto x) -> bool {

@@ -1,0 +1,46 @@
+// Helpers shared by the optimizer implementations (internal).
+#pragma once
+#include <cmath>
+
+#include "core/internal.h"
+#include "cstorch/optim/optimizer.h"
+
+namespace cstorch::optim::impl {
+
+// 1 - b^t for a step tensor t, as -expm1(t * ln b): accurate to a few f32 ulps even when b^t
+// is close to 1 (1 - 0.999^1 computed as 1 - f32(0.999) would be off by 1.3e-5 relative).
+inline Tensor one_minus_pow(double b, const Tensor& t) {
+  if (b == 0) return ones_like(t);
+  return -expm1(t * std::log(b));
+}
+
+// b^t for b > 0 and a step tensor t.
+inline Tensor pow_of(double b, const Tensor& t) {
+  if (b == 0) return zeros_like(t);
+  return exp(t * std::log(b));
+}
+
+// The gradient to use (negated for maximize); undefined when the parameter has none.
+inline Tensor grad_of(const Tensor& p, bool maximize) {
+  Tensor g = p.grad();
+  if (g.defined() && maximize) g = -g;
+  return g;
+}
+
+// torch's mul_(b).add_(x, alpha=1-b) for a running average.
+inline Tensor ema(const Tensor& avg, const Tensor& x, double b) {
+  return addcmul(avg * b, x, scalar_tensor(1 - b, avg.dtype()));
+}
+// torch's mul_(b).addcmul_(x, x, value=1-b).
+inline Tensor ema_sq(const Tensor& avg, const Tensor& x, double b) {
+  return addcmul(avg * b, x, x * (1 - b));
+}
+
+inline void check_beta(const char* opt, const char* name, double b) {
+  CS_CHECK(b >= 0 && b < 1, "{}: invalid {} {} (must be in [0, 1))", opt, name, b);
+}
+inline void check_nonneg(const char* opt, const char* name, double v) {
+  CS_CHECK(v >= 0, "{}: invalid {} {} (must be >= 0)", opt, name, v);
+}
+
+}  // namespace cstorch::optim::impl

@@ -1,0 +1,307 @@
+// configure_lr_scheduler: a scheduler (or a SequentialLR / ChainedLR of several) from
+// configuration, with the seed's number / map / list rules and errors for unknown names, unknown
+// keys and old aliases.
+#include <algorithm>
+#include <cctype>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "core/internal.h"
+#include "cstorch/optim/lr_scheduler.h"
+
+namespace cstorch::optim {
+
+using namespace lr_scheduler;
+
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Reads the arguments of one scheduler entry; `where` names the entry in errors.
+struct Args {
+  const Config& c;
+  std::string where;
+  const Config& get(const std::string& k) const {
+    CS_CHECK(c.contains(k), "configure_lr_scheduler: {}: missing required key '{}'", where, k);
+    return c.at(k);
+  }
+  double number(const std::string& k) const {
+    const auto& v = get(k);
+    CS_CHECK(v.is_number(), "configure_lr_scheduler: {}.{}: expected a number, got {}", where, k,
+             v.dump());
+    return v.get<double>();
+  }
+  double number(const std::string& k, double def) const { return c.contains(k) ? number(k) : def; }
+  int64_t integer(const std::string& k) const {
+    const auto& v = get(k);
+    CS_CHECK(
+        v.is_number_integer() || (v.is_number() && v.get<double>() == std::floor(v.get<double>())),
+        "configure_lr_scheduler: {}.{}: expected an integer, got {}", where, k, v.dump());
+    return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
+  }
+  int64_t integer(const std::string& k, int64_t def) const {
+    return c.contains(k) ? integer(k) : def;
+  }
+  std::optional<int64_t> opt_integer(const std::string& k) const {
+    if (!c.contains(k) || c.at(k).is_null()) return std::nullopt;
+    return integer(k);
+  }
+  bool flag(const std::string& k, bool def) const {
+    if (!c.contains(k)) return def;
+    const auto& v = c.at(k);
+    CS_CHECK(v.is_boolean(), "configure_lr_scheduler: {}.{}: expected true or false, got {}", where,
+             k, v.dump());
+    return v.get<bool>();
+  }
+  std::string text(const std::string& k, const std::string& def) const {
+    if (!c.contains(k)) return def;
+    const auto& v = c.at(k);
+    CS_CHECK(v.is_string(), "configure_lr_scheduler: {}.{}: expected a string, got {}", where, k,
+             v.dump());
+    return v.get<std::string>();
+  }
+  template <class T>
+  std::vector<T> list(const std::string& k) const {
+    const auto& v = get(k);
+    CS_CHECK(v.is_array(), "configure_lr_scheduler: {}.{}: expected a list, got {}", where, k,
+             v.dump());
+    std::vector<T> r;
+    for (const auto& e : v) {
+      CS_CHECK(e.is_number(), "configure_lr_scheduler: {}.{}: expected numbers, got {}", where, k,
+               e.dump());
+      r.push_back(e.get<T>());
+    }
+    return r;
+  }
+};
+
+struct Spec {
+  std::vector<std::string> keys;  // accepted keys (besides scheduler, param_group_key, ...)
+  std::function<SchedulerPtr(Target, const Args&)> make;
+};
+
+const std::vector<std::pair<std::string, Spec>>& specs() {
+  static const std::vector<std::pair<std::string, Spec>> s = {
+      {"ConstantLR",
+       {{"learning_rate", "total_iters"},
+        [](Target t, const Args& a) {
+          return std::make_shared<ConstantLR>(t, a.number("learning_rate"),
+                                              a.opt_integer("total_iters"));
+        }}},
+      {"PolynomialLR",
+       {{"initial_learning_rate", "end_learning_rate", "total_iters", "power", "cycle"},
+        [](Target t, const Args& a) {
+          return std::make_shared<PolynomialLR>(
+              t, a.number("initial_learning_rate"), a.number("end_learning_rate"),
+              a.integer("total_iters"), a.number("power", 1.0), a.flag("cycle", false));
+        }}},
+      {"LinearLR",
+       {{"initial_learning_rate", "end_learning_rate", "total_iters"},
+        [](Target t, const Args& a) {
+          return std::make_shared<LinearLR>(t, a.number("initial_learning_rate"),
+                                            a.number("end_learning_rate"),
+                                            a.integer("total_iters"));
+        }}},
+      {"ExponentialLR",
+       {{"initial_learning_rate", "total_iters", "decay_rate", "staircase"},
+        [](Target t, const Args& a) {
+          return std::make_shared<ExponentialLR>(t, a.number("initial_learning_rate"),
+                                                 a.integer("total_iters"), a.number("decay_rate"),
+                                                 a.flag("staircase", false));
+        }}},
+      {"InverseExponentialTimeDecayLR",
+       {{"initial_learning_rate", "step_exponent", "total_iters", "decay_rate", "staircase"},
+        [](Target t, const Args& a) {
+          return std::make_shared<InverseExponentialTimeDecayLR>(
+              t, a.number("initial_learning_rate"), a.number("step_exponent"),
+              a.integer("total_iters"), a.number("decay_rate"), a.flag("staircase", false));
+        }}},
+      {"InverseSquareRootDecayLR",
+       {{"initial_learning_rate", "scale", "warmup_steps"},
+        [](Target t, const Args& a) {
+          return std::make_shared<InverseSquareRootDecayLR>(
+              t, a.number("initial_learning_rate", 1.0), a.number("scale", 1.0),
+              a.integer("warmup_steps", 1));
+        }}},
+      {"CosineDecayLR",
+       {{"initial_learning_rate", "end_learning_rate", "total_iters"},
+        [](Target t, const Args& a) {
+          return std::make_shared<CosineDecayLR>(t, a.number("initial_learning_rate"),
+                                                 a.number("end_learning_rate"),
+                                                 a.integer("total_iters"));
+        }}},
+      {"CosineAnnealingLR",
+       {{"initial_learning_rate", "T_max", "eta_min"},
+        [](Target t, const Args& a) {
+          return std::make_shared<CosineAnnealingLR>(t, a.number("initial_learning_rate"),
+                                                     a.integer("T_max"), a.number("eta_min", 0));
+        }}},
+      {"CosineAnnealingWarmRestarts",
+       {{"initial_learning_rate", "T_0", "T_mult", "eta_min"},
+        [](Target t, const Args& a) {
+          return std::make_shared<CosineAnnealingWarmRestarts>(
+              t, a.number("initial_learning_rate"), a.integer("T_0"), a.integer("T_mult", 1),
+              a.number("eta_min", 0));
+        }}},
+      {"StepLR",
+       {{"initial_learning_rate", "step_size", "gamma"},
+        [](Target t, const Args& a) {
+          return std::make_shared<StepLR>(t, a.number("initial_learning_rate"),
+                                          a.integer("step_size"), a.number("gamma", 0.1));
+        }}},
+      {"MultiStepLR",
+       {{"initial_learning_rate", "milestones", "gamma"},
+        [](Target t, const Args& a) {
+          return std::make_shared<MultiStepLR>(t, a.number("initial_learning_rate"),
+                                               a.list<int64_t>("milestones"),
+                                               a.number("gamma", 0.1));
+        }}},
+      {"MultiplicativeLR",
+       {{"initial_learning_rate", "coefficient"},
+        [](Target t, const Args& a) {
+          return std::make_shared<MultiplicativeLR>(t, a.number("initial_learning_rate"),
+                                                    a.number("coefficient"));
+        }}},
+      {"CyclicLR",
+       {{"base_lr", "max_lr", "step_size_up", "step_size_down", "mode", "gamma"},
+        [](Target t, const Args& a) {
+          return std::make_shared<CyclicLR>(t, a.number("base_lr"), a.number("max_lr"),
+                                            a.integer("step_size_up", 2000),
+                                            a.opt_integer("step_size_down"),
+                                            a.text("mode", "triangular"), a.number("gamma", 1.0));
+        }}},
+      {"OneCycleLR",
+       {{"initial_learning_rate", "max_lr", "total_steps", "pct_start", "final_div_factor",
+         "three_phase", "anneal_strategy"},
+        [](Target t, const Args& a) {
+          return std::make_shared<OneCycleLR>(
+              t, a.number("initial_learning_rate"), a.number("max_lr"), a.integer("total_steps"),
+              a.number("pct_start", 0.25), a.number("final_div_factor", 1e4),
+              a.flag("three_phase", false), a.text("anneal_strategy", "cos"));
+        }}},
+      {"PiecewiseConstantLR",
+       {{"learning_rates", "milestones"},
+        [](Target t, const Args& a) {
+          return std::make_shared<PiecewiseConstantLR>(t, a.list<double>("learning_rates"),
+                                                       a.list<int64_t>("milestones"));
+        }}},
+  };
+  return s;
+}
+
+// Old keys and the keys that replaced them.
+const std::map<std::string, std::string>& aliases() {
+  static const std::map<std::string, std::string> a = {
+      {"steps", "total_iters"},
+      {"decay_steps", "total_iters"},
+      {"base_lr", "initial_learning_rate"},
+      {"learning_rate", "initial_learning_rate"},
+      {"values", "learning_rates"},
+      {"boundaries", "milestones"},
+  };
+  return a;
+}
+
+// Keys every entry may carry besides the scheduler's own.
+const std::set<std::string> kCommon = {"scheduler", "param_group_key", "main_scheduler"};
+
+struct Built {
+  SchedulerPtr sched;
+  std::optional<int64_t> iters;  // how long it runs in a sequence
+};
+
+Built build_one(Optimizer& opt, const Config& entry, const std::string& where) {
+  CS_CHECK(entry.is_object(),
+           "configure_lr_scheduler: {}: expected a map with key 'scheduler' or a number, got {}",
+           where, entry.dump());
+  CS_CHECK(entry.contains("scheduler") && entry.at("scheduler").is_string(),
+           "configure_lr_scheduler: {}: missing 'scheduler' (the scheduler's name), got {}", where,
+           entry.dump());
+  std::string want = lower(entry.at("scheduler").get<std::string>());
+  for (const auto& [name, spec] : specs()) {
+    std::string n = lower(name);
+    std::string bare = n.size() > 2 && n.ends_with("lr") ? n.substr(0, n.size() - 2) : n;
+    if (want != n && want != bare) continue;
+    std::string w = where + " (" + name + ")";
+    for (const auto& [k, v] : entry.items()) {
+      if (kCommon.count(k) || k == "total_iters") continue;
+      if (std::find(spec.keys.begin(), spec.keys.end(), k) != spec.keys.end()) continue;
+      auto al = aliases().find(k);
+      CS_CHECK(al == aliases().end() ||
+                   std::find(spec.keys.begin(), spec.keys.end(), al->second) == spec.keys.end(),
+               "configure_lr_scheduler: {}: '{}' was renamed; use '{}'", w, k,
+               al == aliases().end() ? std::string() : al->second);
+      fail("configure_lr_scheduler: {}: unknown key '{}'; accepted keys: {}", w, k,
+           fmt::join(spec.keys, ", "));
+    }
+    Args args{entry, w};
+    std::string key = args.text("param_group_key", "lr");
+    Built b{spec.make(Target(opt, key), args), std::nullopt};
+    b.iters =
+        entry.contains("total_iters") ? args.opt_integer("total_iters") : b.sched->total_iters();
+    return b;
+  }
+  if (want == "lambdalr" || want == "lambda")
+    fail(
+        "configure_lr_scheduler: {}: LambdaLR needs a function; construct "
+        "cstorch::optim::lr_scheduler::LambdaLR in code",
+        where);
+  fail("configure_lr_scheduler: {}: unknown scheduler '{}'; valid schedulers: {}", where,
+       entry.at("scheduler").get<std::string>(), fmt::join(lr_scheduler_names(), ", "));
+}
+
+}  // namespace
+
+std::vector<std::string> lr_scheduler_names() {
+  std::vector<std::string> r;
+  for (const auto& [n, s] : specs()) r.push_back(n);
+  r.push_back("SequentialLR (a list)");
+  r.push_back("ChainedLR (a list with main_scheduler: ChainedLR)");
+  return r;
+}
+
+std::shared_ptr<LRScheduler> configure_lr_scheduler(Optimizer& optimizer, const Config& lr) {
+  if (lr.is_number()) return std::make_shared<ConstantLR>(optimizer, lr.get<double>());
+  if (lr.is_object()) return build_one(optimizer, lr, "learning_rate").sched;
+  CS_CHECK(lr.is_array(),
+           "configure_lr_scheduler: learning_rate must be a number, a map or a list of maps, got "
+           "{}",
+           lr.dump());
+  CS_CHECK(!lr.empty(), "configure_lr_scheduler: learning_rate is an empty list");
+  bool chained = false;
+  for (size_t i = 0; i < lr.size(); ++i) {
+    if (!lr[i].is_object() || !lr[i].contains("main_scheduler")) continue;
+    const auto& m = lr[i].at("main_scheduler");
+    std::string v = m.is_string() ? lower(m.get<std::string>()) : "";
+    CS_CHECK(v == "chainedlr" || v == "sequentiallr",
+             "configure_lr_scheduler: learning_rate[{}].main_scheduler: expected ChainedLR or "
+             "SequentialLR, got {}",
+             i, m.dump());
+    chained = chained || v == "chainedlr";
+  }
+  std::vector<SchedulerPtr> subs;
+  std::vector<int64_t> milestones;
+  int64_t sum = 0;
+  for (size_t i = 0; i < lr.size(); ++i) {
+    std::string where = fmt::format("learning_rate[{}]", i);
+    Built b = build_one(optimizer, lr[i], where);
+    subs.push_back(b.sched);
+    if (chained || i + 1 == lr.size()) continue;
+    auto T = b.iters;
+    CS_CHECK(T.has_value(),
+             "configure_lr_scheduler: {}: a scheduler in a sequence needs 'total_iters' (how "
+             "many steps it runs before the next one starts)",
+             where);
+    sum += *T;
+    milestones.push_back(sum);
+  }
+  if (subs.size() == 1) return subs[0];
+  if (chained) return std::make_shared<ChainedLR>(optimizer, subs);
+  return std::make_shared<SequentialLR>(optimizer, subs, milestones);
+}
+
+}  // namespace cstorch::optim

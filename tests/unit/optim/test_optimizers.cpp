@@ -1,0 +1,227 @@
+// Optimizer base behaviour: state_dict shape and exact resume, configure_optimizer lookup and
+// errors, the preinitialize contract, tensor-held (scheduled) hyper-parameters.
+#include <gtest/gtest.h>
+
+#include "cstorch/cstorch.h"
+#include "unit/test_util.h"
+
+namespace cstorch::testing {
+namespace {
+
+std::vector<Tensor> params(uint32_t seed) {
+  Tensor a = rt({3, 4}, seed), b = rt({5}, seed + 1);
+  a.set_requires_grad(true).set_name("a");
+  b.set_requires_grad(true).set_name("b");
+  return {a, b};
+}
+
+void set_grads(const std::vector<Tensor>& ps, int step) {
+  Tensor loss = zeros({});
+  for (size_t i = 0; i < ps.size(); ++i)
+    loss = loss + sum(ps[i] * rt(ps[i].shape(), 100 + 10 * step + static_cast<uint32_t>(i)));
+  loss.backward();
+}
+
+std::vector<float> values(const std::vector<Tensor>& ps) {
+  std::vector<float> r;
+  for (auto& p : ps)
+    for (float v : p.to_vector<float>()) r.push_back(v);
+  return r;
+}
+
+const std::vector<std::pair<std::string, Config>> kConfigs = {
+    {"SGD", {{"lr", 0.1}, {"momentum", 0.9}, {"dampening", 0.1}}},
+    {"Adam", {{"lr", 0.01}, {"amsgrad", true}}},
+    {"AdamW", {{"lr", 0.01}}},
+    {"Adadelta", Config::object()},
+    {"Adafactor", Config::object()},
+    {"Adagrad", {{"lr", 0.1}}},
+    {"Adamax", Config::object()},
+    {"ASGD", {{"t0", 3}}},
+    {"Lamb", Config::object()},
+    {"Lion", Config::object()},
+    {"NAdam", Config::object()},
+    {"RAdam", Config::object()},
+    {"RMSprop", {{"momentum", 0.5}, {"centered", true}}},
+    {"Rprop", Config::object()},
+};
+
+TEST(OptimizerStateDict, ResumedOptimizerContinuesBitwise) {
+  for (const auto& [type, args] : kConfigs) {
+    SCOPED_TRACE(type);
+    // Uninterrupted: 10 steps.
+    auto pa = params(1);
+    auto oa = optim::configure_optimizer(type, pa, args);
+    for (int s = 0; s < 10; ++s) {
+      set_grads(pa, s);
+      oa->step();
+      oa->zero_grad();
+    }
+    // Interrupted after 5: a fresh optimizer on copies of the parameters loads the state dict.
+    auto pb = params(1);
+    auto ob = optim::configure_optimizer(type, pb, args);
+    for (int s = 0; s < 5; ++s) {
+      set_grads(pb, s);
+      ob->step();
+      ob->zero_grad();
+    }
+    State sd = ob->state_dict();
+    auto pc = params(7);  // different values: the parameters are restored separately
+    {
+      NoGradGuard ng;
+      for (size_t i = 0; i < pc.size(); ++i) pc[i].copy_(pb[i]);
+    }
+    auto oc = optim::configure_optimizer(type, pc, args);
+    oc->load_state_dict(sd);
+    ob.reset();  // the loaded state must not alias the old optimizer's buffers
+    for (int s = 5; s < 10; ++s) {
+      set_grads(pc, s);
+      oc->step();
+      oc->zero_grad();
+    }
+    EXPECT_EQ(values(pa), values(pc));
+  }
+}
+
+TEST(OptimizerStateDict, PyTorchShape) {
+  auto ps = params(1);
+  optim::Adam opt(ps, 0.01, 0.9, 0.999, 1e-8, 0.0, /*amsgrad=*/true);
+  set_grads(ps, 0);
+  opt.step();
+  State sd = opt.state_dict();
+  ASSERT_EQ(sd.keys(), (std::vector<std::string>{"state", "param_groups"}));
+  EXPECT_EQ(sd.at("state").keys(), (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(sd.at("state").at("0").keys(),
+            (std::vector<std::string>{"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"}));
+  EXPECT_EQ(sd.at("state").at("1").at("step").as_tensor().item<float>(), 1.0f);
+  const State& g = sd.at("param_groups")[0];
+  EXPECT_NEAR(g.at("lr").as_double(), 0.01, 1e-9);
+  EXPECT_EQ(g.at("params")[0].as_int(), 0);
+  EXPECT_EQ(g.at("params")[1].as_int(), 1);
+  EXPECT_TRUE(g.contains("beta1") && g.contains("amsgrad"));
+}
+
+TEST(OptimizerStateDict, BadDictsNameTheKeyPath) {
+  auto ps = params(1);
+  optim::Adam opt(ps);
+  State sd = opt.state_dict();
+  State bad = sd;
+  bad.at("state").at("0").set("exp_avg", State(zeros({2})));
+  expect_error([&] { opt.load_state_dict(bad); }, {"state.0.exp_avg", "shape [2]", "[3, 4]"});
+  bad = sd;
+  bad.at("state").at("1").set("bogus", State(zeros({5})));
+  expect_error([&] { opt.load_state_dict(bad); }, {"state.1.bogus", "no state 'bogus'"});
+  bad = sd;
+  bad.at("state").set("9", sd.at("state").at("0"));
+  expect_error([&] { opt.load_state_dict(bad); }, {"state.9", "not a parameter index"});
+  bad = sd;
+  bad.erase("param_groups");
+  expect_error([&] { opt.load_state_dict(bad); }, {"'state' and 'param_groups'"});
+  bad = sd;
+  bad.at("param_groups")[0].set("nonsense", State(1.0));
+  expect_error([&] { opt.load_state_dict(bad); }, {"param_groups.0.nonsense", "unknown"});
+}
+
+TEST(ConfigureOptimizer, EveryNameCaseInsensitiveWithAlias) {
+  for (const auto& name : optim::optimizer_names()) {
+    std::string upper = name;
+    for (auto& c : upper) c = static_cast<char>(std::toupper(c));
+    Config args = {{"learning_rate", 0.01}};
+    if (name == "Adafactor") args = {{"learning_rate", 0.01}, {"relative_step", false}};
+    auto opt = optim::configure_optimizer(upper, params(1), args);
+    EXPECT_EQ(opt->name(), name);
+    EXPECT_NEAR(opt->param_groups()[0].lr.item<float>(), 0.01, 1e-9) << name;
+  }
+  EXPECT_EQ(optim::optimizer_names().size(), 14u);
+}
+
+TEST(ConfigureOptimizer, Errors) {
+  expect_error(
+      [] {
+        optim::configure_optimizer("Adamm", params(1), {{"lr", 0.1}});
+      },
+      {"unknown optimizer type 'Adamm'", "SGD", "Adam", "Lion", "Rprop"});
+  expect_error(
+      [] {
+        optim::configure_optimizer("SGD", params(1), {{"lr", -0.1}});
+      },
+      {"invalid learning rate -0.1"});
+  expect_error(
+      [] {
+        optim::configure_optimizer("SGD", params(1), {{"lr", 0.1}, {"learning_rate", 0.2}});
+      },
+      {"either 'lr' or its alias 'learning_rate'"});
+  expect_error(
+      [] {
+        optim::configure_optimizer("Adam", params(1), {{"betas", {0.9}}});
+      },
+      {"'betas' must be a list of two numbers"});
+  expect_error(
+      [] {
+        optim::configure_optimizer("Adafactor", params(1), {{"lr", 0.1}, {"relative_step", true}});
+      },
+      {"mutually exclusive"});
+  // Unknown keys are a warning (on stderr), not an error.
+  ::testing::internal::CaptureStderr();
+  optim::configure_optimizer("SGD", params(1), {{"lr", 0.1}, {"momentun", 0.9}});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("momentun"), std::string::npos) << err;
+  auto ps = params(1);
+  optim::SGD sgd(ps, 0.1);
+  expect_error([&] { sgd.set_lr(0, -1); }, {"invalid learning rate -1"});
+}
+
+// A user optimizer that (wrongly) creates state in step().
+class Sloppy : public optim::Optimizer {
+ public:
+  explicit Sloppy(std::vector<Tensor> p) : Optimizer(std::move(p), {{"lr", 0.1}}) {}
+  void preinitialize() override {}
+  void step() override {
+    ensure_initialized();
+    create_state(param_groups()[0].params[0], "late", zeros({}));
+  }
+  std::vector<std::string> state_names_to_sparsify() const override { return {}; }
+  std::string name() const override { return "Sloppy"; }
+};
+
+TEST(OptimizerContract, StateOutsidePreinitializeIsAnError) {
+  Sloppy s(params(1));
+  expect_error([&] { s.step(); }, {"Sloppy", "'late'", "outside preinitialize()"});
+}
+
+TEST(OptimizerContract, GlobalStepAndSparsifyNames) {
+  auto ps = params(1);
+  optim::Lion lion(ps);
+  EXPECT_FALSE(lion.has_state(ps[0], "step"));
+  optim::NAdam nadam(params(2));
+  EXPECT_EQ(nadam.state_names_to_sparsify(), (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  optim::RMSprop rms(params(3));
+  EXPECT_EQ(rms.state_names_to_sparsify(),
+            (std::vector<std::string>{"square_avg", "momentum_buffer", "grad_avg"}));
+}
+
+TEST(ScheduledHyperParameters, WeightDecayTensorChangesACompiledStep) {
+  // SGD with weight decay held as a tensor: p -= lr * (g + wd * p). With a zero gradient the
+  // update is p *= 1 - lr * wd, so a change of wd between replays shows up at once.
+  Tensor p = fv({1.0f, 2.0f});
+  p.set_requires_grad(true);
+  optim::SGD opt({p}, 0.5, 0, 0, /*weight_decay=*/0.0);
+  Tensor& wd = opt.hyper_tensor(0, "weight_decay");
+  auto step = trace([&](const Tensor& x) {
+    sum(p * x).backward();
+    opt.step();
+    opt.zero_grad();
+    return p * 1.0;
+  });
+  Tensor zero = zeros({2});
+  expect_close(step(zero).to_vector<double>(), {1.0, 2.0}, 0);  // wd 0: no change
+  wd.fill_(0.2);
+  expect_close(step(zero).to_vector<double>(), {0.9, 1.8}, 1e-6);
+  expect_error([&] { opt.hyper_tensor(0, "momentum"); },
+               {"'momentum' cannot be driven by a scheduler", "lr, weight_decay"});
+  optim::Rprop rprop(params(1));
+  expect_error([&] { rprop.hyper_tensor(0, "lr"); }, {"Rprop", "'lr'", "schedulable keys: none"});
+}
+
+}  // namespace
+}  // namespace cstorch::testing
