@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "cstorch/amp.h"
 #include "cstorch/backend.h"
+#include "cstorch/optim/lr_scheduler.h"
 #include "cstorch/optim/optimizer.h"
 #include "cstorch/state.h"
 #include "modelzoo/callback.h"
@@ -70,6 +72,10 @@ class Trainer {
   Model& model() { return *model_; }
   ModelPtr model_ptr() { return model_; }
   cstorch::optim::Optimizer* optimizer() { return optimizer_.get(); }
+  const std::vector<std::shared_ptr<cstorch::optim::lr_scheduler::LRScheduler>>& schedulers() {
+    return schedulers_;
+  }
+  cstorch::amp::GradScaler* grad_scaler() { return grad_scaler_.get(); }
   const std::shared_ptr<cstorch::Backend>& backend() const { return backend_; }
   const std::string& model_dir() const { return model_dir_; }
   const LoopConfig& loop() const { return loop_; }
@@ -105,6 +111,10 @@ class Trainer {
   std::shared_ptr<cstorch::Backend> backend_;
   ModelPtr model_;
   std::unique_ptr<cstorch::optim::Optimizer> optimizer_;
+  std::vector<std::shared_ptr<cstorch::optim::lr_scheduler::LRScheduler>> schedulers_;
+  std::unique_ptr<cstorch::amp::GradScaler> grad_scaler_;
+  std::optional<cstorch::DType> autocast_dtype_;
+  std::optional<double> max_gradient_norm_, max_gradient_value_;
   std::string model_dir_;
   LoopConfig loop_;
   CheckpointConfig ckpt_;

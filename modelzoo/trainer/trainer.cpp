@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "cstorch/amp.h"
 #include "cstorch/checkpoint.h"
 #include "cstorch/metrics.h"
 #include "cstorch/tensor.h"
@@ -223,14 +224,69 @@ Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
       return cstorch::optim::configure_optimizer(name, model_->parameters(), args);
     });
   }
-  if (init.has("schedulers"))
-    cstorch::fail("{}: LR schedulers are not available in this build",
-                  init.child_path("schedulers"));
+  if (init.has("schedulers")) {
+    ConfigView sv = init.at("schedulers");
+    CS_CHECK(optimizer_ != nullptr, "{}: schedulers need trainer.init.optimizer", sv.path());
+    auto add = [&](const Config& form, const std::string& path) {
+      schedulers_.push_back(with_path(
+          path, [&] { return cstorch::optim::configure_lr_scheduler(*optimizer_, form); }));
+    };
+    // `{Name: {args}}` entries become configure_lr_scheduler's `{scheduler: Name, args...}`
+    // form; that form itself (a map with `scheduler`, or a list of them, as in seed 001 and
+    // legacy params files) is passed through.
+    auto to_form = [](const ConfigView& e) {
+      if (e.value().is_object() && e.value().contains("scheduler")) return e.value();
+      auto [name, args] = e.named_entry();
+      Config form = args;
+      form["scheduler"] = name;
+      return form;
+    };
+    const Config& v = sv.value();
+    const bool seed_form =
+        (v.is_object() && v.contains("scheduler")) ||
+        (v.is_array() && !v.empty() && v[0].is_object() && v[0].contains("scheduler"));
+    if (v.is_number() || seed_form) {
+      add(v, sv.path());
+    } else if (v.is_object()) {
+      add(to_form(sv), sv.path());
+    } else {
+      for (size_t i = 0; i < sv.size(); ++i) add(to_form(sv.at(i)), sv.at(i).path());
+    }
+  }
   if (init.has("precision")) {
     ConfigView p = init.at("precision");
-    p.check_keys({"enabled"});
-    if (p.get_bool("enabled", false))
-      cstorch::fail("{}: mixed precision is not available in this build", p.path());
+    p.check_keys({"enabled", "dtype", "loss_scaling_factor", "initial_loss_scale",
+                  "steps_per_increase", "min_loss_scale", "max_loss_scale", "overflow_tolerance",
+                  "max_gradient_norm", "max_gradient_value"});
+    if (p.has("max_gradient_norm")) max_gradient_norm_ = p.at("max_gradient_norm").as_double();
+    if (p.has("max_gradient_value")) max_gradient_value_ = p.at("max_gradient_value").as_double();
+    if (max_gradient_norm_ && max_gradient_value_)
+      cstorch::fail("{}: give max_gradient_norm or max_gradient_value, not both", p.path());
+    if (p.get_bool("enabled", false)) {
+      std::string dt = p.get_string("dtype", "bf16");
+      if (dt == "bf16" || dt == "bfloat16") {
+        autocast_dtype_ = cstorch::DType::bf16;
+      } else if (dt == "f16" || dt == "float16") {
+        autocast_dtype_ = cstorch::DType::f16;
+      } else {
+        cstorch::fail("{}: must be bf16 or f16, got '{}'", p.child_path("dtype"), dt);
+      }
+      // f16 needs loss scaling (dynamic unless a number is given); bf16 only when asked.
+      if (p.has("loss_scaling_factor") || autocast_dtype_ == cstorch::DType::f16) {
+        cstorch::amp::GradScalerOptions o;
+        if (p.has("loss_scaling_factor") && p.at("loss_scaling_factor").value().is_number())
+          o.loss_scale = p.at("loss_scaling_factor").as_double();
+        else if (p.has("loss_scaling_factor"))
+          o.loss_scale = p.at("loss_scaling_factor").as_string();
+        o.init_scale = p.get_double("initial_loss_scale", o.init_scale);
+        o.steps_per_increase = p.get_int("steps_per_increase", o.steps_per_increase);
+        o.min_loss_scale = p.get_double("min_loss_scale", o.min_loss_scale);
+        o.max_loss_scale = p.get_double("max_loss_scale", o.max_loss_scale);
+        o.overflow_tolerance = p.get_double("overflow_tolerance", o.overflow_tolerance);
+        grad_scaler_ =
+            with_path(p.path(), [&] { return std::make_unique<cstorch::amp::GradScaler>(o); });
+      }
+    }
   }
 
   // Core callbacks first (logging, checkpointing), then the user's, in the order given.
@@ -290,6 +346,12 @@ State Trainer::collect_state() {
   s.set("global_step", global_step_);
   s.set("rng_state", cstorch::rng_state());
   if (optimizer_) s.set("optimizer", optimizer_->state_dict());
+  if (!schedulers_.empty()) {
+    State list = State::list();
+    for (auto& sched : schedulers_) list.push_back(sched->state_dict());
+    s.set("schedulers", list);
+  }
+  if (grad_scaler_) s.set("grad_scaler", grad_scaler_->state_dict());
   if (train_loader_) {
     // A loader whose sources cannot record their position is left out: a resumed run then
     // starts its data from the beginning (said once).
@@ -314,6 +376,18 @@ void Trainer::load_state_dict(const State& s) {
   if (s.contains("rng_state")) cstorch::set_rng_state(s.at("rng_state").as_tensor());
   if (optimizer_ && s.contains("optimizer"))
     with_path("checkpoint 'optimizer'", [&] { optimizer_->load_state_dict(s.at("optimizer")); });
+  if (s.contains("schedulers")) {
+    const State& list = s.at("schedulers");
+    CS_CHECK(list.is_list() && list.size() == schedulers_.size(),
+             "checkpoint 'schedulers': {} entries for the {} configured schedulers",
+             list.is_list() ? list.size() : 0, schedulers_.size());
+    for (size_t i = 0; i < schedulers_.size(); ++i)
+      with_path(fmt::format("checkpoint 'schedulers[{}]'", i),
+                [&] { schedulers_[i]->load_state_dict(list[i]); });
+  }
+  if (grad_scaler_ && s.contains("grad_scaler"))
+    with_path("checkpoint 'grad_scaler'",
+              [&] { grad_scaler_->load_state_dict(s.at("grad_scaler")); });
   if (s.contains("dataloader")) pending_loader_state_ = s.at("dataloader");
 }
 
@@ -416,21 +490,41 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       // The traced step: forward, backward, optimizer update. With gradient accumulation the
       // micro-batches before the last only accumulate gradients (scaled by 1/accum).
       auto body = [this, accum](const Batch& b, bool update) {
+        // The rate this step uses (a new node: the scheduler rebinds the lr tensor below).
+        Tensor lr_used = optimizer_->param_groups()[0].lr * 1.0;
         each([&](Callback& c) { c.on_before_forward(*this, b); });
-        Tensor loss = model_->loss(b);
+        Tensor loss;
+        {
+          std::optional<cstorch::amp::autocast> cast;
+          if (autocast_dtype_) cast.emplace(*autocast_dtype_);
+          loss = model_->loss(b);
+        }
         each([&](Callback& c) { c.on_after_forward(*this, loss); });
         each([&](Callback& c) { c.on_before_backward(*this, loss); });
-        (accum > 1 ? loss * (1.0 / static_cast<double>(accum)) : loss).backward();
+        Tensor scaled = accum > 1 ? loss * (1.0 / static_cast<double>(accum)) : loss;
+        (grad_scaler_ ? grad_scaler_->scale(scaled) : scaled).backward();
         each([&](Callback& c) { c.on_after_backward(*this); });
         if (update) {
           each([&](Callback& c) { c.on_before_optimizer_step(*this); });
-          optimizer_->step();
+          if (grad_scaler_ && (max_gradient_norm_ || max_gradient_value_))
+            grad_scaler_->unscale_(*optimizer_);
+          if (max_gradient_norm_)
+            cstorch::amp::clip_grad_norm_(model_->parameters(), *max_gradient_norm_);
+          if (max_gradient_value_)
+            cstorch::amp::clip_grad_value_(model_->parameters(), *max_gradient_value_);
+          if (grad_scaler_) {
+            grad_scaler_->step(*optimizer_);
+            grad_scaler_->update();
+          } else {
+            optimizer_->step();
+          }
           each([&](Callback& c) { c.on_after_optimizer_step(*this); });
           each([&](Callback& c) { c.on_before_scheduler_step(*this); });
+          for (auto& sched : schedulers_) sched->step();
           each([&](Callback& c) { c.on_after_scheduler_step(*this); });
           optimizer_->zero_grad();
         }
-        return std::vector<Tensor>{loss, optimizer_->param_groups()[0].lr};
+        return std::vector<Tensor>{loss, lr_used};
       };
       auto step_fn = cstorch::trace([&](const Batch& b) { return body(b, true); }, "train_step");
       auto accum_fn =

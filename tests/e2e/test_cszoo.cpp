@@ -2,10 +2,10 @@
 // command again: it resumes from the latest checkpoint and ends with exactly the state of an
 // uninterrupted run (weights, optimizer state, data position, RNG). Also validate, plot,
 // convert, and a plugin loaded with --python_paths.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <array>
@@ -49,22 +49,30 @@ std::string write_config(const fs::path& dir, const fs::path& data, int sleep_ms
       "trainer:\n"
       "  init:\n"
       "    device: CPU\n"
-      "    model_dir: " + (dir / "model").string() + "\n"
+      "    model_dir: " +
+      (dir / "model").string() +
+      "\n"
       "    seed: 7\n"
       "    model: {name: fc_mnist, hidden_sizes: [32]}\n"
       "    optimizer: {SGD: {lr: 0.05, momentum: 0.9}}\n"
+      "    schedulers: [{LinearLR: {initial_learning_rate: 0.05, end_learning_rate: 0.01, "
+      "total_iters: 60}}]\n"
       "    loop: {max_steps: 60, eval_frequency: 30, eval_steps: 2}\n"
       "    checkpoint: {steps: 20}\n"
       "    logging: {log_steps: 5}\n"
-      "    callbacks: [{SleepEachStep: {ms: " + std::to_string(sleep_ms) + "}}]\n"
+      "    callbacks: [{SleepEachStep: {ms: " +
+      std::to_string(sleep_ms) +
+      "}}]\n"
       "  fit:\n"
-      "    train_dataloader: {data_processor: MNISTDataProcessor, data_dir: " + data.string() +
+      "    train_dataloader: {data_processor: MNISTDataProcessor, data_dir: " +
+      data.string() +
       ", batch_size: 32, shuffle_seed: 3, synthetic: false}\n"
-      "    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: " + data.string() +
+      "    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: " +
+      data.string() +
       ", split: test, batch_size: 100, synthetic: false}\n"
       "  validate:\n"
-      "    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: " + data.string() +
-      ", split: test, batch_size: 100, synthetic: false}\n";
+      "    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: " +
+      data.string() + ", split: test, batch_size: 100, synthetic: false}\n";
   std::string path = (dir / "fit.yaml").string();
   std::ofstream(path) << yaml;
   return path;
@@ -81,9 +89,8 @@ TEST(CszooE2E, KilledFitResumesToTheSameFinalState) {
   auto straight = root / "straight";
   fs::create_directories(straight);
   int st = 0;
-  std::string out = run(kCszoo + " fit " + write_config(straight, data, 0) +
-                            " --python_paths " + kPlugins,
-                        &st);
+  std::string out =
+      run(kCszoo + " fit " + write_config(straight, data, 0) + " --python_paths " + kPlugins, &st);
   ASSERT_EQ(st, 0) << out;
   ASSERT_TRUE(fs::exists(straight / "model" / "checkpoint_60.mdl")) << out;
 

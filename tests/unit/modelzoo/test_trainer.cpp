@@ -2,9 +2,11 @@
 // step counting, gradient accumulation and validation.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "cstorch/cstorch.h"
+#include "modelzoo/loggers.h"
 #include "modelzoo/trainer.h"
 
 namespace cs = cstorch;
@@ -321,4 +323,70 @@ TEST(Trainer, LoopStepErrors) {
   modelzoo::Trainer t(ConfigView(c, "trainer.init"));
   EXPECT_EQ(error_of([&] { t.fit(tiny(4)); }),
             "trainer.init.loop: One of num_epochs, num_steps, or max_steps must be provided");
+}
+
+TEST(Trainer, SchedulersDriveTheLearningRateEveryStep) {
+  Config c = init_config();
+  c["loop"] = {{"max_steps", 10}};
+  c["logging"] = {{"log_steps", 1}, {"progress", false}, {"plot", false}};
+  c["schedulers"] = cs::parse_config(
+      "[{CosineDecayLR: {initial_learning_rate: 0.1, end_learning_rate: 0.01, total_iters: 8}}]");
+  std::string dir = c["model_dir"];
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    EXPECT_EQ(t.schedulers().size(), 1u);
+    t.fit(tiny(4));
+  }
+  auto records = modelzoo::read_metrics_file(std::filesystem::path(dir) / "metrics.jsonl");
+  int seen = 0;
+  for (const auto& r : records) {
+    if (r.name != "lr") continue;
+    const double s = static_cast<double>(std::min<int64_t>(r.step - 1, 8));  // rate used by step
+    const double want = 0.01 + 0.09 * 0.5 * (1 + std::cos(M_PI * s / 8));
+    EXPECT_NEAR(r.value, want, 1e-6 * want) << "step " << r.step;
+    ++seen;
+  }
+  EXPECT_EQ(seen, 10);
+}
+
+TEST(Trainer, SchedulerFormsAndErrors) {
+  auto err = [](const std::string& key, const std::string& yaml) {
+    Config c = init_config();
+    c[key] = cs::parse_config(yaml);
+    return error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); });
+  };
+  // The seed-001 form and a plain number are accepted too.
+  EXPECT_EQ(err("schedulers",
+                "{scheduler: StepLR, initial_learning_rate: 0.1, step_size: 2, "
+                "gamma: 0.5}"),
+            "(no error)");
+  EXPECT_EQ(err("schedulers", "0.01"), "(no error)");
+  EXPECT_NE(err("schedulers", "[{CosineDecay: {initial_learning_rate: 0.1, decay_steps: 5}}]")
+                .find("trainer.init.schedulers[0]: "),
+            std::string::npos);
+  EXPECT_NE(err("schedulers", "[{NoSuchLR: {}}]").find("trainer.init.schedulers[0]: "),
+            std::string::npos);
+  EXPECT_EQ(err("precision", "{max_gradient_norm: 1.0, max_gradient_value: 0.5}"),
+            "trainer.init.precision: give max_gradient_norm or max_gradient_value, not both");
+  EXPECT_EQ(err("precision", "{enabled: true, dtype: f64}"),
+            "trainer.init.precision.dtype: must be bf16 or f16, got 'f64'");
+}
+
+TEST(Trainer, MixedPrecisionTrainsAndCheckpointsTheGradScaler) {
+  for (const char* dtype : {"bf16", "f16"}) {
+    Config c = init_config();
+    c["loop"] = {{"max_steps", 30}};
+    c["precision"] = {{"enabled", true}, {"dtype", dtype}, {"max_gradient_norm", 5.0}};
+    c["checkpoint"] = {{"steps", 0}, {"save_at_end", true}};
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    EXPECT_EQ(t.grad_scaler() != nullptr, std::string(dtype) == "f16");
+    double before = t.validate(tiny(3));
+    t.fit(tiny(10));
+    double after = t.validate(tiny(3));
+    EXPECT_LT(after, 0.8 * before) << dtype;
+    auto state = t.state_dict();
+    EXPECT_EQ(state.contains("grad_scaler"), std::string(dtype) == "f16");
+    EXPECT_TRUE(state.contains("optimizer"));
+    EXPECT_EQ(t.checkpoints().size(), 1u);
+  }
 }
