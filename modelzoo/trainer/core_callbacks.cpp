@@ -1,6 +1,7 @@
 // Logging and checkpoint callbacks.
 #include "modelzoo/trainer/core_callbacks.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "cstorch/metrics.h"
@@ -39,7 +40,13 @@ void LoggingCallback::on_fit_end(Trainer&) {
   if (metrics_file_.empty() || plot_file_.empty()) return;
   std::error_code ec;
   if (!std::filesystem::exists(metrics_file_, ec)) return;
-  plot_metrics_file(metrics_file_, plot_file_, PlotOptions{});
+  // Nothing to draw before the first logged step (a compile_only run, a resumed finished run
+  // that logged nothing new still has its history in the file).
+  auto records = read_metrics_file(metrics_file_);
+  if (std::none_of(records.begin(), records.end(),
+                   [](const MetricRecord& r) { return r.name == "loss"; }))
+    return;
+  write_png(render_loss_lr_plot(records, PlotOptions{}), plot_file_);
   fmt::print("wrote the loss/LR plot {}\n", plot_file_);
 }
 

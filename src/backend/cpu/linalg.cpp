@@ -62,7 +62,10 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
     sgemm1(TA, TB, M, N, K, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  const bool by_rows = M >= N;
+  // The longer side is split, except that a transposed A (weight gradients g^T @ x) with
+  // enough rows is split by rows: measured on the FC shapes (2 threads), 256 x 784 x 128 takes
+  // 250 us by rows vs 315 us by columns.
+  const bool by_rows = M >= N || (ta && M >= 64);
   const int64_t len = by_rows ? M : N;
   const int64_t chunks = std::min<int64_t>(threads, std::max<int64_t>(1, len / 16));
 #pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
