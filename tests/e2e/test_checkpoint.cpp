@@ -2,10 +2,12 @@
 // the partial file refused; a run resumed from a checkpoint in a new process reproduces the
 // uninterrupted run bit for bit; the cszoo checkpoint commands.
 #include <gtest/gtest.h>
+
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "e2e/e2e_util.h"
 
 #include <array>
 #include <chrono>
@@ -25,23 +27,12 @@ extern char** environ;
 namespace fs = std::filesystem;
 using namespace cstorch;
 
+using e2e::run;
+
 namespace {
-std::string run(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-  int st = pclose(p);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
 
 fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("cstorch_e2e_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  return e2e::temp_dir("cstorch_e2e", name);
 }
 
 const std::string kHelper = std::string(CSTORCH_BINARY_DIR) + "/tests/ckpt_helper";

@@ -4,9 +4,11 @@
 // convert, and a plugin loaded with --python_paths.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "e2e/e2e_util.h"
 
 #include <array>
 #include <chrono>
@@ -20,27 +22,15 @@
 
 namespace fs = std::filesystem;
 
+using e2e::run;
+
 namespace {
 
 const std::string kCszoo = std::string(CSTORCH_BINARY_DIR) + "/cszoo";
 const std::string kPlugins = std::string(CSTORCH_BINARY_DIR) + "/tests/plugins";
 
-std::string run(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-  int st = pclose(p);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
 fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("cstorch_cszoo_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  return e2e::temp_dir("cstorch_cszoo", name);
 }
 
 // A small FC-MNIST config: 60 steps, checkpoints every 20, validation every 30.
@@ -57,6 +47,7 @@ std::string write_config(const fs::path& dir, const fs::path& data, int sleep_ms
       "    optimizer: {SGD: {lr: 0.05, momentum: 0.9}}\n"
       "    schedulers: [{LinearLR: {initial_learning_rate: 0.05, end_learning_rate: 0.01, "
       "total_iters: 60}}]\n"
+      "    precision: {enabled: true, dtype: f16}\n"
       "    loop: {max_steps: 60, eval_frequency: 30, eval_steps: 2}\n"
       "    checkpoint: {steps: 20}\n"
       "    logging: {log_steps: 5}\n"
@@ -123,7 +114,8 @@ TEST(CszooE2E, KilledFitResumesToTheSameFinalState) {
   ASSERT_EQ(st, 0) << out;
   EXPECT_NE(out.find("loaded checkpoint"), std::string::npos) << out;
 
-  // Every key of the final checkpoints is equal: model, optimizer, data position, RNG, step.
+  // Every key of the final checkpoints is equal: model, optimizer, scheduler, grad scaler,
+  // data position, RNG, step.
   out = run(kCszoo + " checkpoint diff " + (straight / "model" / "checkpoint_60.mdl").string() +
                 " " + (killed / "model" / "checkpoint_60.mdl").string(),
             &st);

@@ -4,6 +4,8 @@
 // f32, and f16 with dynamic loss scaling trains (one epoch on fewer examples to stay fast).
 #include <gtest/gtest.h>
 
+#include "e2e/e2e_util.h"
+
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -11,17 +13,7 @@
 #include <regex>
 #include <string>
 
-namespace {
-std::string run(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-  *status = pclose(p);
-  return out;
-}
-}  // namespace
+using e2e::run;
 
 TEST(CustomOptimizer, ExampleTrainsWithUserOptimizerAndSchedule) {
   int status = 0;

@@ -4,6 +4,8 @@
 // identical to the uninterrupted run's.
 #include <gtest/gtest.h>
 
+#include "e2e/e2e_util.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -11,16 +13,9 @@
 #include <string>
 #include <vector>
 
+using e2e::run;
+
 namespace {
-std::string run(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-  *status = pclose(p);
-  return out;
-}
 // The "step S ids ..." lines, in order.
 std::vector<std::string> step_lines(const std::string& out) {
   std::vector<std::string> r;

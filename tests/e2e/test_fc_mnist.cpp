@@ -2,23 +2,15 @@
 // reaches at least 95% test accuracy.
 #include <gtest/gtest.h>
 
+#include "e2e/e2e_util.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
 #include <string>
 
-namespace {
-std::string run(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-  *status = pclose(p);
-  return out;
-}
-}  // namespace
+using e2e::run;
 
 TEST(FcMnist, TrainsToNinetyFivePercentWithFallingLoss) {
   auto dir = std::filesystem::temp_directory_path() / "cstorch_e2e_mnist";

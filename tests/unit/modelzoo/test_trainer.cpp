@@ -390,3 +390,51 @@ TEST(Trainer, MixedPrecisionTrainsAndCheckpointsTheGradScaler) {
     EXPECT_EQ(t.checkpoints().size(), 1u);
   }
 }
+
+// The remaining init keys: backend with cluster_config, seed, checkpoint save_initial /
+// keep_last, the CSV and TensorBoard loggers, num_epochs with steps_per_epoch.
+TEST(Trainer, BackendCheckpointRetentionLoggersAndEpochs) {
+  Config c = init_config();
+  c.erase("device");
+  c["backend"] = cs::parse_config(
+      "{backend_type: CSX, cluster_config: {num_csx: 1, num_workers_per_csx: 2, "
+      "job_labels: [team=ml]}}");
+  c["loop"] = {{"num_epochs", 3}, {"steps_per_epoch", 2}};
+  c["checkpoint"] = {{"steps", 1}, {"keep_last", 2}, {"save_initial_checkpoint", true}};
+  c["loggers"] =
+      cs::parse_config("[{CSV: {file: " + std::string(c["model_dir"]) + "/m.csv}}, TensorBoard]");
+  std::vector<float> w;
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    EXPECT_EQ(t.backend()->type_name(), "CSX");
+    EXPECT_EQ(t.backend()->options().cluster_config.num_workers_per_csx, 2);
+    t.fit(tiny(4));
+    EXPECT_EQ(t.global_step(), 6);  // 3 epochs of 2 steps
+    auto ckpts = t.checkpoints();
+    ASSERT_EQ(ckpts.size(), 2u);  // the newest two of 0 (initial), 1, ..., 6
+    EXPECT_EQ(ckpts[0].first, 5);
+    EXPECT_EQ(ckpts[1].first, 6);
+    w = t.model().parameters()[0].to_vector<float>();
+  }
+  std::string dir = c["model_dir"];
+  auto rows = modelzoo::read_metrics_file(std::filesystem::path(dir) / "m.csv");
+  EXPECT_EQ(std::count_if(rows.begin(), rows.end(),
+                          [](const modelzoo::MetricRecord& r) { return r.name == "loss"; }),
+            3);  // log_steps 2
+  bool events = false;
+  for (auto& e : std::filesystem::directory_iterator(std::filesystem::path(dir) / "tensorboard"))
+    events = events || e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  EXPECT_TRUE(events);
+  // The same seed gives the same initial weights: a second phase starting from a fresh
+  // model_dir (no autoload) trains to the same weights, and may change cluster_config (the
+  // data workers stay at 2: TinyData does not shard, so the worker count changes the batches).
+  Config c2 = c;
+  c2["model_dir"] = dir + "_2";
+  c2["backend"]["cluster_config"]["job_labels"] = {"team=other"};
+  std::filesystem::remove_all(dir + "_2");
+  modelzoo::Trainer t2(ConfigView(c2, "trainer.init"));
+  EXPECT_EQ(t2.backend()->options().cluster_config.job_labels,
+            std::vector<std::string>{"team=other"});
+  t2.fit(tiny(4));
+  EXPECT_EQ(t2.model().parameters()[0].to_vector<float>(), w);
+}

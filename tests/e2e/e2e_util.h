@@ -1,0 +1,38 @@
+// Helpers shared by the end-to-end tests: run a program, make a scratch folder.
+#pragma once
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace e2e {
+
+// Runs `cmd` through the shell; returns its stdout and stderr together and sets `*status` to
+// the exit status (-1 when it did not exit normally, e.g. killed by a signal).
+inline std::string run(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) {
+    *status = -1;
+    return out;
+  }
+  std::array<char, 4096> buf;
+  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
+  int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+// An empty folder in the temp directory, unique to this process: `<prefix>_<name>_<pid>`.
+inline std::filesystem::path temp_dir(const std::string& prefix, const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() /
+           (prefix + "_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+}  // namespace e2e
