@@ -50,6 +50,8 @@ struct LoggingConfig {
   int64_t log_steps = 1;  // log loss and learning rate every N steps
 };
 
+class PrecisionCallback;
+
 class Trainer {
  public:
   // From the `trainer.init` map; `view.path()` prefixes error messages.
@@ -75,7 +77,7 @@ class Trainer {
   const std::vector<std::shared_ptr<cstorch::optim::lr_scheduler::LRScheduler>>& schedulers() {
     return schedulers_;
   }
-  cstorch::amp::GradScaler* grad_scaler() { return grad_scaler_.get(); }
+  cstorch::amp::GradScaler* grad_scaler();
   const std::shared_ptr<cstorch::Backend>& backend() const { return backend_; }
   const std::string& model_dir() const { return model_dir_; }
   const LoopConfig& loop() const { return loop_; }
@@ -112,9 +114,7 @@ class Trainer {
   ModelPtr model_;
   std::unique_ptr<cstorch::optim::Optimizer> optimizer_;
   std::vector<std::shared_ptr<cstorch::optim::lr_scheduler::LRScheduler>> schedulers_;
-  std::unique_ptr<cstorch::amp::GradScaler> grad_scaler_;
-  std::optional<cstorch::DType> autocast_dtype_;
-  std::optional<double> max_gradient_norm_, max_gradient_value_;
+  std::shared_ptr<PrecisionCallback> precision_;
   std::string model_dir_;
   LoopConfig loop_;
   CheckpointConfig ckpt_;

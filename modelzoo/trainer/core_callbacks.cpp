@@ -94,4 +94,85 @@ void CheckpointCallback::on_checkpoint_step(Trainer& t) {
   t.save_checkpoint();
 }
 
+// ---------------------------------------------------------------------------------------------
+// Precision
+
+PrecisionCallback::PrecisionCallback(const ConfigView& p) {
+  if (p.is_null()) return;
+  p.check_keys({"enabled", "dtype", "loss_scaling_factor", "initial_loss_scale",
+                "steps_per_increase", "min_loss_scale", "max_loss_scale", "overflow_tolerance",
+                "max_gradient_norm", "max_gradient_value"});
+  if (p.has("max_gradient_norm")) max_norm_ = p.at("max_gradient_norm").as_double();
+  if (p.has("max_gradient_value")) max_value_ = p.at("max_gradient_value").as_double();
+  if (max_norm_ && max_value_)
+    cstorch::fail("{}: give max_gradient_norm or max_gradient_value, not both", p.path());
+  if (!p.get_bool("enabled", false)) return;
+  std::string dt = p.get_string("dtype", "bf16");
+  if (dt == "bf16" || dt == "bfloat16") {
+    dtype_ = cstorch::DType::bf16;
+  } else if (dt == "f16" || dt == "float16") {
+    dtype_ = cstorch::DType::f16;
+  } else {
+    cstorch::fail("{}: must be bf16 or f16, got '{}'", p.child_path("dtype"), dt);
+  }
+  // f16 needs loss scaling (dynamic unless a number is given); bf16 only when asked.
+  if (!p.has("loss_scaling_factor") && dtype_ != cstorch::DType::f16) return;
+  cstorch::amp::GradScalerOptions o;
+  if (p.has("loss_scaling_factor")) {
+    ConfigView f = p.at("loss_scaling_factor");
+    if (f.value().is_number())
+      o.loss_scale = f.as_double();
+    else
+      o.loss_scale = f.as_string();
+  }
+  o.init_scale = p.get_double("initial_loss_scale", o.init_scale);
+  o.steps_per_increase = p.get_int("steps_per_increase", o.steps_per_increase);
+  o.min_loss_scale = p.get_double("min_loss_scale", o.min_loss_scale);
+  o.max_loss_scale = p.get_double("max_loss_scale", o.max_loss_scale);
+  o.overflow_tolerance = p.get_double("overflow_tolerance", o.overflow_tolerance);
+  try {
+    scaler_ = std::make_unique<cstorch::amp::GradScaler>(o);
+  } catch (const cstorch::Error& e) {
+    cstorch::fail("{}: {}", p.path(), e.what());
+  }
+}
+
+void PrecisionCallback::on_before_forward(Trainer&, const cstorch::Batch&) {
+  if (dtype_) scope_.emplace(*dtype_);
+}
+
+void PrecisionCallback::on_after_forward(Trainer&, const cstorch::Tensor&) {
+  scope_.reset();
+}
+
+cstorch::Tensor PrecisionCallback::scale_loss(const cstorch::Tensor& loss) {
+  return scaler_ ? scaler_->scale(loss) : loss;
+}
+
+void PrecisionCallback::optimizer_step(cstorch::nn::Module& model,
+                                       cstorch::optim::Optimizer& optimizer) {
+  if (scaler_ && (max_norm_ || max_value_)) scaler_->unscale_(optimizer);
+  if (max_norm_) cstorch::amp::clip_grad_norm_(model.parameters(), *max_norm_);
+  if (max_value_) cstorch::amp::clip_grad_value_(model.parameters(), *max_value_);
+  if (scaler_) {
+    scaler_->step(optimizer);
+    scaler_->update();
+  } else {
+    optimizer.step();
+  }
+}
+
+void PrecisionCallback::on_save_checkpoint(Trainer&, cstorch::State& state) {
+  if (scaler_) state.set("grad_scaler", scaler_->state_dict());
+}
+
+void PrecisionCallback::on_load_checkpoint(Trainer&, const cstorch::State& state) {
+  if (!scaler_ || !state.contains("grad_scaler")) return;
+  try {
+    scaler_->load_state_dict(state.at("grad_scaler"));
+  } catch (const cstorch::Error& e) {
+    cstorch::fail("checkpoint 'grad_scaler': {}", e.what());
+  }
+}
+
 }  // namespace modelzoo

@@ -4,7 +4,14 @@
 #pragma once
 #include <cstdint>
 
+#include <memory>
+#include <optional>
+
+#include "cstorch/amp.h"
+#include "cstorch/nn/module.h"
+#include "cstorch/optim/optimizer.h"
 #include "modelzoo/callback.h"
+#include "modelzoo/config_view.h"
 #include "modelzoo/loggers.h"
 
 namespace modelzoo {
@@ -49,6 +56,34 @@ class LoggingCallback : public CoreCallback {
   int64_t progress_every_;
   std::shared_ptr<ProgressBar> progress_;
   std::string metrics_file_, plot_file_;
+};
+
+// Mixed precision and gradient clipping (trainer.init.precision): opens the autocast scope
+// around the forward pass (on_before_forward / on_after_forward), scales the loss for the
+// backward pass and steps the optimizer through the GradScaler, and keeps the GradScaler's
+// state in checkpoints (on_save_checkpoint / on_load_checkpoint).
+class PrecisionCallback : public CoreCallback {
+ public:
+  // From the `precision` map (`view` may be null: no precision settings).
+  explicit PrecisionCallback(const ConfigView& view);
+  std::string name() const override { return "Precision"; }
+  void on_before_forward(Trainer&, const cstorch::Batch&) override;
+  void on_after_forward(Trainer&, const cstorch::Tensor& loss) override;
+  void on_save_checkpoint(Trainer&, cstorch::State& state) override;
+  void on_load_checkpoint(Trainer&, const cstorch::State& state) override;
+
+  // The loss to call backward() on.
+  cstorch::Tensor scale_loss(const cstorch::Tensor& loss);
+  // Unscales and clips the gradients as configured, then steps (skipping a non-finite step
+  // without a host branch when loss scaling is on).
+  void optimizer_step(cstorch::nn::Module& model, cstorch::optim::Optimizer& optimizer);
+  cstorch::amp::GradScaler* grad_scaler() { return scaler_.get(); }
+
+ private:
+  std::optional<cstorch::DType> dtype_;
+  std::unique_ptr<cstorch::amp::GradScaler> scaler_;
+  std::optional<double> max_norm_, max_value_;
+  std::optional<cstorch::amp::autocast> scope_;
 };
 
 // Saves checkpoints at checkpoint steps (and at the end of training), keeping the newest N.

@@ -253,43 +253,11 @@ Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
       for (size_t i = 0; i < sv.size(); ++i) add(to_form(sv.at(i)), sv.at(i).path());
     }
   }
-  if (init.has("precision")) {
-    ConfigView p = init.at("precision");
-    p.check_keys({"enabled", "dtype", "loss_scaling_factor", "initial_loss_scale",
-                  "steps_per_increase", "min_loss_scale", "max_loss_scale", "overflow_tolerance",
-                  "max_gradient_norm", "max_gradient_value"});
-    if (p.has("max_gradient_norm")) max_gradient_norm_ = p.at("max_gradient_norm").as_double();
-    if (p.has("max_gradient_value")) max_gradient_value_ = p.at("max_gradient_value").as_double();
-    if (max_gradient_norm_ && max_gradient_value_)
-      cstorch::fail("{}: give max_gradient_norm or max_gradient_value, not both", p.path());
-    if (p.get_bool("enabled", false)) {
-      std::string dt = p.get_string("dtype", "bf16");
-      if (dt == "bf16" || dt == "bfloat16") {
-        autocast_dtype_ = cstorch::DType::bf16;
-      } else if (dt == "f16" || dt == "float16") {
-        autocast_dtype_ = cstorch::DType::f16;
-      } else {
-        cstorch::fail("{}: must be bf16 or f16, got '{}'", p.child_path("dtype"), dt);
-      }
-      // f16 needs loss scaling (dynamic unless a number is given); bf16 only when asked.
-      if (p.has("loss_scaling_factor") || autocast_dtype_ == cstorch::DType::f16) {
-        cstorch::amp::GradScalerOptions o;
-        if (p.has("loss_scaling_factor") && p.at("loss_scaling_factor").value().is_number())
-          o.loss_scale = p.at("loss_scaling_factor").as_double();
-        else if (p.has("loss_scaling_factor"))
-          o.loss_scale = p.at("loss_scaling_factor").as_string();
-        o.init_scale = p.get_double("initial_loss_scale", o.init_scale);
-        o.steps_per_increase = p.get_int("steps_per_increase", o.steps_per_increase);
-        o.min_loss_scale = p.get_double("min_loss_scale", o.min_loss_scale);
-        o.max_loss_scale = p.get_double("max_loss_scale", o.max_loss_scale);
-        o.overflow_tolerance = p.get_double("overflow_tolerance", o.overflow_tolerance);
-        grad_scaler_ =
-            with_path(p.path(), [&] { return std::make_unique<cstorch::amp::GradScaler>(o); });
-      }
-    }
-  }
-
   // Core callbacks first (logging, checkpointing), then the user's, in the order given.
+  precision_ = std::make_shared<PrecisionCallback>(
+      init.has("precision") ? init.at("precision")
+                            : ConfigView(Config(), init.child_path("precision")));
+  impl_->core.push_back(precision_);
   impl_->core.push_back(std::make_shared<LoggingCallback>(
       logging_.log_steps, multi, progress_every, metrics_file,
       plot ? (fs::path(model_dir_) / "loss_lr.png").string() : std::string()));
@@ -307,6 +275,10 @@ Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
   each([&](Callback& c) { c.pre_setup(*this); });
   each([&](Callback& c) { c.setup(*this); });
   each([&](Callback& c) { c.post_setup(*this); });
+}
+
+cstorch::amp::GradScaler* Trainer::grad_scaler() {
+  return precision_->grad_scaler();
 }
 
 Trainer::~Trainer() {
@@ -351,7 +323,7 @@ State Trainer::collect_state() {
     for (auto& sched : schedulers_) list.push_back(sched->state_dict());
     s.set("schedulers", list);
   }
-  if (grad_scaler_) s.set("grad_scaler", grad_scaler_->state_dict());
+  each([&](Callback& c) { c.on_save_checkpoint(*this, s); });
   if (train_loader_) {
     // A loader whose sources cannot record their position is left out: a resumed run then
     // starts its data from the beginning (said once).
@@ -385,10 +357,8 @@ void Trainer::load_state_dict(const State& s) {
       with_path(fmt::format("checkpoint 'schedulers[{}]'", i),
                 [&] { schedulers_[i]->load_state_dict(list[i]); });
   }
-  if (grad_scaler_ && s.contains("grad_scaler"))
-    with_path("checkpoint 'grad_scaler'",
-              [&] { grad_scaler_->load_state_dict(s.at("grad_scaler")); });
   if (s.contains("dataloader")) pending_loader_state_ = s.at("dataloader");
+  each([&](Callback& c) { c.on_load_checkpoint(*this, s); });
 }
 
 std::vector<std::pair<int64_t, std::string>> Trainer::checkpoints() const {
@@ -407,7 +377,6 @@ std::vector<std::pair<int64_t, std::string>> Trainer::checkpoints() const {
 }
 
 std::string Trainer::write_checkpoint(int64_t step, State state) {
-  each([&](Callback& c) { c.on_save_checkpoint(*this, state); });
   fs::create_directories(model_dir_);
   std::string path = (fs::path(model_dir_) / fmt::format("checkpoint_{}.mdl", step)).string();
   cstorch::save(state, path);
@@ -442,7 +411,6 @@ void Trainer::load_checkpoint(const std::string& path) {
   cstorch::synchronize();
   State s = cstorch::load(path);
   load_state_dict(s);
-  each([&](Callback& c) { c.on_load_checkpoint(*this, s); });
   fmt::print("loaded checkpoint {} (step {})\n", path, global_step_);
 }
 
@@ -493,31 +461,15 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         // The rate this step uses (a new node: the scheduler rebinds the lr tensor below).
         Tensor lr_used = optimizer_->param_groups()[0].lr * 1.0;
         each([&](Callback& c) { c.on_before_forward(*this, b); });
-        Tensor loss;
-        {
-          std::optional<cstorch::amp::autocast> cast;
-          if (autocast_dtype_) cast.emplace(*autocast_dtype_);
-          loss = model_->loss(b);
-        }
+        Tensor loss = model_->loss(b);
         each([&](Callback& c) { c.on_after_forward(*this, loss); });
         each([&](Callback& c) { c.on_before_backward(*this, loss); });
         Tensor scaled = accum > 1 ? loss * (1.0 / static_cast<double>(accum)) : loss;
-        (grad_scaler_ ? grad_scaler_->scale(scaled) : scaled).backward();
+        precision_->scale_loss(scaled).backward();
         each([&](Callback& c) { c.on_after_backward(*this); });
         if (update) {
           each([&](Callback& c) { c.on_before_optimizer_step(*this); });
-          if (grad_scaler_ && (max_gradient_norm_ || max_gradient_value_))
-            grad_scaler_->unscale_(*optimizer_);
-          if (max_gradient_norm_)
-            cstorch::amp::clip_grad_norm_(model_->parameters(), *max_gradient_norm_);
-          if (max_gradient_value_)
-            cstorch::amp::clip_grad_value_(model_->parameters(), *max_gradient_value_);
-          if (grad_scaler_) {
-            grad_scaler_->step(*optimizer_);
-            grad_scaler_->update();
-          } else {
-            optimizer_->step();
-          }
+          precision_->optimizer_step(*model_, *optimizer_);
           each([&](Callback& c) { c.on_after_optimizer_step(*this); });
           each([&](Callback& c) { c.on_before_scheduler_step(*this); });
           for (auto& sched : schedulers_) sched->step();
