@@ -154,3 +154,40 @@ TEST(CszooE2E, ConfigErrorsNameTheKeyPath) {
   EXPECT_NE(out.find("plugin path '/nonexistent' is not a directory"), std::string::npos) << out;
   fs::remove_all(root);
 }
+
+// The legacy command-line form on a legacy params.yaml, and --compile_only on the new form.
+TEST(CszooE2E, LegacyRunFormAndCompileOnly) {
+  auto root = temp_dir("legacy");
+  auto data = root / "mnist";
+  cstorch::data::write_synthetic_mnist(data.string(), 500, 200, 5);
+  std::ofstream(root / "params.yaml")
+      << "train_input: {data_processor: MNISTDataProcessor, data_dir: " << data.string()
+      << ", batch_size: 50, synthetic: false}\n"
+      << "eval_input: {data_processor: MNISTDataProcessor, data_dir: " << data.string()
+      << ", split: test, batch_size: 100, synthetic: false}\n"
+      << "model: {name: fc_mnist, hidden_sizes: [16]}\n"
+      << "optimizer: {optimizer_type: SGD, learning_rate: 0.05, momentum: 0.9}\n"
+      << "runconfig: {max_steps: 20, save_checkpoints_steps: 10, eval_frequency: 10, model_dir: "
+      << (root / "legacy_model").string() << "}\n";
+  int st = 0;
+  std::string out =
+      run(kCszoo + " run --mode train_and_eval --params " + (root / "params.yaml").string(), &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("validation at step 20"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(root / "legacy_model" / "checkpoint_10.mdl"));
+  EXPECT_TRUE(fs::exists(root / "legacy_model" / "checkpoint_20.mdl"));
+  out = run(kCszoo + " run --mode eval --params " + (root / "params.yaml").string(), &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("loaded checkpoint"), std::string::npos) << out;
+
+  // --compile_only: the compile report lands in the artifact directory; nothing trains.
+  std::string cfg = write_config(root, data, 0);
+  out =
+      run("cd " + root.string() + " && " + kCszoo + " fit " + cfg +
+              " --compile_only --python_paths " + kPlugins + " -o " + (root / "compiled").string(),
+          &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_TRUE(fs::exists(root / "cerebras_logs" / "train_step-compile-0.txt")) << out;
+  EXPECT_FALSE(fs::exists(root / "compiled" / "checkpoint_60.mdl"));
+  fs::remove_all(root);
+}
