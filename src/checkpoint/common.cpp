@@ -481,10 +481,10 @@ State materialize(FormatReader& r, std::optional<Device> map_location) {
   return materialize_rec(r, r.root, cache);
 }
 
-std::unique_ptr<FormatReader> open_any(const std::string& path) {
+std::unique_ptr<FormatReader> open_any(const std::string& path, bool lazy) {
   switch (detect_checkpoint_format(path)) {
     case CheckpointFormat::HDF5:
-      return open_hdf5(path);
+      return open_hdf5(path, lazy);
     case CheckpointFormat::PyTorch:
       return open_pt(path);
     case CheckpointFormat::SafeTensors:
@@ -585,13 +585,20 @@ struct CheckpointReader::Impl {
   std::unique_ptr<ckpt::FormatReader> r;
   std::map<std::string, size_t> index;
   std::vector<CheckpointTensorInfo> infos;
+  bool indexed = false;
+  // The structure is read on first need: reading one tensor of an HDF5 file does not need it.
+  Impl& ensure() {
+    if (indexed) return *this;
+    r->load_structure();
+    for (size_t i = 0; i < r->entries.size(); ++i) index.emplace(r->entries[i].info.key, i);
+    for (auto& e : r->entries) infos.push_back(e.info);
+    indexed = true;
+    return *this;
+  }
 };
 
 CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
-  impl_->r = ckpt::open_any(path);
-  for (size_t i = 0; i < impl_->r->entries.size(); ++i)
-    impl_->index.emplace(impl_->r->entries[i].info.key, i);
-  for (auto& e : impl_->r->entries) impl_->infos.push_back(e.info);
+  impl_->r = ckpt::open_any(path, /*lazy=*/true);
 }
 CheckpointReader::~CheckpointReader() = default;
 CheckpointReader::CheckpointReader(CheckpointReader&&) noexcept = default;
@@ -608,14 +615,15 @@ int64_t CheckpointReader::format_version() const {
 }
 
 const std::vector<CheckpointTensorInfo>& CheckpointReader::tensors() const {
-  return impl_->infos;
+  return impl_->ensure().infos;
 }
 
 bool CheckpointReader::contains(const std::string& key) const {
-  return impl_->index.count(key) > 0;
+  return impl_->ensure().index.count(key) > 0;
 }
 
 const CheckpointTensorInfo& CheckpointReader::info(const std::string& key) const {
+  impl_->ensure();
   auto it = impl_->index.find(key);
   if (it == impl_->index.end()) {
     // Name a few keys that share the longest prefix, so a typo is easy to see.
@@ -631,11 +639,14 @@ const CheckpointTensorInfo& CheckpointReader::info(const std::string& key) const
 
 Tensor CheckpointReader::read(const std::string& key, std::optional<Device> map_location) const {
   ckpt::check_map_location(map_location, impl_->r->path);
+  if (!impl_->indexed)
+    if (auto t = impl_->r->read_direct(key)) return *t;
   info(key);  // error for an unknown key
   return impl_->r->read(impl_->r->entries[impl_->index.at(key)]);
 }
 
 State CheckpointReader::read_all(std::optional<Device> map_location) const {
+  impl_->ensure();
   return ckpt::materialize(*impl_->r, map_location);
 }
 

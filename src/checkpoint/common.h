@@ -40,6 +40,11 @@ class FormatReader {
  public:
   virtual ~FormatReader() = default;
   virtual Tensor read(const Entry& e) = 0;  // a fresh host tensor with the entry's value
+  // Fills `root` and `entries` when a reader was opened lazily (idempotent).
+  virtual void load_structure() {}
+  // One tensor by flattened key without the structure, where the format allows it; nullopt:
+  // use the structure (load_structure, then read).
+  virtual std::optional<Tensor> read_direct(const std::string& key) { return std::nullopt; }
 
   std::string path;
   CheckpointFormat format = CheckpointFormat::HDF5;
@@ -48,10 +53,12 @@ class FormatReader {
   std::vector<Entry> entries;
 };
 
-std::unique_ptr<FormatReader> open_hdf5(const std::string& path);
+// `lazy`: leave the structure for load_structure() (CheckpointReader reads single tensors
+// without it).
+std::unique_ptr<FormatReader> open_hdf5(const std::string& path, bool lazy = false);
 std::unique_ptr<FormatReader> open_pt(const std::string& path);
 std::unique_ptr<FormatReader> open_safetensors(const std::string& path);
-std::unique_ptr<FormatReader> open_any(const std::string& path);
+std::unique_ptr<FormatReader> open_any(const std::string& path, bool lazy = false);
 
 // Builds the State of `r` (tensors read one at a time; shared storages read once).
 State materialize(FormatReader& r, std::optional<Device> map_location);

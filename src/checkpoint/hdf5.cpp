@@ -214,6 +214,8 @@ void write_dataset(hid_t file, const std::string& name, const Tensor& t, const s
   if (t.numel() > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     fail("save {}: cannot write tensor '{}': {}", path, show_key(key), h5_error());
   write_string_attr(ds, "dtype", dtype_name(t.dtype()), path, key);
+  // The flattened key, so a reader can find one tensor without the structure description.
+  write_string_attr(ds, "cstorch_key", key, path, key);
 }
 
 int64_t count_tensors(const State& s) {
@@ -228,7 +230,7 @@ int64_t count_tensors(const State& s) {
 
 class Hdf5Reader : public FormatReader {
  public:
-  explicit Hdf5Reader(const std::string& p) : raw_(p) {
+  Hdf5Reader(const std::string& p, bool lazy) : raw_(p) {
     path = p;
     format = CheckpointFormat::HDF5;
     h5_init();
@@ -259,6 +261,13 @@ class Hdf5Reader : public FormatReader {
              "checkpoint {} is partially written (no __SUCCESS__ marker): the save that wrote "
              "it did not finish; use an earlier checkpoint",
              p);
+    if (!lazy) load_structure();
+  }
+
+  void load_structure() override {
+    if (loaded_) return;
+    loaded_ = true;
+    const std::string& p = path;
     Json j = parse_json(read_string_attr(file_, "cstorch_structure", p, "the structure attribute"),
                         p, "structure attribute (cstorch_structure)");
     std::map<std::string, int64_t> storage_of;
@@ -306,8 +315,50 @@ class Hdf5Reader : public FormatReader {
     link_shared(entries);
   }
 
+  // The dataset named after `key` when it says it holds `key` (attribute cstorch_key, written
+  // since this build; older files, tied keys and renamed collisions use the structure).
+  std::optional<Tensor> read_direct(const std::string& key) override {
+    const std::string name = escape_name(key);
+    if (H5Lexists(file_, name.c_str(), H5P_DEFAULT) <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return std::nullopt;
+    }
+    Hid ds(H5Dopen2(file_, name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!ds.ok() || H5Aexists(ds, "cstorch_key") <= 0 || H5Aexists(ds, "dtype") <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return std::nullopt;
+    }
+    if (read_string_attr(ds, "cstorch_key", path, "dataset attribute cstorch_key") != key)
+      return std::nullopt;
+    auto dtype = dtype_from_name(read_string_attr(ds, "dtype", path, "dataset attribute dtype"));
+    if (!dtype) return std::nullopt;
+    Hid space(H5Dget_space(ds), H5Sclose);
+    if (!space.ok()) return std::nullopt;
+    Shape shape;
+    H5S_class_t sc = H5Sget_simple_extent_type(space);
+    if (sc == H5S_SIMPLE) {
+      int rank = H5Sget_simple_extent_ndims(space);
+      if (rank < 0 || rank > 64) return std::nullopt;
+      std::vector<hsize_t> dims(static_cast<size_t>(rank));
+      H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+      for (auto d : dims) shape.push_back(static_cast<int64_t>(d));
+    } else if (sc != H5S_SCALAR) {
+      return std::nullopt;
+    }
+    Entry e;
+    e.info.key = key;
+    e.info.dtype = *dtype;
+    e.info.shape = shape;
+    e.info.nbytes = checked_numel(shape, path, key) * static_cast<int64_t>(itemsize(*dtype));
+    return read_named(name, e);
+  }
+
   Tensor read(const Entry& e) override {
-    const std::string& name = datasets_[static_cast<size_t>(e.storage)];
+    return read_named(datasets_[static_cast<size_t>(e.storage)], e);
+  }
+
+  // Reads dataset `name` as entry `e`, checking shape and type against it.
+  Tensor read_named(const std::string& name, const Entry& e) {
     const std::string& key = e.info.key;
     auto where = [&] { return fmt::format("tensor '{}' (dataset '{}')", show_key(key), name); };
     Hid ds(H5Dopen2(file_, name.c_str(), H5P_DEFAULT), H5Dclose);
@@ -386,13 +437,14 @@ class Hdf5Reader : public FormatReader {
  private:
   FileReader raw_;
   Hid file_;
+  bool loaded_ = false;
   std::vector<std::string> datasets_;  // storage id -> dataset name
 };
 
 }  // namespace
 
-std::unique_ptr<FormatReader> open_hdf5(const std::string& path) {
-  return std::make_unique<Hdf5Reader>(path);
+std::unique_ptr<FormatReader> open_hdf5(const std::string& path, bool lazy) {
+  return std::make_unique<Hdf5Reader>(path, lazy);
 }
 
 }  // namespace ckpt

@@ -413,3 +413,43 @@ TEST(Checkpoint, LargeStructureDescription) {
   EXPECT_TRUE(load(p) == s);
   fs::remove_all(dir);
 }
+
+// Reading one tensor before anything else takes the direct path (the dataset named after the
+// key, marked with its key); tied keys, keys of files without the mark, and unknown keys go
+// through the structure description and give the same answers.
+TEST(Checkpoint, OneTensorReadWithoutTheStructure) {
+  auto dir = temp_dir("direct");
+  Tensor w = rt({3, 4}, 7);
+  State s = State::map({{"model", State::map({{"w", w}, {"b", rt({4}, 8)}, {"tied", w}})},
+                        {"odd/key%", rt({2}, 9)},
+                        {"step", 5}});
+  std::string p = (dir / "c.mdl").string();
+  save(s, p);
+  auto check = [&](const std::string& path) {
+    for (const char* key : {"model.w", "model.b", "model.tied", "odd/key%"}) {
+      SCOPED_TRACE(key);
+      CheckpointReader fresh(path);  // nothing read yet: the direct path where it applies
+      Tensor got = fresh.read(key);
+      const Tensor& want = std::string(key) == "model.b"    ? s.at("model").at("b").as_tensor()
+                           : std::string(key) == "odd/key%" ? s.at("odd/key%").as_tensor()
+                                                            : w;
+      EXPECT_EQ(got.shape(), want.shape());
+      EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
+    }
+    CheckpointReader fresh(path);
+    EXPECT_ERROR_HAS(fresh.read("model.nope"), "no tensor 'model.nope'");
+  };
+  check(p);
+  // The same file without the key marks (as an older writer or another program leaves it).
+  hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  for (const char* name : {"model.w", "model.b", "odd%2Fkey%25"}) {
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+    ASSERT_GE(ds, 0) << name;
+    EXPECT_GE(H5Adelete(ds, "cstorch_key"), 0);
+    H5Dclose(ds);
+  }
+  H5Fclose(f);
+  check(p);
+  fs::remove_all(dir);
+}
