@@ -10,22 +10,6 @@
 namespace cs = cstorch;
 using cs::Tensor;
 
-// Builds a worker's loader over one split: images scaled to [0,1] and normalised with the
-// usual MNIST mean and std, labels as i64 class indices.
-static std::shared_ptr<cs::utils::data::Loader> mnist_input_fn(
-    const cs::Config& args, const cs::utils::data::WorkerInfo& w) {
-  auto split = cs::data::load_mnist_split(args.at("data_dir"), args.at("split"));
-  int64_t n = split.images.dims[0];
-  std::vector<float> x(split.images.data.size());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = (split.images.data[i] / 255.0f - 0.1307f) / 0.3081f;
-  std::vector<int64_t> y(split.labels.data.begin(), split.labels.data.end());
-  cs::Batch data{{"x", cs::from_vector(x, {n, 784})}, {"y", cs::from_vector(y, {n})}};
-  bool train = args.at("split") == "train";
-  return std::make_shared<cs::utils::data::TensorLoader>(data, args.at("batch_size").get<int64_t>(),
-                                                         /*shuffle=*/train, args.value("seed", 0),
-                                                         /*drop_last=*/train, w);
-}
-
 int main(int argc, char** argv) {
   CLI::App app{"Train a fully connected network on MNIST with cstorch"};
   std::string data_dir = "data/mnist";
@@ -76,7 +60,7 @@ int main(int argc, char** argv) {
                                                     {{"lr", lr}, {"momentum", momentum}});
 
     cs::utils::data::DataLoader loader(
-        mnist_input_fn,
+        cs::data::mnist_input_fn,
         {{"data_dir", data_dir}, {"split", "train"}, {"batch_size", batch_size}, {"seed", seed}});
     int64_t steps_per_epoch = loader.size();
 
@@ -120,8 +104,8 @@ int main(int argc, char** argv) {
       auto pred = cs::argmax(compiled(batch.at("x")), 1);
       return cs::sum(cs::eq(pred, batch.at("y")));
     });
-    auto test =
-        mnist_input_fn({{"data_dir", data_dir}, {"split", "test"}, {"batch_size", 1000}}, {});
+    auto test = cs::data::mnist_input_fn(
+        {{"data_dir", data_dir}, {"split", "test"}, {"batch_size", 1000}}, {});
     std::vector<Tensor> correct;
     int64_t total = 0;
     while (auto b = test->next()) {

@@ -11,4 +11,7 @@ using Config = nlohmann::json;
 Config parse_config(const std::string& text);
 // Reads a YAML or JSON file; errors name the file.
 Config load_config_file(const std::string& path);
+// `s` with ASCII letters lower-cased: names in configs (optimizers, schedulers, registered
+// components, device types) are matched case-insensitively through it.
+std::string ascii_lower(std::string s);
 }  // namespace cstorch

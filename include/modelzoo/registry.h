@@ -20,8 +20,6 @@
 
 namespace modelzoo {
 
-std::string lower(std::string s);
-
 template <class T>
 class Registry {
  public:
@@ -30,11 +28,13 @@ class Registry {
 
   // Registers `name`; registering a name twice is an error.
   void add(const std::string& name, Factory f) {
-    auto key = lower(name);
+    auto key = cstorch::ascii_lower(name);
     CS_CHECK(!entries_.count(key), "{} '{}' is registered twice", what_, name);
     entries_[key] = {name, std::move(f)};
   }
-  bool contains(const std::string& name) const { return entries_.count(lower(name)) > 0; }
+  bool contains(const std::string& name) const {
+    return entries_.count(cstorch::ascii_lower(name)) > 0;
+  }
   // Registered names, sorted.
   std::vector<std::string> names() const {
     std::vector<std::string> r;
@@ -43,7 +43,7 @@ class Registry {
   }
   // Builds `name` with `args`; `where` is the key path of the name for error messages.
   T create(const std::string& name, const ConfigView& args, const std::string& where) const {
-    auto it = entries_.find(lower(name));
+    auto it = entries_.find(cstorch::ascii_lower(name));
     if (it == entries_.end())
       cstorch::fail("{}: unknown {} '{}' (registered: {})", where, what_, name,
                     fmt::join(names(), ", "));

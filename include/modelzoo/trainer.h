@@ -147,6 +147,10 @@ struct RunOverrides {
   std::function<void(Trainer&)> on_trainer;
 };
 
+// The `backend` map of a trainer.init map, made from its `device` (default CPU) when the init
+// names none, so that command-line options can set backend fields.
+Config& backend_entry(Config& init);
+
 // Runs every phase of a config (the root map holding `trainer`); errors name key paths.
 void run_config(const Config& root, Mode mode, const RunOverrides& overrides = {});
 

@@ -59,11 +59,7 @@ void apply_backend_options(Config& root, const CommonOptions& o) {
     const bool cluster =
         o.num_csx > 0 || !o.mount_dirs.empty() || !o.job_labels.empty() || !o.python_paths.empty();
     if (!cluster) return;
-    if (!init.contains("backend")) {
-      init["backend"] = {{"backend_type", init.value("device", std::string("CPU"))}};
-      init.erase("device");
-    }
-    Config& cc = init["backend"]["cluster_config"];
+    Config& cc = backend_entry(init)["cluster_config"];
     if (cc.is_null()) cc = Config::object();
     if (o.num_csx > 0) cc["num_csx"] = o.num_csx;
     if (!o.mount_dirs.empty()) cc["mount_dirs"] = o.mount_dirs;

@@ -9,11 +9,6 @@
 
 namespace modelzoo {
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
-
 std::vector<std::string> load_plugins(const std::vector<std::string>& dirs) {
   namespace fs = std::filesystem;
   std::vector<std::string> loaded;

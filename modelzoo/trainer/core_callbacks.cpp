@@ -145,6 +145,10 @@ void PrecisionCallback::on_after_forward(Trainer&, const cstorch::Tensor&) {
   scope_.reset();
 }
 
+void PrecisionCallback::on_train_exception(Trainer&, const std::exception&) {
+  scope_.reset();
+}
+
 cstorch::Tensor PrecisionCallback::scale_loss(const cstorch::Tensor& loss) {
   return scaler_ ? scaler_->scale(loss) : loss;
 }

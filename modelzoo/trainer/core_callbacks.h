@@ -69,6 +69,8 @@ class PrecisionCallback : public CoreCallback {
   std::string name() const override { return "Precision"; }
   void on_before_forward(Trainer&, const cstorch::Batch&) override;
   void on_after_forward(Trainer&, const cstorch::Tensor& loss) override;
+  // A forward pass that threw leaves the scope open: close it.
+  void on_train_exception(Trainer&, const std::exception&) override;
   void on_save_checkpoint(Trainer&, cstorch::State& state) override;
   void on_load_checkpoint(Trainer&, const cstorch::State& state) override;
 

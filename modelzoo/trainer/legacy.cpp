@@ -1,9 +1,6 @@
 // Legacy params.yaml conversion and the runner API (seed 002) over the Trainer.
 #include "modelzoo/legacy.h"
 
-#include <map>
-#include <mutex>
-
 namespace modelzoo {
 
 bool is_legacy_params(const Config& root) {
@@ -158,18 +155,17 @@ class RunnerHooks : public Callback {
   BaseRunner* r_;
 };
 
-std::mutex g_runners_mu;
-std::map<std::string, BaseRunner::Factory>& custom_runners() {
-  static std::map<std::string, BaseRunner::Factory> m;
-  return m;
+// Custom runners by name (what runconfig.runner selects).
+Registry<std::unique_ptr<BaseRunner>>& custom_runners() {
+  static Registry<std::unique_ptr<BaseRunner>> r("runner");
+  return r;
 }
 
 }  // namespace
 
 void BaseRunner::register_runner(const std::string& name, Factory f) {
-  std::lock_guard<std::mutex> l(g_runners_mu);
-  CS_CHECK(!custom_runners().count(lower(name)), "runner '{}' is registered twice", name);
-  custom_runners()[lower(name)] = std::move(f);
+  custom_runners().add(name,
+                       [f = std::move(f)](const ConfigView& params) { return f(params.value()); });
 }
 
 std::unique_ptr<BaseRunner> BaseRunner::create(const Config& params, const RunOverrides& o) {
@@ -177,22 +173,12 @@ std::unique_ptr<BaseRunner> BaseRunner::create(const Config& params, const RunOv
   p.expect_map();
   Config rc = p.has("runconfig") ? p.at("runconfig").value() : Config::object();
   ConfigView r(rc, "runconfig");
-  if (r.has("runner")) {
-    std::string name = r.at("runner").as_string();
-    std::lock_guard<std::mutex> l(g_runners_mu);
-    auto it = custom_runners().find(lower(name));
-    if (it == custom_runners().end()) {
-      std::vector<std::string> names;
-      for (auto& [k, v] : custom_runners()) names.push_back(k);
-      cstorch::fail("runconfig.runner: unknown runner '{}' (registered: {})", name,
-                    fmt::join(names, ", "));
-    }
-    return it->second(params);
-  }
+  if (r.has("runner"))
+    return custom_runners().create(r.at("runner").as_string(), p, r.child_path("runner"));
   if (o.compile_only || o.validate_only || r.get_bool("compile_only", false) ||
       r.get_bool("validate_only", false))
     return std::make_unique<CompileOnlyRunner>(params);
-  if (lower(r.get_string("target_device", "CPU")) == "csx")
+  if (cstorch::ascii_lower(r.get_string("target_device", "CPU")) == "csx")
     return std::make_unique<SystemRunner>(params);
   return std::make_unique<CpuGpuRunner>(params);
 }
@@ -205,11 +191,11 @@ void BaseRunner::run(const std::string& mode, const RunOverrides& overrides) {
     t.add_callback(std::make_shared<RunnerHooks>(this));
     if (user_hook) user_hook(t);
   };
-  Mode m = Mode::Fit;
-  std::string md =
-      mode.empty() ? ConfigView(params_, "").at("runconfig").get_string("mode", "train") : mode;
-  if (md == "eval") m = Mode::Validate;
-  if (md == "eval_all") m = Mode::ValidateAll;
+  // The converted phase holds exactly one of fit / validate / validate_all.
+  const Config& phase = root["trainer"];
+  const Mode m = phase.contains("validate")       ? Mode::Validate
+                 : phase.contains("validate_all") ? Mode::ValidateAll
+                                                  : Mode::Fit;
   run_config(root, m, o);
 }
 

@@ -20,12 +20,9 @@ void run_phase(const ConfigView& phase, Mode mode, const RunOverrides& o) {
   if (o.model_dir) init["model_dir"] = *o.model_dir;
   if (o.compile_only || o.validate_only) {
     // The command-line switches become backend options (a device becomes a backend).
-    if (!init.contains("backend")) {
-      init["backend"] = {{"backend_type", init.value("device", std::string("CPU"))}};
-      init.erase("device");
-    }
-    if (o.compile_only) init["backend"]["compile_only"] = true;
-    if (o.validate_only) init["backend"]["validate_only"] = true;
+    Config& backend = backend_entry(init);
+    if (o.compile_only) backend["compile_only"] = true;
+    if (o.validate_only) backend["validate_only"] = true;
   }
   ConfigView iv(init, phase.child_path("init"));
   Trainer trainer(iv);
@@ -75,6 +72,14 @@ void run_phase(const ConfigView& phase, Mode mode, const RunOverrides& o) {
 }
 
 }  // namespace
+
+Config& backend_entry(Config& init) {
+  if (!init.contains("backend")) {
+    init["backend"] = {{"backend_type", init.value("device", std::string("CPU"))}};
+    init.erase("device");
+  }
+  return init["backend"];
+}
 
 void run_config(const Config& root, Mode mode, const RunOverrides& o) {
   ConfigView r(root, "");

@@ -201,8 +201,10 @@ Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
       if (!args.contains("model_dir")) args["model_dir"] = model_dir_;
       ConfigView av(args, lv.at(i).child_path(name));
       multi->add(::modelzoo::loggers().create(name, av, lv.at(i).path()));
-      if (metrics_file.empty() && (lower(name) == "jsonlines" || lower(name) == "csv"))
-        metrics_file = logger_file(av, lower(name) == "csv" ? "metrics.csv" : "metrics.jsonl");
+      if (metrics_file.empty() &&
+          (cstorch::ascii_lower(name) == "jsonlines" || cstorch::ascii_lower(name) == "csv"))
+        metrics_file =
+            logger_file(av, cstorch::ascii_lower(name) == "csv" ? "metrics.csv" : "metrics.jsonl");
     }
   }
 

@@ -2,6 +2,8 @@
 // are not tied to one format: save/load dispatch, CheckpointReader, info and diff.
 #include "checkpoint/common.h"
 
+#include "cstorch/config.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -511,8 +513,7 @@ const char* checkpoint_format_name(CheckpointFormat f) {
 }
 
 CheckpointFormat checkpoint_format_for_path(const std::string& path) {
-  std::string ext = std::filesystem::path(path).extension().string();
-  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string ext = ascii_lower(std::filesystem::path(path).extension().string());
   if (ext == ".pt" || ext == ".pth") return CheckpointFormat::PyTorch;
   if (ext == ".safetensors") return CheckpointFormat::SafeTensors;
   return CheckpointFormat::HDF5;

@@ -3,6 +3,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
+
 #include "cstorch/core/error.h"
 
 namespace cstorch {
@@ -44,6 +46,11 @@ static Config convert(const YAML::Node& n) {
     }
   }
   return nullptr;
+}
+
+std::string ascii_lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 Config parse_config(const std::string& text) {

@@ -45,4 +45,18 @@ Batch MnistDataset::get_batch(const std::vector<int64_t>& idx) const {
   return Batch{{"x", std::move(xt)}, {"y", std::move(yt)}};
 }
 
+std::shared_ptr<utils::data::Loader> mnist_input_fn(const Config& args,
+                                                    const utils::data::WorkerInfo& w) {
+  const std::string split = args.at("split").get<std::string>();
+  const bool train = split == "train";
+  LoaderOptions o;
+  o.batch_size = args.at("batch_size").get<int64_t>();
+  o.shuffle = args.value("shuffle", train);
+  o.seed = args.value("seed", uint64_t{0});
+  o.drop_last = args.value("drop_last", train);
+  o.worker = w;
+  return std::make_shared<DatasetLoader>(
+      std::make_shared<MnistDataset>(args.at("data_dir").get<std::string>(), split), o);
+}
+
 }  // namespace cstorch::data

@@ -18,11 +18,7 @@ Adadelta::Adadelta(std::vector<Tensor> params, double lr, double rho, double eps
 }
 
 void Adadelta::preinitialize() {
-  for (auto& g : param_groups())
-    for (auto& p : g.params) {
-      create_state(p, "square_avg", zeros_like(p));
-      create_state(p, "acc_delta", zeros_like(p));
-    }
+  create_zero_states({"square_avg", "acc_delta"});
 }
 
 void Adadelta::step() {

@@ -22,11 +22,7 @@ Adamax::Adamax(std::vector<Tensor> params, double lr, double beta1, double beta2
 }
 
 void Adamax::preinitialize() {
-  for (auto& g : param_groups())
-    for (auto& p : g.params) {
-      create_state(p, "exp_avg", zeros_like(p));
-      create_state(p, "exp_inf", zeros_like(p));
-    }
+  create_zero_states({"exp_avg", "exp_inf"});
 }
 
 void Adamax::step() {

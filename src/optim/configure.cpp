@@ -11,10 +11,6 @@
 namespace cstorch::optim {
 
 namespace {
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 struct Arg {
   const Config& c;
@@ -170,7 +166,7 @@ std::unique_ptr<Optimizer> configure_optimizer(const std::string& type, std::vec
     args.erase("learning_rate");
   }
   for (auto& [name, make] : factories()) {
-    if (lower(name) != lower(type)) continue;
+    if (ascii_lower(name) != ascii_lower(type)) continue;
     std::set<std::string> used;
     Arg a{args, used};
     auto opt = make(std::move(params), a);

@@ -14,8 +14,7 @@ Lion::Lion(std::vector<Tensor> params, double lr, double beta1, double beta2, do
 }
 
 void Lion::preinitialize() {
-  for (auto& g : param_groups())
-    for (auto& p : g.params) create_state(p, "exp_avg", zeros_like(p));
+  create_zero_states({"exp_avg"});
 }
 
 void Lion::step() {

@@ -45,11 +45,6 @@ Tensor lin_mix(double a, double b, const Tensor& numer, const Tensor& rest, doub
   return (rest / den) * a + (numer / den) * b;
 }
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -361,7 +356,7 @@ CyclicLR::CyclicLR(Target t, double base_lr, double max_lr, int64_t step_size_up
       gamma_(gamma),
       up_(step_size_up),
       down_(step_size_down.value_or(step_size_up)),
-      mode_(lower(mode)) {
+      mode_(ascii_lower(mode)) {
   CS_CHECK(up_ > 0 && down_ > 0, "CyclicLR: step sizes must be > 0 (got {} and {})", up_, down_);
   CS_CHECK(mode_ == "triangular" || mode_ == "triangular2" || mode_ == "exp_range",
            "CyclicLR: unknown mode '{}'; valid modes: triangular, triangular2, exp_range", mode);
@@ -386,7 +381,7 @@ OneCycleLR::OneCycleLR(Target t, double init, double max_lr, int64_t total_steps
   CS_CHECK(total_steps > 0, "OneCycleLR: invalid total_steps {} (must be > 0)", total_steps);
   CS_CHECK(pct_start >= 0 && pct_start <= 1, "OneCycleLR: invalid pct_start {} (must be in [0, 1])",
            pct_start);
-  std::string a = lower(anneal_strategy);
+  std::string a = ascii_lower(anneal_strategy);
   CS_CHECK(a == "cos" || a == "linear",
            "OneCycleLR: unknown anneal_strategy '{}'; valid: cos, linear", anneal_strategy);
   cos_ = a == "cos";

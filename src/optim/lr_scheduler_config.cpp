@@ -16,11 +16,6 @@ using namespace lr_scheduler;
 
 namespace {
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // Reads the arguments of one scheduler entry; `where` names the entry in errors.
 struct Args {
   const Config& c;
@@ -221,9 +216,9 @@ Built build_one(Optimizer& opt, const Config& entry, const std::string& where) {
   CS_CHECK(entry.contains("scheduler") && entry.at("scheduler").is_string(),
            "configure_lr_scheduler: {}: missing 'scheduler' (the scheduler's name), got {}", where,
            entry.dump());
-  std::string want = lower(entry.at("scheduler").get<std::string>());
+  std::string want = ascii_lower(entry.at("scheduler").get<std::string>());
   for (const auto& [name, spec] : specs()) {
-    std::string n = lower(name);
+    std::string n = ascii_lower(name);
     std::string bare = n.size() > 2 && n.ends_with("lr") ? n.substr(0, n.size() - 2) : n;
     if (want != n && want != bare) continue;
     std::string w = where + " (" + name + ")";
@@ -276,7 +271,7 @@ std::shared_ptr<LRScheduler> configure_lr_scheduler(Optimizer& optimizer, const 
   for (size_t i = 0; i < lr.size(); ++i) {
     if (!lr[i].is_object() || !lr[i].contains("main_scheduler")) continue;
     const auto& m = lr[i].at("main_scheduler");
-    std::string v = m.is_string() ? lower(m.get<std::string>()) : "";
+    std::string v = m.is_string() ? ascii_lower(m.get<std::string>()) : "";
     CS_CHECK(v == "chainedlr" || v == "sequentiallr",
              "configure_lr_scheduler: learning_rate[{}].main_scheduler: expected ChainedLR or "
              "SequentialLR, got {}",

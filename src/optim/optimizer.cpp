@@ -144,6 +144,12 @@ void Optimizer::ensure_initialized() {
   initialized_ = true;
 }
 
+void Optimizer::create_zero_states(std::initializer_list<const char*> names) {
+  for (auto& g : groups_)
+    for (auto& p : g.params)
+      for (const char* nm : names) create_state(p, nm, zeros_like(p));
+}
+
 void Optimizer::create_state(const Tensor& p, const std::string& nm, const Tensor& init) {
   CS_CHECK(in_preinitialize_,
            "{}: optimizer state '{}' created outside preinitialize(); all state must be created "

@@ -44,11 +44,7 @@ RAdam::RAdam(std::vector<Tensor> params, double lr, double beta1, double beta2, 
 }
 
 void RAdam::preinitialize() {
-  for (auto& g : param_groups())
-    for (auto& p : g.params) {
-      create_state(p, "exp_avg", zeros_like(p));
-      create_state(p, "exp_avg_sq", zeros_like(p));
-    }
+  create_zero_states({"exp_avg", "exp_avg_sq"});
 }
 
 void RAdam::step() {

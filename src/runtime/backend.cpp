@@ -5,6 +5,7 @@
 #include <cctype>
 #include <mutex>
 
+#include "cstorch/config.h"
 #include "cstorch/core/error.h"
 #include "runtime/run_mode.h"
 
@@ -15,11 +16,10 @@ std::mutex g_mu;
 std::shared_ptr<Backend> g_backend;
 
 DeviceType parse_type(const std::string& s) {
-  std::string u = s;
-  std::transform(u.begin(), u.end(), u.begin(), [](unsigned char c) { return std::toupper(c); });
-  if (u == "CPU") return DeviceType::CPU;
-  if (u == "GPU") return DeviceType::GPU;
-  if (u == "CSX") return DeviceType::CSX;
+  const std::string u = ascii_lower(s);
+  if (u == "cpu") return DeviceType::CPU;
+  if (u == "gpu") return DeviceType::GPU;
+  if (u == "csx") return DeviceType::CSX;
   fail("backend: unknown device type '{}' (expected CSX, CPU or GPU)", s);
 }
 
@@ -112,14 +112,18 @@ const ConfigureOptions* configured() {
 }
 
 namespace runtime {
-RunMode current_run_mode(std::string* artifact_dir) {
+RunMode current_run_mode() {
   std::lock_guard<std::mutex> l(g_mu);
   if (!g_backend) return RunMode::Execute;
   const auto& o = g_backend->options();
-  if (artifact_dir) *artifact_dir = o.artifact_dir;
   if (o.validate_only) return RunMode::ValidateOnly;
   if (o.compile_only) return RunMode::CompileOnly;
   return RunMode::Execute;
+}
+
+std::string current_artifact_dir() {
+  std::lock_guard<std::mutex> l(g_mu);
+  return g_backend ? g_backend->options().artifact_dir : BackendOptions{}.artifact_dir;
 }
 }  // namespace runtime
 

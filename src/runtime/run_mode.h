@@ -6,7 +6,9 @@
 namespace cstorch::runtime {
 
 enum class RunMode { Execute, CompileOnly, ValidateOnly };
-// The mode of the current backend (Execute when none exists); fills `artifact_dir` if given.
-RunMode current_run_mode(std::string* artifact_dir = nullptr);
+// The mode of the current backend (Execute when none exists). Checked at every traced call.
+RunMode current_run_mode();
+// The current backend's artifact directory (where compile_only / validate_only reports go).
+std::string current_artifact_dir();
 
 }  // namespace cstorch::runtime

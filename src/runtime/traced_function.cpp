@@ -203,14 +203,14 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
 // to the artifact directory, run nothing. The outputs are zeros of the traced shapes, so a
 // loop around the step keeps working.
 static std::vector<Tensor> dry_call(TracedFunction::Impl& f, const std::vector<Tensor>& inputs,
-                                    const std::string& sig, runtime::RunMode mode,
-                                    const std::string& artifact_dir) {
+                                    const std::string& sig, runtime::RunMode mode) {
   auto it = f.dry_outputs.find(sig);
   if (it != f.dry_outputs.end()) return it->second;
   runtime::Executor::get().synchronize();
   const bool compile = mode == runtime::RunMode::CompileOnly;
   Variant v = trace_and_compile(f, inputs, compile);
   std::vector<Tensor> outs;
+  const std::string artifact_dir = runtime::current_artifact_dir();
   std::error_code ec;
   std::filesystem::create_directories(artifact_dir, ec);
   std::string path = fmt::format("{}/{}-{}-{}.txt", artifact_dir, f.name,
@@ -232,9 +232,8 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
   auto& ex = runtime::Executor::get();
   ex.rethrow_if_failed();
   std::string sig = signature(inputs);
-  std::string artifact_dir;
-  auto mode = runtime::current_run_mode(&artifact_dir);
-  if (mode != runtime::RunMode::Execute) return dry_call(*impl_, inputs, sig, mode, artifact_dir);
+  const auto mode = runtime::current_run_mode();
+  if (mode != runtime::RunMode::Execute) return dry_call(*impl_, inputs, sig, mode);
   auto& variants = impl_->cache[sig];
   const Variant* variant = nullptr;
   for (auto& v : variants)

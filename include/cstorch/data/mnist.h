@@ -91,4 +91,10 @@ class MnistDataset : public Dataset {
   float lut_[256];
 };
 
+// A DataLoader input_fn over one MNIST split: a DatasetLoader of MnistDataset (normalised,
+// flattened) for worker `w`. `args`: data_dir, split ("train" or "test"), batch_size, and
+// optionally shuffle and drop_last (default: true for the train split) and seed (0).
+std::shared_ptr<utils::data::Loader> mnist_input_fn(const Config& args,
+                                                    const utils::data::WorkerInfo& w);
+
 }  // namespace cstorch::data

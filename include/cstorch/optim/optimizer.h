@@ -5,20 +5,16 @@
 // a change (or a scheduler) reaches the compiled step without retracing.
 #pragma once
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "cstorch/config.h"
 #include "cstorch/state.h"
 #include "cstorch/tensor.h"
-
-namespace cstorch {
-using Config = nlohmann::json;
-}
 
 namespace cstorch::optim {
 
@@ -99,6 +95,9 @@ class Optimizer {
  protected:
   // Only inside preinitialize(): registers state `name` of `p` with initial value `init`.
   void create_state(const Tensor& p, const std::string& name, const Tensor& init);
+  // Only inside preinitialize(): a zero tensor shaped like the parameter under each name, for
+  // every parameter of every group.
+  void create_zero_states(std::initializer_list<const char*> names);
   // A fixed hyper-parameter of the group. An error when the key is tensor-held (see
   // hyper_tensor): read it with hyper() instead.
   double option(const ParamGroup& g, const std::string& key) const;

@@ -91,22 +91,7 @@ MODELZOO_REGISTER(data_processors, "MNISTDataProcessor", [](const ConfigView& a)
                      {"drop_last", a.get_bool("drop_last", train)}};
   if (a.has("num_workers")) args["num_workers"] = a.at("num_workers").as_int();
   if (a.has("prefetch")) args["prefetch"] = a.at("prefetch").as_int();
-  auto input_fn =
-      [](const cs::Config& args,
-         const cs::utils::data::WorkerInfo& w) -> std::shared_ptr<cs::utils::data::Loader> {
-    auto s = cs::data::load_mnist_split(args.at("data_dir"), args.at("split"));
-    int64_t n = s.images.dims[0];
-    std::vector<float> x(s.images.data.size());
-    for (size_t i = 0; i < x.size(); ++i)
-      x[i] = (static_cast<float>(s.images.data[i]) / 255.0f - 0.1307f) / 0.3081f;
-    std::vector<int64_t> y(s.labels.data.begin(), s.labels.data.end());
-    cs::Batch data{{"x", cs::from_vector(x, {n, cs::data::kMnistPixels})},
-                   {"y", cs::from_vector(y, {n})}};
-    return std::make_shared<cs::utils::data::TensorLoader>(
-        data, args.at("batch_size").get<int64_t>(), args.at("shuffle").get<bool>(),
-        args.at("seed").get<uint64_t>(), args.at("drop_last").get<bool>(), w);
-  };
-  return std::make_shared<cs::utils::data::DataLoader>(input_fn, args);
+  return std::make_shared<cs::utils::data::DataLoader>(cs::data::mnist_input_fn, args);
 });
 
 }  // namespace

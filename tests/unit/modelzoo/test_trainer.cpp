@@ -438,3 +438,13 @@ TEST(Trainer, BackendCheckpointRetentionLoggersAndEpochs) {
   t2.fit(tiny(4));
   EXPECT_EQ(t2.model().parameters()[0].to_vector<float>(), w);
 }
+
+// A forward pass that throws under mixed precision does not leave autocast switched on.
+TEST(Trainer, FailedForwardClosesTheAutocastScope) {
+  Config c = init_config();
+  c["model"] = {{"name", "broken_for_test"}};
+  c["precision"] = {{"enabled", true}, {"dtype", "bf16"}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  EXPECT_NE(error_of([&] { t.fit(tiny(4)); }).find("matmul"), std::string::npos);
+  EXPECT_FALSE(cs::amp::autocast_dtype().has_value());
+}
