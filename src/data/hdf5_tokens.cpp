@@ -145,6 +145,13 @@ void Hdf5TokenDataset::read_sample(int64_t i, int64_t* ids, int64_t* mask, int64
   std::copy(buf.begin() + 2 * msl_, buf.end(), labels);
 }
 
+std::pair<std::string, int64_t> Hdf5TokenDataset::locate(int64_t i) const {
+  CS_CHECK(i >= 0 && i < total_, "Hdf5TokenDataset: sample {} is outside 0..{}", i, total_ - 1);
+  size_t f = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) -
+                                 starts_.begin() - 1);
+  return {paths_[f], i - starts_[f]};
+}
+
 Sample Hdf5TokenDataset::get(int64_t i) const {
   int64_t *a, *b, *c;
   Sample s{{"input_ids", detail::host_tensor({msl_}, DType::i64, &a)},

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cstorch/data/dataset.h"
@@ -33,6 +34,8 @@ class Hdf5TokenDataset : public Dataset {
   Sample get(int64_t index) const override;
   Batch get_batch(const std::vector<int64_t>& indices) const override;
   const std::vector<std::string>& files() const { return paths_; }
+  // The file holding sample `index` and the sample's row in that file.
+  std::pair<std::string, int64_t> locate(int64_t index) const;
 
  private:
   void read_sample(int64_t index, int64_t* ids, int64_t* mask, int64_t* labels) const;
