@@ -96,9 +96,12 @@ std::string sentence(Gen& g, uint64_t seed, size_t p, int kind) {
       s = name + " works as " + (vowel ? "an " : "a ") + job + ".";
       break;
     }
-    case 2:
-      s = name + " has a " + kColours[f.colour] + " " + kAnimals[f.pet] + ".";
+    case 2: {
+      const std::string& colour = kColours[f.colour];
+      bool vowel = std::string("aeiou").find(colour[0]) != std::string::npos;
+      s = name + " has " + (vowel ? "an " : "a ") + colour + " " + kAnimals[f.pet] + ".";
       break;
+    }
     case 3:
       s = name + " is " + std::to_string(f.age) + " years old.";
       break;

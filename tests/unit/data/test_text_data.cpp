@@ -563,3 +563,39 @@ TEST(TextProcessors, WritesTheCorpusOnFirstUseAndReportsKeyErrors) {
   expect_error([&] { processor(bad_split); },
                {"train_dataloader.split", "'test'", "train and val"});
 }
+
+// The demo configs' data sections build loaders over the default synthetic corpus whose
+// vocabulary matches the model's vocab_size (no sequence too long, no id out of range).
+TEST(TextProcessors, DemoConfigsDataSectionsLoad) {
+  for (std::string name : {"gpt2_tiny", "bert_tiny", "transformer_tiny", "t5_tiny"}) {
+    SCOPED_TRACE(name);
+    cs::Config cfg =
+        cs::load_config_file(std::string(CSTORCH_SOURCE_DIR) + "/configs/" + name + ".yaml");
+    const cs::Config& model = cfg["trainer"]["init"]["model"];
+    int64_t vocab = model.contains("vocab_size") ? model["vocab_size"].get<int64_t>()
+                                                 : model["src_vocab_size"].get<int64_t>();
+    for (std::string which : {"train_dataloader", "val_dataloader"}) {
+      cs::Config dl = cfg["trainer"]["fit"][which];
+      dl["data_dir"] = (root() / ("cfg_" + name)).string();
+      EXPECT_EQ(dl["vocab_size"].get<int64_t>(), vocab);
+      auto loader = modelzoo::data_processors().create(dl["data_processor"].get<std::string>(),
+                                                       modelzoo::ConfigView(dl, which), which);
+      int64_t batches = 0;
+      while (auto b = loader->next()) {
+        for (const auto& [k, v] : *b) {
+          if (k == "mlm_labels" || k == "next_sentence_label" ||
+              k.find("mask") != std::string::npos)
+            continue;
+          auto x = v.to_vector<int32_t>();
+          EXPECT_LT(*std::max_element(x.begin(), x.end()), vocab) << k;
+          EXPECT_GE(*std::min_element(x.begin(), x.end()), 0) << k;
+        }
+        if (++batches == 20) break;
+      }
+      EXPECT_GE(batches, 5);  // the val splits are small (200 documents)
+    }
+    auto tok = BpeTokenizer::from_files((root() / ("cfg_" + name) / "vocab.json").string(),
+                                        (root() / ("cfg_" + name) / "merges.txt").string());
+    EXPECT_EQ(tok.vocab_size() + (name == "t5_tiny" ? 100 : 0), vocab);
+  }
+}
