@@ -76,12 +76,16 @@ bool has_h5(const fs::path& dir) {
   return false;
 }
 
-// Writes the synthetic data with `write` when `present()` is false (once per process per
-// folder: several processors may name the same folder).
+// One lock for every processor: several processors may name the same folder.
+std::mutex& write_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Writes the synthetic data with `write` when `present()` is false.
 template <class Present, class Write>
 void ensure(const Common& c, const ConfigView& a, const char* what, Present present, Write write) {
-  static std::mutex m;
-  std::lock_guard<std::mutex> lock(m);
+  std::lock_guard<std::mutex> lock(write_mutex());
   if (present()) return;
   if (!c.synthetic)
     cs::fail(
