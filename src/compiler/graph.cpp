@@ -52,7 +52,7 @@ size_t Graph::count_ops() const {
   return c;
 }
 
-static std::string attrs_str(const ir::Node& n) {
+std::string attrs_str(const ir::Node& n) {
   return std::visit(
       [](const auto& a) -> std::string {
         using A = std::decay_t<decltype(a)>;

@@ -55,5 +55,7 @@ std::unique_ptr<Pass> make_simplify_pass();
 // CSTORCH_DUMP_GRAPHS environment variable names a directory, the graph is written there
 // before and after every pass (`<prefix>-NN-<pass>.txt` and `.dot`).
 void optimize(Graph& g, const std::string& prefix);
+// A node's attributes as the graph dumps print them ("trans_a=true trans_b=false").
+std::string attrs_str(const ir::Node& n);
 
 }  // namespace cstorch::compiler

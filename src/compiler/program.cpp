@@ -41,6 +41,7 @@ Program::Program(Graph g, DeviceType device, ProgramStats traced)
   plan();
   const char* p = std::getenv("CSTORCH_PROFILE");
   profile_ = p && *p && std::string(p) != "0";
+  profile_nodes_ = profile_ && std::string(p) == "nodes";
   step_seconds_.assign(steps_.size(), 0.0);
 }
 
@@ -62,6 +63,15 @@ Program::~Program() {
   for (auto& [sec, name] : rows)
     fmt::print(stderr, "  {:<16} {:>5} calls {:>9.1f} us/exec {:>5.1f}%\n", name,
                by_op[name].second, 1e6 * sec / runs_, 100 * sec / total);
+  if (!profile_nodes_) return;
+  // CSTORCH_PROFILE=nodes: every kernel call in execution order, with its shapes.
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const ir::Node& n = *steps_[i].node;
+    std::string ins;
+    for (const auto& x : n.inputs) ins += (ins.empty() ? "" : ", ") + shape_str(x->shape);
+    fmt::print(stderr, "  %{:<5} {:<16} {:>9.1f} us/exec  {} <- ({}) {}\n", n.id, n.name(),
+               1e6 * step_seconds_[i] / runs_, shape_str(n.shape), ins, attrs_str(n));
+  }
 }
 
 void Program::plan() {
