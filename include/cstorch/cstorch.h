@@ -7,6 +7,7 @@
 #include "cstorch/nn/functional.h"
 #include "cstorch/nn/layers.h"
 #include "cstorch/nn/module.h"
+#include "cstorch/nn/transformer.h"
 #include "cstorch/optim/lr_scheduler.h"
 #include "cstorch/optim/optimizer.h"
 #include "cstorch/runtime.h"

@@ -133,6 +133,10 @@ class Traced {
   std::shared_ptr<detail::TracedFunction> impl_;
 };
 
+// True on this thread while a traced step's body is being recorded: tensor values cannot be
+// read then (host-side checks of batch values must be skipped or moved into kernels).
+bool is_tracing();
+
 // Wraps a training (or evaluation) step so it is traced once per input signature, compiled
 // and replayed asynchronously. Alias: compile_step.
 template <class F>

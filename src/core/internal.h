@@ -56,6 +56,10 @@ Tensor scalar_like(double v, const Tensor& like);
 
 bool in_trace();
 
+// A copy of the global generator state (i64 [2]) for a kernel that draws by itself; the
+// generator then advances as after any draw (src/ops/random.cpp).
+Tensor take_rng_state();
+
 // Leaves that require grad (weakly held), so a trace can note which of them had a .grad when
 // the step was called: that decides whether the body assigns or accumulates gradients.
 void register_grad_leaf(const std::shared_ptr<TensorImpl>& impl);

@@ -126,9 +126,30 @@ struct TriAttrs {
   size_t hash() const { return hash_mix(std::hash<int64_t>{}(diagonal), upper); }
 };
 
-using Attrs = std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs,
-                           GeluAttrs, AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs,
-                           LossAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs, TriAttrs>;
+// Fused scaled-dot-product attention (src/ops/attention.cpp). Inputs, in order: q, k, v, then
+// the bias (f32, additive) if has_bias, the boolean mask (true = attend) if has_mask, the
+// generator state if dropout_p > 0; AttentionGrad adds the forward output and its gradient.
+struct AttentionAttrs {
+  double scale = 1;
+  double dropout_p = 0;
+  bool causal = false;
+  int64_t causal_offset = 0;  // causal: key j is visible to query i iff j <= i + causal_offset
+  bool has_bias = false;
+  bool has_mask = false;
+  bool bthd = false;       // layout [B, T, H, D] instead of [B, H, T, D]
+  bool bias_grad = false;  // AttentionGrad: also write the bias gradient
+  bool operator==(const AttentionAttrs&) const = default;
+  size_t hash() const {
+    size_t h = hash_mix(std::hash<double>{}(scale), std::hash<double>{}(dropout_p));
+    h = hash_mix(h, std::hash<int64_t>{}(causal_offset));
+    return hash_mix(h, causal + 2 * has_bias + 4 * has_mask + 8 * bthd + 16 * bias_grad);
+  }
+};
+
+using Attrs =
+    std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs, GeluAttrs,
+                 AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs, LossAttrs, ShapeAttrs,
+                 PermuteAttrs, SliceAttrs, TriAttrs, AttentionAttrs>;
 
 inline size_t hash_attrs(const Attrs& a) {
   return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));

@@ -73,6 +73,19 @@ Tensor draw(ir::OpCode op, const Shape& s, DType dtype, ir::RandomAttrs attrs, c
 
 }  // namespace
 
+namespace detail {
+// A copy of the generator state for a kernel that draws by itself (attention dropout), then
+// the offset advances like any draw. A copy, so that a backward pass reading it later sees the
+// value the forward pass used, also eagerly (where the state's buffer is updated in place).
+Tensor take_rng_state() {
+  NoGradGuard ng;
+  Tensor& state = generator_state();
+  Tensor snapshot = detail::dispatch(ir::OpCode::Copy, ir::NoAttrs{}, {state});
+  detail::assign_inplace(state, add(state, from_vector(std::vector<int64_t>{0, 1}, {2})), "rng");
+  return snapshot;
+}
+}  // namespace detail
+
 void manual_seed(uint64_t seed) {
   NoGradGuard ng;
   detail::assign_inplace(generator_state(),

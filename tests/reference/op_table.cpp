@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cstorch/nn/functional.h"
 #include "ref_util.h"
 
 namespace cstorch::reftest {
@@ -554,6 +555,65 @@ std::vector<Row> make_table() {
        "F.dropout(x[0], 0.5, training=False)"},
       {"dropout_p0", {{3, 4}}, [](const In& x) { return cs::dropout(x[0], 0.0, true); },
        "F.dropout(x[0], 0.0, training=True)"},
+
+      // ---------------------------------------------------------------- fused attention
+      // The reference is the explicit formula softmax(q k^T * scale + bias, masked) @ v.
+      {"sdpa_basic", {{2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 6}},
+       [](const In& x) { return cs::nn::functional::scaled_dot_product_attention(x[0], x[1], x[2]); },
+       "torch.softmax(x[0] @ x[1].transpose(-1, -2) * 0.5, -1) @ x[2]"},
+      {"sdpa_causal_odd", {{1, 2, 9, 5}, {1, 2, 9, 5}, {1, 2, 9, 3}},
+       [](const In& x) {
+         return cs::nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], Tensor(), 0, true);
+       },
+       "torch.softmax((x[0] @ x[1].transpose(-1, -2) * 5 ** -0.5).masked_fill("
+       "~torch.ones(9, 9, dtype=torch.bool).tril(), float('-inf')), -1) @ x[2]"},
+      {"sdpa_causal_tq_ne_tk", {{2, 1, 5, 4}, {2, 1, 7, 4}, {2, 1, 7, 4}},
+       [](const In& x) {
+         return cs::nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], Tensor(), 0, true);
+       },
+       "torch.softmax((x[0] @ x[1].transpose(-1, -2) * 0.5).masked_fill("
+       "~torch.ones(5, 7, dtype=torch.bool).tril(), float('-inf')), -1) @ x[2]"},
+      {"sdpa_key_padding_mask",
+       {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 4}, vals({1, 1, 0, 1, 0, 1, 0, 1, 1, 1}, {2, 1, 1, 5}, D::boolean)},
+       [](const In& x) { return cs::nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], x[3]); },
+       "torch.softmax((x[0] @ x[1].transpose(-1, -2) * 0.5).masked_fill(~x[3], float('-inf')), -1) @ x[2]"},
+      {"sdpa_float_mask_grad", {{2, 3, 4, 4}, {2, 3, 6, 4}, {2, 3, 6, 5}, {1, 3, 4, 6}},
+       [](const In& x) { return cs::nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], x[3]); },
+       "torch.softmax(x[0] @ x[1].transpose(-1, -2) * 0.5 + x[3], -1) @ x[2]"},
+      {"sdpa_bias_mask_causal_scale",
+       {{2, 2, 4, 3}, {2, 2, 6, 3}, {2, 2, 6, 2}, {2, 1, 4, 6},
+        vals({1, 0, 1, 1, 1, 1, 1, 1, 0, 1, 1, 0}, {2, 1, 1, 6}, D::boolean)},
+       [](const In& x) {
+         cs::nn::functional::AttentionOptions o;
+         o.bias = x[3];
+         o.attn_mask = x[4];
+         o.is_causal = true;
+         o.causal_offset = 2;
+         o.scale = 0.7;
+         return cs::nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], o);
+       },
+       "torch.softmax((x[0] @ x[1].transpose(-1, -2) * 0.7 + x[3]).masked_fill(~x[4], float('-inf'))"
+       ".masked_fill(~torch.ones(4, 6, dtype=torch.bool).tril(2), float('-inf')), -1) @ x[2]"},
+      // Several query blocks (64 rows) and key tiles (512 keys): online softmax and recomputed
+      // statistics; sums over 520 keys (kLoose).
+      {"sdpa_multi_tile_bias_causal", {{1, 2, 67, 8}, {1, 2, 520, 8}, {1, 2, 520, 3}, {1, 2, 67, 520}},
+       [](const In& x) {
+         cs::nn::functional::AttentionOptions o;
+         o.bias = x[3];
+         o.is_causal = true;
+         o.causal_offset = 520 - 67;
+         return cs::nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], o);
+       },
+       "torch.softmax((x[0] @ x[1].transpose(-1, -2) * 8 ** -0.5 + x[3]).masked_fill("
+       "~torch.ones(67, 520, dtype=torch.bool).tril(453), float('-inf')), -1) @ x[2]", kLoose},
+      {"sdpa_heads_last", {{2, 5, 3, 4}, {2, 7, 3, 4}, {2, 7, 3, 6}},
+       [](const In& x) {
+         cs::nn::functional::AttentionOptions o;
+         o.heads_last = true;
+         return cs::nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], o);
+       },
+       "(torch.softmax(x[0].transpose(1, 2) @ x[1].transpose(1, 2).transpose(-1, -2) * 0.5, -1) "
+       "@ x[2].transpose(1, 2)).transpose(1, 2)"},
 
       // ---------------------------------------------------------------- shape and indexing
       {"reshape", {{2, 3, 4}}, [](const In& x) { return cs::reshape(x[0], {6, 4}); }, "x[0].reshape(6, 4)"},

@@ -2,6 +2,7 @@
 // PyTorch's dotted keys; train/eval. Layers are used through holders (`Linear(784, 10)`) that
 // behave like shared pointers and are callable.
 #pragma once
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <string>
@@ -95,6 +96,8 @@ class ModuleHolder {
   explicit ModuleHolder(Args&&... args)
       : impl_(std::make_shared<Impl>(std::forward<Args>(args)...)) {}
   ModuleHolder(std::shared_ptr<Impl> p) : impl_(std::move(p)) {}
+  // An empty holder, assigned later (a member constructed in the owner's constructor body).
+  ModuleHolder(std::nullptr_t) : impl_(nullptr) {}
   Impl* operator->() const { return impl_.get(); }
   Impl& operator*() const { return *impl_; }
   template <class... Args>

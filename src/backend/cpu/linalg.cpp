@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/blas.h"
 #include "backend/cpu/dtype_dispatch.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
@@ -41,12 +42,13 @@ void narrow(const float* src, T* dst, int64_t n) {
 // parallel region the thread count is set to 1 for the call (a store to the calling thread's
 // OpenMP state) and restored after.
 void sgemm1(CBLAS_TRANSPOSE TA, CBLAS_TRANSPOSE TB, int64_t M, int64_t N, int64_t K, const float* A,
-            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+            float alpha = 1.f) {
   const bool outside = !omp_in_parallel();
   const int saved = outside ? omp_get_max_threads() : 1;
   if (outside && saved != 1) omp_set_num_threads(1);
   cblas_sgemm(CblasRowMajor, TA, TB, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
-              1.f, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta, C,
+              alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta, C,
               static_cast<int>(ldc));
   if (outside && saved != 1) omp_set_num_threads(saved);
 }
@@ -219,6 +221,12 @@ void cpu_Linear(const ir::Node& n, const void* const* in, void* out) {
       narrow(y, static_cast<T*>(out), ny);
     }
   });
+}
+
+void sgemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  sgemm1(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, A, lda, B, ldb,
+         beta, C, ldc, alpha);
 }
 
 }  // namespace cstorch::cpu

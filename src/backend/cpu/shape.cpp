@@ -150,8 +150,8 @@ void check_indices(const I* idx, int64_t n, int64_t size, const char* op, int64_
   });
   int64_t at = first.load();
   if (at < n)
-    fail("{}: index {} is out of range for dim {} of size {} (valid range [0, {}))", op,
-         static_cast<int64_t>(idx[at]), dim, size, size);
+    fail("{}: index {} at position {} is out of range for dim {} of size {} (valid range [0, {}))",
+         op, static_cast<int64_t>(idx[at]), at, dim, size, size);
 }
 
 template <class T>
