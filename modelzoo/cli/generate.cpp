@@ -65,9 +65,9 @@ Config model_section(const std::string& path) {
              "{}: trainer[0] has no trainer entry", path);
     t = t[0]["trainer"];
   }
-  CS_CHECK(t.is_object() && t.contains("init") && t["init"].is_object() &&
-               t["init"].contains("model"),
-           "{}: no trainer.init.model section", path);
+  CS_CHECK(
+      t.is_object() && t.contains("init") && t["init"].is_object() && t["init"].contains("model"),
+      "{}: no trainer.init.model section", path);
   return t["init"]["model"];
 }
 
@@ -143,7 +143,8 @@ void run_generate(const GenerateArgs& a) {
 void register_generate_command(CLI::App& app, int& status) {
   static GenerateArgs a;
   auto* g = app.add_subcommand(
-      "generate", "Generate tokens from a trained causal LM (GPT-2): greedy or top-k/top-p sampling");
+      "generate",
+      "Generate tokens from a trained causal LM (GPT-2): greedy or top-k/top-p sampling");
   g->add_option("--params", a.params, "YAML config whose trainer.init.model is the model")
       ->required();
   g->add_option("--checkpoint", a.checkpoint, "Checkpoint with the trained weights")->required();
@@ -153,7 +154,8 @@ void register_generate_command(CLI::App& app, int& status) {
   g->add_option("--max_new_tokens", a.max_new_tokens, "Tokens to generate (default 20)");
   auto* top_k = g->add_option("--top_k", a.top_k_in, "Sample from the k most likely tokens");
   auto* top_p = g->add_option("--top_p", a.top_p_in, "Sample from the nucleus of mass p");
-  auto* temp = g->add_option("--temperature", a.temperature_in, "Sampling temperature (0 = greedy)");
+  auto* temp =
+      g->add_option("--temperature", a.temperature_in, "Sampling temperature (0 = greedy)");
   g->add_option("--seed", a.seed, "Sampling seed (default 0)");
   auto* eos = g->add_option("--eos_token_id", a.eos_in, "Stop after generating this token");
   g->callback([&status, top_k, top_p, temp, eos] {

@@ -44,7 +44,8 @@ std::vector<double> sampling_distribution(const std::vector<float>& logits,
   const double top = static_cast<double>(logits[order[0]]) * inv_t;
   std::vector<double> p(keep);
   double z = 0;
-  for (size_t i = 0; i < keep; ++i) z += p[i] = std::exp(static_cast<double>(logits[order[i]]) * inv_t - top);
+  for (size_t i = 0; i < keep; ++i)
+    z += p[i] = std::exp(static_cast<double>(logits[order[i]]) * inv_t - top);
   for (auto& x : p) x /= z;
   if (o.top_p < 1) {
     // The nucleus: add tokens while the mass before them is still short of top_p.
@@ -104,8 +105,8 @@ GenerationResult generate(gpt2::GPT2Model& model, const std::vector<int64_t>& pr
   CS_CHECK(!prompt.empty(), "generate: the prompt is empty (give at least one token id)");
   for (size_t i = 0; i < prompt.size(); ++i)
     CS_CHECK(prompt[i] >= 0 && prompt[i] < c.vocab_size,
-             "generate: prompt token {} (position {}) is outside the vocabulary [0, {})",
-             prompt[i], i, c.vocab_size);
+             "generate: prompt token {} (position {}) is outside the vocabulary [0, {})", prompt[i],
+             i, c.vocab_size);
   const int64_t P = static_cast<int64_t>(prompt.size());
   CS_CHECK(P + o.max_new_tokens <= c.max_position_embeddings,
            "generate: the prompt ({} tokens) plus max_new_tokens ({}) is {} positions, more than "

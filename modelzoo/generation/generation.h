@@ -59,8 +59,8 @@ class Sampler {
 };
 
 struct GenerationResult {
-  std::vector<int64_t> tokens;                   // the generated ids (not the prompt)
-  std::vector<std::vector<float>> step_logits;   // per generated token, when keep_logits
+  std::vector<int64_t> tokens;                  // the generated ids (not the prompt)
+  std::vector<std::vector<float>> step_logits;  // per generated token, when keep_logits
 };
 
 // Generates up to max_new_tokens after `prompt` (batch of one), in eval mode without
@@ -80,9 +80,8 @@ class TextTokenizer {
   virtual std::vector<int64_t> encode(const std::string& text) const = 0;
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
 };
-using TokenizerFactory =
-    std::function<std::unique_ptr<TextTokenizer>(const std::string& vocab_json,
-                                                 const std::string& merges_txt)>;
+using TokenizerFactory = std::function<std::unique_ptr<TextTokenizer>(
+    const std::string& vocab_json, const std::string& merges_txt)>;
 void set_bpe_tokenizer_factory(TokenizerFactory f);
 // The factory, or an empty function when none is registered.
 const TokenizerFactory& bpe_tokenizer_factory();

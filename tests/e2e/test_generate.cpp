@@ -53,8 +53,9 @@ TEST(CszooGenerate, GreedySampledAndErrors) {
   EXPECT_NE(out.find("generated_ids: " + ids + "\n"), std::string::npos) << out;
   // Sampling with a seed repeats and matches the library.
   std::string a, b;
-  const std::string sample = base + " --prompt_ids 5,6 --max_new_tokens 8 --top_k 10 --top_p 0.9 "
-                                    "--temperature 1.3 --seed 9";
+  const std::string sample = base +
+                             " --prompt_ids 5,6 --max_new_tokens 8 --top_k 10 --top_p 0.9 "
+                             "--temperature 1.3 --seed 9";
   ASSERT_EQ(run(sample, &a), 0) << a;
   ASSERT_EQ(run(sample, &b), 0) << b;
   EXPECT_EQ(a, b);

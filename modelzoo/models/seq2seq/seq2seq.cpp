@@ -90,11 +90,10 @@ cs::Tensor masked_token_loss(const cs::Tensor& logits, const Seq2SeqBatch& b,
   cs::Tensor loss = cs::div(total, cs::sum(wf));
   if (perplexity) {
     // Perplexity of the model's distribution: the unsmoothed cross-entropy.
-    cs::Tensor nll = label_smoothing > 0
-                         ? cs::sum(cs::mul(cs::cross_entropy(flat, labels, -100, 0.0,
-                                                             cs::Reduction::None),
-                                           wf))
-                         : total;
+    cs::Tensor nll =
+        label_smoothing > 0
+            ? cs::sum(cs::mul(cs::cross_entropy(flat, labels, -100, 0.0, cs::Reduction::None), wf))
+            : total;
     perplexity->update(b.labels, nll, w);
   }
   if (accuracy) accuracy->update(b.labels, cs::cast(cs::argmax(logits, -1), b.labels.dtype()), w);

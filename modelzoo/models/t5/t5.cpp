@@ -30,13 +30,28 @@ T5Config T5Config::tiny() {
 }
 
 T5Config T5Config::from(const ConfigView& a) {
-  a.check_keys({"vocab_size", "src_vocab_size", "tgt_vocab_size", "d_model", "d_kv", "d_ff",
-                "num_heads", "encoder_num_hidden_layers", "decoder_num_hidden_layers",
-                "relative_attention_num_buckets", "relative_attention_max_distance",
-                "max_position_embeddings", "src_max_position_embeddings",
-                "tgt_max_position_embeddings", "dropout_rate", "layer_norm_epsilon",
-                "initializer_factor", "label_smoothing", "share_encoder_decoder_embedding",
-                "share_embedding_weights", "encoder_nonlinearity", "decoder_nonlinearity",
+  a.check_keys({"vocab_size",
+                "src_vocab_size",
+                "tgt_vocab_size",
+                "d_model",
+                "d_kv",
+                "d_ff",
+                "num_heads",
+                "encoder_num_hidden_layers",
+                "decoder_num_hidden_layers",
+                "relative_attention_num_buckets",
+                "relative_attention_max_distance",
+                "max_position_embeddings",
+                "src_max_position_embeddings",
+                "tgt_max_position_embeddings",
+                "dropout_rate",
+                "layer_norm_epsilon",
+                "initializer_factor",
+                "label_smoothing",
+                "share_encoder_decoder_embedding",
+                "share_embedding_weights",
+                "encoder_nonlinearity",
+                "decoder_nonlinearity",
                 "position_embedding_type"});
   T5Config c;
   const int64_t vocab = a.get_int("vocab_size", c.src_vocab_size);
@@ -44,8 +59,8 @@ T5Config T5Config::from(const ConfigView& a) {
   c.tgt_vocab_size = a.get_int("tgt_vocab_size", vocab);
   c.d_model = a.get_int("d_model", c.d_model);
   c.num_heads = a.get_int("num_heads", c.num_heads);
-  c.d_kv = a.get_int("d_kv", a.has("d_model") ? c.d_model / std::max<int64_t>(c.num_heads, 1)
-                                              : c.d_kv);
+  c.d_kv =
+      a.get_int("d_kv", a.has("d_model") ? c.d_model / std::max<int64_t>(c.num_heads, 1) : c.d_kv);
   c.d_ff = a.get_int("d_ff", c.d_ff);
   c.encoder_num_hidden_layers = a.get_int("encoder_num_hidden_layers", c.encoder_num_hidden_layers);
   c.decoder_num_hidden_layers = a.get_int("decoder_num_hidden_layers", c.decoder_num_hidden_layers);
@@ -75,18 +90,17 @@ T5Config T5Config::from(const ConfigView& a) {
       cs::fail("{}: '{}' is not supported: T5 uses relative position biases",
                a.child_path("position_embedding_type"), v);
   }
-  for (auto [key, v] :
-       {std::pair<const char*, int64_t>{"src_vocab_size", c.src_vocab_size},
-        {"tgt_vocab_size", c.tgt_vocab_size},
-        {"d_model", c.d_model},
-        {"d_kv", c.d_kv},
-        {"d_ff", c.d_ff},
-        {"num_heads", c.num_heads},
-        {"encoder_num_hidden_layers", c.encoder_num_hidden_layers},
-        {"decoder_num_hidden_layers", c.decoder_num_hidden_layers},
-        {"relative_attention_max_distance", c.relative_attention_max_distance},
-        {"src_max_position_embeddings", c.src_max_position_embeddings},
-        {"tgt_max_position_embeddings", c.tgt_max_position_embeddings}})
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"src_vocab_size", c.src_vocab_size},
+                        {"tgt_vocab_size", c.tgt_vocab_size},
+                        {"d_model", c.d_model},
+                        {"d_kv", c.d_kv},
+                        {"d_ff", c.d_ff},
+                        {"num_heads", c.num_heads},
+                        {"encoder_num_hidden_layers", c.encoder_num_hidden_layers},
+                        {"decoder_num_hidden_layers", c.decoder_num_hidden_layers},
+                        {"relative_attention_max_distance", c.relative_attention_max_distance},
+                        {"src_max_position_embeddings", c.src_max_position_embeddings},
+                        {"tgt_max_position_embeddings", c.tgt_max_position_embeddings}})
     if (v < 1) cs::fail("{}: must be positive, got {}", a.child_path(key), v);
   if (c.relative_attention_num_buckets < 4)
     cs::fail("{}: needs at least 4 buckets (2 per direction in the encoder), got {}",
@@ -110,13 +124,13 @@ T5Config T5Config::from(const ConfigView& a) {
 
 int64_t T5Config::num_parameters() const {
   const int64_t E = d_model, I = num_heads * d_kv;
-  const int64_t attn = 4 * E * I;          // q, k, v [I, E] and o [E, I]
-  const int64_t ffn = 2 * E * d_ff;        // wi [d_ff, E], wo [E, d_ff]
+  const int64_t attn = 4 * E * I;                                  // q, k, v [I, E] and o [E, I]
+  const int64_t ffn = 2 * E * d_ff;                                // wi [d_ff, E], wo [E, d_ff]
   const int64_t rel = relative_attention_num_buckets * num_heads;  // block 0 of each stack
   const int64_t enc = encoder_num_hidden_layers * (attn + ffn + 2 * E) + rel + E;
   const int64_t dec = decoder_num_hidden_layers * (2 * attn + ffn + 3 * E) + rel + E;
-  int64_t emb = share_encoder_decoder_embedding ? src_vocab_size * E
-                                                : (src_vocab_size + tgt_vocab_size) * E;
+  int64_t emb =
+      share_encoder_decoder_embedding ? src_vocab_size * E : (src_vocab_size + tgt_vocab_size) * E;
   if (!share_embedding_weights) emb += tgt_vocab_size * E;  // lm_head
   return emb + enc + dec;
 }
@@ -189,8 +203,8 @@ T5Model::T5Model(const T5Config& c) : Model("T5Model"), c_(c) {
 }
 
 T5Model::Stack T5Model::build_stack(const char* name, bool decoder) {
-  const int64_t E = c_.d_model, L = decoder ? c_.decoder_num_hidden_layers
-                                            : c_.encoder_num_hidden_layers;
+  const int64_t E = c_.d_model,
+                L = decoder ? c_.decoder_num_hidden_layers : c_.encoder_num_hidden_layers;
   const double f = c_.initializer_factor;
   Stack s;
   auto stack = std::make_shared<nn::Module>("T5Stack");
@@ -238,9 +252,8 @@ T5Model::Stack T5Model::build_stack(const char* name, bool decoder) {
   return s;
 }
 
-cs::Tensor T5Model::run_stack(Stack& s, cs::Tensor x, const cs::Tensor& self_key_mask,
-                              bool causal, const cs::Tensor& memory,
-                              const cs::Tensor& memory_key_mask) {
+cs::Tensor T5Model::run_stack(Stack& s, cs::Tensor x, const cs::Tensor& self_key_mask, bool causal,
+                              const cs::Tensor& memory, const cs::Tensor& memory_key_mask) {
   const int64_t T = x.size(1);
   nn::AttentionMasks self_m;
   self_m.key_mask = self_key_mask;
@@ -298,8 +311,7 @@ cs::Tensor T5Model::logits(const seq2seq::Seq2SeqBatch& b) {
   cs::Tensor y = decode(b.decoder_input_ids, b.decoder_attention_mask, memory, b.attention_mask);
   if (!c_.share_embedding_weights) return lm_head_(y);
   // T5 v1.0: the tied projection sees the decoder output rescaled by d_model^-0.5.
-  return nn::tied_logits(y * (1.0 / std::sqrt(static_cast<double>(c_.d_model))),
-                         tgt_emb_->weight);
+  return nn::tied_logits(y * (1.0 / std::sqrt(static_cast<double>(c_.d_model))), tgt_emb_->weight);
 }
 
 cs::Tensor T5Model::logits(const cs::Batch& batch) {

@@ -33,8 +33,7 @@ namespace {
 
 // `key` or its alias (Model Zoo spells some sizes both ways); giving both is an error.
 int64_t aliased_int(const ConfigView& a, const char* key, const char* alias, int64_t def) {
-  if (a.has(key) && a.has(alias))
-    a.error(fmt::format("give {} or {}, not both", key, alias));
+  if (a.has(key) && a.has(alias)) a.error(fmt::format("give {} or {}, not both", key, alias));
   return a.has(alias) ? a.get_int(alias, def) : a.get_int(key, def);
 }
 
@@ -71,16 +70,15 @@ TransformerConfig TransformerConfig::from(const ConfigView& a) {
   c.share_encoder_decoder_embedding =
       a.get_bool("share_encoder_decoder_embedding", c.share_encoder_decoder_embedding);
   c.share_embedding_weights = a.get_bool("share_embedding_weights", c.share_embedding_weights);
-  for (auto [key, v] :
-       {std::pair<const char*, int64_t>{"src_vocab_size", c.src_vocab_size},
-        {"tgt_vocab_size", c.tgt_vocab_size},
-        {a.has("hidden_size") ? "hidden_size" : "d_model", c.d_model},
-        {"num_heads", c.num_heads},
-        {"encoder_num_hidden_layers", c.encoder_num_hidden_layers},
-        {"decoder_num_hidden_layers", c.decoder_num_hidden_layers},
-        {a.has("filter_size") ? "filter_size" : "d_ff", c.d_ff},
-        {"src_max_position_embeddings", c.src_max_position_embeddings},
-        {"tgt_max_position_embeddings", c.tgt_max_position_embeddings}})
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"src_vocab_size", c.src_vocab_size},
+                        {"tgt_vocab_size", c.tgt_vocab_size},
+                        {a.has("hidden_size") ? "hidden_size" : "d_model", c.d_model},
+                        {"num_heads", c.num_heads},
+                        {"encoder_num_hidden_layers", c.encoder_num_hidden_layers},
+                        {"decoder_num_hidden_layers", c.decoder_num_hidden_layers},
+                        {a.has("filter_size") ? "filter_size" : "d_ff", c.d_ff},
+                        {"src_max_position_embeddings", c.src_max_position_embeddings},
+                        {"tgt_max_position_embeddings", c.tgt_max_position_embeddings}})
     if (v < 1) cs::fail("{}: must be positive, got {}", a.child_path(key), v);
   if (c.d_model % c.num_heads != 0)
     cs::fail("{}: {} heads do not divide d_model {}", a.child_path("num_heads"), c.num_heads,
@@ -104,18 +102,17 @@ TransformerConfig TransformerConfig::from(const ConfigView& a) {
 
 int64_t TransformerConfig::num_parameters() const {
   const int64_t E = d_model, F = d_ff;
-  const int64_t attn = 4 * E * E + 4 * E;        // in_proj [3E, E] + [3E], out_proj [E, E] + [E]
-  const int64_t ffn = E * F + F + F * E + E;     // linear1, linear2
-  const int64_t enc = attn + ffn + 2 * 2 * E;    // + norm1, norm2
+  const int64_t attn = 4 * E * E + 4 * E;          // in_proj [3E, E] + [3E], out_proj [E, E] + [E]
+  const int64_t ffn = E * F + F + F * E + E;       // linear1, linear2
+  const int64_t enc = attn + ffn + 2 * 2 * E;      // + norm1, norm2
   const int64_t dec = 2 * attn + ffn + 3 * 2 * E;  // + norm1..3
-  int64_t emb = share_encoder_decoder_embedding ? src_vocab_size * E
-                                                : (src_vocab_size + tgt_vocab_size) * E;
+  int64_t emb =
+      share_encoder_decoder_embedding ? src_vocab_size * E : (src_vocab_size + tgt_vocab_size) * E;
   if (!share_embedding_weights) emb += tgt_vocab_size * E;  // lm_head
   return emb + encoder_num_hidden_layers * enc + decoder_num_hidden_layers * dec;
 }
 
-TransformerModel::TransformerModel(const TransformerConfig& c)
-    : Model("TransformerModel"), c_(c) {
+TransformerModel::TransformerModel(const TransformerConfig& c) : Model("TransformerModel"), c_(c) {
   CS_CHECK(!c.share_encoder_decoder_embedding || c.src_vocab_size == c.tgt_vocab_size,
            "transformer: share_encoder_decoder_embedding needs equal vocabularies, got {} and {}",
            c.src_vocab_size, c.tgt_vocab_size);

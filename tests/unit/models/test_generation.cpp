@@ -47,8 +47,8 @@ TEST(Generation, KvCacheMatchesFullForward) {
     seq.insert(seq.end(), r.tokens.begin(), r.tokens.end() - 1);
     NoGradGuard ng;
     m.eval();
-    auto full = m.logits(from_vector(seq, {1, static_cast<int64_t>(seq.size())}))
-                    .to_vector<double>();
+    auto full =
+        m.logits(from_vector(seq, {1, static_cast<int64_t>(seq.size())})).to_vector<double>();
     m.train();
     const size_t V = 97, P = prompt.size();
     for (size_t s = 0; s < r.step_logits.size(); ++s) {
@@ -175,8 +175,7 @@ TEST(Generation, Errors) {
   GPT2Model& m = tiny_model();
   gen::GenerationOptions o;
   EXPECT_ERROR(gen::generate(m, {}, o), "prompt is empty");
-  EXPECT_ERROR(gen::generate(m, {1, 97}, o), "prompt token 97 (position 1)",
-               "vocabulary [0, 97)");
+  EXPECT_ERROR(gen::generate(m, {1, 97}, o), "prompt token 97 (position 1)", "vocabulary [0, 97)");
   o.max_new_tokens = 46;
   EXPECT_ERROR(gen::generate(m, {1, 2, 3}, o), "prompt (3 tokens)", "max_new_tokens (46)",
                "max_position_embeddings 48");

@@ -84,9 +84,10 @@ TEST(TransformerModel, ParameterNames) {
   TransformerModel m(TransformerConfig::tiny());
   auto keys = m.state_dict().keys();
   std::set<std::string> k(keys.begin(), keys.end());
-  for (const char* want : {"embedding.weight", "encoder.layers.0.self_attn.in_proj_weight",
-                           "encoder.layers.1.linear2.bias", "decoder.layers.1.multihead_attn.in_proj_bias",
-                           "decoder.layers.0.norm3.weight"})
+  for (const char* want :
+       {"embedding.weight", "encoder.layers.0.self_attn.in_proj_weight",
+        "encoder.layers.1.linear2.bias", "decoder.layers.1.multihead_attn.in_proj_bias",
+        "decoder.layers.0.norm3.weight"})
     EXPECT_TRUE(k.count(want)) << want;
   EXPECT_FALSE(k.count("lm_head.weight"));
 }
@@ -149,8 +150,8 @@ TEST(T5Model, ParameterNamesFollowHuggingFace) {
         "encoder.block.1.layer.1.DenseReluDense.wi.weight", "encoder.final_layer_norm.weight",
         "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
         "decoder.block.1.layer.1.EncDecAttention.o.weight",
-        "decoder.block.1.layer.2.DenseReluDense.wo.weight", "decoder.block.1.layer.2.layer_norm.weight",
-        "decoder.final_layer_norm.weight"})
+        "decoder.block.1.layer.2.DenseReluDense.wo.weight",
+        "decoder.block.1.layer.2.layer_norm.weight", "decoder.final_layer_norm.weight"})
     EXPECT_TRUE(k.count(want)) << want;
   // Only the first block of each stack owns a bias table; nothing has a bias vector.
   EXPECT_FALSE(k.count("encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight"));
