@@ -225,6 +225,29 @@ TEST_P(Seq2SeqErrors, BadBatches) {
   EXPECT_ERROR(m->loss(missing), "no \"decoder_attention_mask\"");
 }
 
+// Inside a traced step only sizes are checked on the host; a bad id is still an error, from the
+// embedding's index check or cross_entropy's target check.
+TEST_P(Seq2SeqErrors, BadIdsInsideATrace) {
+  const std::string name = GetParam();
+  auto cfg = parse_config(
+      "vocab_size: 50\nd_model: 16\nnum_heads: 2\nd_ff: 32\nencoder_num_hidden_layers: 1\n"
+      "decoder_num_hidden_layers: 1\nmax_position_embeddings: 12\ndropout_rate: 0.0\n");
+  auto m = modelzoo::models().create(name, modelzoo::ConfigView(cfg, "model"), "model.name");
+  auto step = trace([&](const Batch& b) { return m->loss(b); });
+  Batch ok = make_batch(2, 6, 5, 50);
+  EXPECT_NO_THROW(step(ok).item<float>());
+  Batch bad = ok;
+  std::vector<int32_t> ids(12, 3);
+  ids[7] = 60;
+  bad["input_ids"] = from_vector(ids, {2, 6});
+  EXPECT_ERROR(step(bad).item<float>(), "index 60");
+  bad = ok;
+  std::vector<int32_t> labels(10, 1);
+  labels[3] = 55;
+  bad["labels"] = from_vector(labels, {2, 5});
+  EXPECT_ERROR(step(bad).item<float>(), "55");
+}
+
 // The loss is the mean over the counted target tokens: padded target positions (and what the
 // padded ids are) do not matter, nor do padded source tokens.
 TEST_P(Seq2SeqErrors, PaddingIsMasked) {
