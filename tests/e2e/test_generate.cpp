@@ -72,7 +72,7 @@ TEST(CszooGenerate, GreedySampledAndErrors) {
   EXPECT_NE(a.find("generated_ids: " + ids + "\n"), std::string::npos) << a;
   // Errors.
   EXPECT_EQ(run(base + " --prompt \"hello\"", &out), 1);
-  EXPECT_NE(out.find("needs a tokenizer"), std::string::npos) << out;
+  EXPECT_NE(out.find("text prompts need a tokenizer"), std::string::npos) << out;
   {
     std::ofstream(dir / "vocab.json") << "{}";
     std::ofstream(dir / "merges.txt") << "";
