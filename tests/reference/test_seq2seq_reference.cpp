@@ -26,6 +26,10 @@ struct Variant {
   int64_t src_vocab, tgt_vocab;
   State config;  // the model's YAML arguments (and what the Python side reads)
 };
+// gtest names a failing parameter by this (instead of its bytes).
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << v.name;
+}
 
 State transformer_config(bool shared, int64_t sv, int64_t tv, double ls) {
   auto c = modelzoo::transformer::TransformerConfig::tiny();
