@@ -63,8 +63,8 @@ void register_checkpoint(CLI::App& app, int& status) {
   });
 }
 
-const std::vector<RegisterCommands> kCommandGroups = {modelzoo::register_cszoo_commands,
-                                                      register_checkpoint};
+const std::vector<RegisterCommands> kCommandGroups = {
+    modelzoo::register_cszoo_commands, register_checkpoint, modelzoo::register_generate_command};
 
 }  // namespace
 

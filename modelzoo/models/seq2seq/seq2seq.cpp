@@ -1,0 +1,103 @@
+// Batch checks and the masked token loss of the encoder-decoder models (see seq2seq.h).
+#include "modelzoo/models/seq2seq/seq2seq.h"
+
+#include <string>
+
+namespace modelzoo::seq2seq {
+
+namespace cs = cstorch;
+
+namespace {
+
+std::string describe(const cs::Tensor& t) {
+  return t.defined() ? fmt::format("{} {}", cs::dtype_name(t.dtype()), cs::shape_str(t.shape()))
+                     : std::string("undefined");
+}
+
+// Host check of token ids (skipped while tracing: sizes are all a trace knows).
+void check_ids(const char* model, const char* key, const cs::Tensor& ids, int64_t vocab,
+               bool allow_ignore) {
+  if (cs::is_tracing()) return;
+  const auto v = ids.to_vector<int64_t>();
+  const int64_t T = ids.size(1);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if ((v[i] >= 0 && v[i] < vocab) || (allow_ignore && v[i] == -100)) continue;
+    cs::fail("{}: {}[{}, {}] = {} is outside the vocabulary [0, {}){}", model, key,
+             static_cast<int64_t>(i) / T, static_cast<int64_t>(i) % T, v[i], vocab,
+             allow_ignore ? " (and is not the ignore index -100)" : "");
+  }
+}
+
+}  // namespace
+
+Seq2SeqBatch read_batch(const char* model, const cs::Batch& batch, const BatchLimits& lim) {
+  auto get = [&](const char* key) -> const cs::Tensor& {
+    auto it = batch.find(key);
+    if (it == batch.end())
+      cs::fail(
+          "{}: the batch has no \"{}\" (needs input_ids, attention_mask, decoder_input_ids, "
+          "decoder_attention_mask, labels)",
+          model, key);
+    const cs::Tensor& t = it->second;
+    CS_CHECK(t.defined() && t.dim() == 2 && cs::is_integral(t.dtype()),
+             "{}: {} must be an integer tensor [B, length], got {}", model, key, describe(t));
+    return t;
+  };
+  Seq2SeqBatch b;
+  b.input_ids = get("input_ids");
+  b.attention_mask = get("attention_mask");
+  b.decoder_input_ids = get("decoder_input_ids");
+  b.decoder_attention_mask = get("decoder_attention_mask");
+  b.labels = get("labels");
+  CS_CHECK(b.attention_mask.shape() == b.input_ids.shape(),
+           "{}: attention_mask {} must have the shape of input_ids {}", model,
+           cs::shape_str(b.attention_mask.shape()), cs::shape_str(b.input_ids.shape()));
+  CS_CHECK(b.decoder_input_ids.size(0) == b.input_ids.size(0),
+           "{}: the encoder batch size {} (input_ids {}) and the decoder batch size {} "
+           "(decoder_input_ids {}) differ",
+           model, b.input_ids.size(0), cs::shape_str(b.input_ids.shape()),
+           b.decoder_input_ids.size(0), cs::shape_str(b.decoder_input_ids.shape()));
+  CS_CHECK(b.decoder_attention_mask.shape() == b.decoder_input_ids.shape(),
+           "{}: decoder_attention_mask {} must have the shape of decoder_input_ids {}", model,
+           cs::shape_str(b.decoder_attention_mask.shape()),
+           cs::shape_str(b.decoder_input_ids.shape()));
+  CS_CHECK(b.labels.shape() == b.decoder_input_ids.shape(),
+           "{}: labels {} must have the shape of decoder_input_ids {} (one label per decoder "
+           "position)",
+           model, cs::shape_str(b.labels.shape()), cs::shape_str(b.decoder_input_ids.shape()));
+  CS_CHECK(b.input_ids.size(1) <= lim.src_max_positions,
+           "{}: input_ids has sequence length {} but src_max_position_embeddings is {}", model,
+           b.input_ids.size(1), lim.src_max_positions);
+  CS_CHECK(b.decoder_input_ids.size(1) <= lim.tgt_max_positions,
+           "{}: decoder_input_ids has sequence length {} but tgt_max_position_embeddings is {}",
+           model, b.decoder_input_ids.size(1), lim.tgt_max_positions);
+  check_ids(model, "input_ids", b.input_ids, lim.src_vocab_size, false);
+  check_ids(model, "decoder_input_ids", b.decoder_input_ids, lim.tgt_vocab_size, false);
+  check_ids(model, "labels", b.labels, lim.tgt_vocab_size, true);
+  return b;
+}
+
+cs::Tensor masked_token_loss(const cs::Tensor& logits, const Seq2SeqBatch& b,
+                             double label_smoothing, cs::metrics::PerplexityMetric* perplexity,
+                             cs::metrics::AccuracyMetric* accuracy) {
+  const int64_t B = logits.size(0), T = logits.size(1), V = logits.size(2);
+  cs::Tensor flat = cs::reshape(logits, {B * T, V});
+  cs::Tensor labels = cs::reshape(b.labels, {B * T});
+  cs::Tensor w = cs::cast(b.decoder_attention_mask, cs::DType::f32);
+  cs::Tensor wf = cs::reshape(w, {B * T});
+  cs::Tensor ce = cs::cross_entropy(flat, labels, -100, label_smoothing, cs::Reduction::None);
+  cs::Tensor total = cs::sum(cs::mul(ce, wf));
+  cs::Tensor loss = cs::div(total, cs::sum(wf));
+  if (perplexity) {
+    // Perplexity of the model's distribution: the unsmoothed cross-entropy.
+    cs::Tensor nll =
+        label_smoothing > 0
+            ? cs::sum(cs::mul(cs::cross_entropy(flat, labels, -100, 0.0, cs::Reduction::None), wf))
+            : total;
+    perplexity->update(b.labels, nll, w);
+  }
+  if (accuracy) accuracy->update(b.labels, cs::cast(cs::argmax(logits, -1), b.labels.dtype()), w);
+  return loss;
+}
+
+}  // namespace modelzoo::seq2seq

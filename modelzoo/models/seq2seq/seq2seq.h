@@ -1,0 +1,46 @@
+// Shared by the encoder-decoder models ("transformer", "t5"): the batch they read, its checks,
+// and the masked token loss.
+//
+// Batch keys (all [B, S] or [B, T], integer): "input_ids" (source tokens), "attention_mask"
+// (1 = real source token), "decoder_input_ids" (target tokens shifted right),
+// "decoder_attention_mask" (1 = real target token, counted in the loss), "labels" (the target
+// tokens to predict; -100 is ignored like torch's ignore_index).
+//
+// Loss = sum_t CE_t * decoder_attention_mask_t / sum_t decoder_attention_mask_t, with
+// torch.nn.functional.cross_entropy's label smoothing when it is > 0.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "cstorch/metrics.h"
+#include "cstorch/runtime.h"
+#include "cstorch/tensor.h"
+
+namespace modelzoo::seq2seq {
+
+struct Seq2SeqBatch {
+  cstorch::Tensor input_ids, attention_mask;
+  cstorch::Tensor decoder_input_ids, decoder_attention_mask, labels;
+};
+
+struct BatchLimits {
+  int64_t src_vocab_size = 0, tgt_vocab_size = 0;
+  int64_t src_max_positions = 0, tgt_max_positions = 0;
+};
+
+// Reads and checks the five keys. Errors (each names the model and the key): a missing key;
+// not a 2-d integer tensor; attention_mask not shaped like input_ids; decoder_attention_mask or
+// labels not shaped like decoder_input_ids; encoder and decoder batch sizes that differ; a
+// source or target length past its max positions; eagerly (outside a trace) also a token id
+// outside its vocabulary (input_ids, decoder_input_ids) or a label outside [0, V) that is not
+// -100, named with its [row, column].
+Seq2SeqBatch read_batch(const char* model, const cstorch::Batch& batch, const BatchLimits& lim);
+
+// The loss above from logits [B, T, V]. In eval mode (metrics given) it also updates the
+// perplexity and accuracy metrics over the counted tokens.
+cstorch::Tensor masked_token_loss(const cstorch::Tensor& logits, const Seq2SeqBatch& b,
+                                  double label_smoothing,
+                                  cstorch::metrics::PerplexityMetric* perplexity = nullptr,
+                                  cstorch::metrics::AccuracyMetric* accuracy = nullptr);
+
+}  // namespace modelzoo::seq2seq
