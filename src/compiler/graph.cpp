@@ -22,6 +22,7 @@ void Graph::replace_uses(const std::unordered_map<ir::Node*, ir::NodePtr>& repl)
     for (auto& in : n->inputs) fix(in);
   for (auto& o : outputs) fix(o);
   for (auto& s : state) fix(s.write);
+  for (auto& g : gradients) fix(g);
 }
 
 size_t Graph::prune() {

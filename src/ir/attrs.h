@@ -126,9 +126,28 @@ struct TriAttrs {
   size_t hash() const { return hash_mix(std::hash<int64_t>{}(diagonal), upper); }
 };
 
+// AllReduceStart: packs its inputs, each multiplied by `weight`, into one f32 bucket and starts
+// its sum over the replicas. `serial` is unique per collective, so no two are ever merged.
+struct AllReduceAttrs {
+  uint64_t serial = 0;
+  double weight = 1;
+  bool operator==(const AllReduceAttrs&) const = default;
+  size_t hash() const { return hash_mix(std::hash<uint64_t>{}(serial), std::hash<double>{}(weight)); }
+};
+// AllReduceUnpack: waits for the bucket and takes `shape` values from `offset` (divided by the
+// summed weights when `mean`).
+struct UnpackAttrs {
+  int64_t offset = 0;
+  Dims shape;
+  bool mean = false;
+  bool operator==(const UnpackAttrs&) const = default;
+  size_t hash() const { return hash_dims(hash_mix(std::hash<int64_t>{}(offset), mean), shape); }
+};
+
 using Attrs = std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs,
                            GeluAttrs, AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs,
-                           LossAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs, TriAttrs>;
+                           LossAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs, TriAttrs,
+                           AllReduceAttrs, UnpackAttrs>;
 
 inline size_t hash_attrs(const Attrs& a) {
   return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));

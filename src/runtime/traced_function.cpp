@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "compiler/program.h"
+#include "cstorch/distributed.h"
 #include "cstorch/runtime.h"
 #include "runtime/alloc_counter.h"
 #include "runtime/executor.h"
@@ -179,6 +180,7 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
     }
     g.nodes = ctx.nodes();
     g.batch_inputs = ctx.batch_inputs();
+    g.gradients = ctx.gradients();
     traced_ops = g.count_ops();
   }
   CS_CHECK(g.batch_inputs.size() <= kMaxStepIO && g.outputs.size() <= kMaxStepIO,
@@ -192,6 +194,15 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
     return variant;
   }
   compiler::optimize(g, f.name);
+  if (distributed::num_replicas() > 1) {
+    // Data parallel: gradients are averaged over the replicas, weighted by this replica's
+    // sample count (the leading dimension of the first batch input).
+    double weight = 1;
+    if (!g.batch_inputs.empty() && !g.batch_inputs[0]->shape.empty())
+      weight = static_cast<double>(std::max<int64_t>(g.batch_inputs[0]->shape[0], 1));
+    if (compiler::make_gradient_allreduce_pass(weight, distributed::bucket_bytes())->run(g))
+      compiler::verify(g, "gradient_allreduce");
+  }
   compiler::ProgramStats st;
   st.nodes_traced = traced_ops;
   variant.program = std::make_shared<compiler::Program>(std::move(g), DeviceType::CPU, st);
