@@ -23,6 +23,9 @@ namespace cstorch::distributed {
 // The seed's `cstorch.distributed.ClusterConfig`.
 using ClusterConfig = ::cstorch::ClusterConfig;
 
+// True when an MPI launcher (mpirun) started this process, even as a launch of one. Does not
+// initialise MPI.
+bool launched_by_mpi();
 // Processes of this launch (1 without a launcher) and this process's rank among them. The
 // first call initialises MPI when the process was started by mpirun.
 int world_size();

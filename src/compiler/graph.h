@@ -27,6 +27,10 @@ struct Graph {
   // Parameter gradients as backward() left them, in production order (may repeat a node or
   // name nodes passes removed). Passes keep them current; the gradient all-reduce uses them.
   std::vector<ir::NodePtr> gradients;
+  // Extra roots: nodes kept and run although nothing uses their value (with several replicas:
+  // every gradient, which each replica must contribute to the all-reduce even when it does not
+  // use it itself, and the all-reduce waits of such gradients).
+  std::vector<ir::NodePtr> keep;
 
   // Rewrites every use (node inputs, outputs, state writes) through `repl` (old -> new).
   void replace_uses(const std::unordered_map<ir::Node*, ir::NodePtr>& repl);

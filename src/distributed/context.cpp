@@ -24,7 +24,7 @@ std::atomic<size_t> g_bucket_bytes{0};
 
 std::shared_ptr<detail::Communicator> world_locked() {
   if (!g_world) {
-    if (detail::launched_world_size() > 1 || std::getenv("OMPI_COMM_WORLD_SIZE"))
+    if (launched_by_mpi())
       g_world = detail::make_mpi_world();
     else
       g_world = std::make_shared<detail::LocalCommunicator>();
@@ -62,6 +62,11 @@ Communicator& active_group() {
   return *g_group;
 }
 }  // namespace detail
+
+bool launched_by_mpi() {
+  return detail::launched_world_size() > 1 || std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
+         std::getenv("PMI_SIZE") != nullptr;
+}
 
 int world_size() {
   std::lock_guard<std::mutex> l(g_mu);

@@ -187,6 +187,8 @@ class MpiThread {
 class MpiCommunicator : public Communicator {
  public:
   MpiCommunicator(MpiThread* t, MPI_Comm comm) : t_(t), comm_(comm) {
+    const char* tr = std::getenv("CSTORCH_TRACE_COLLECTIVES");
+    trace_ = tr && *tr && *tr != '0';
     t_->run([&] {
       MPI_Comm_rank(comm_, &rank_);
       MPI_Comm_size(comm_, &size_);
@@ -200,6 +202,8 @@ class MpiCommunicator : public Communicator {
     CS_CHECK(n <= static_cast<size_t>(INT32_MAX), "all_reduce: a bucket of {} values is too large",
              n);
     const uint64_t ticket = issued_++;
+    if (trace_) std::fprintf(stderr, "cstorch: rank %d: all-reduce #%llu of %zu values\n", rank_,
+                             static_cast<unsigned long long>(ticket), n);
     t_->submit([this, data, n, ticket] {
       MPI_Request req;
       int rc = MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_,
@@ -289,6 +293,7 @@ class MpiCommunicator : public Communicator {
   MpiThread* t_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  bool trace_ = false;  // CSTORCH_TRACE_COLLECTIVES: print every all-reduce as it starts
   std::atomic<uint64_t> issued_{0};
   uint64_t serial_ = 0;  // blocking collectives, for messages (touched on the thread only)
   std::mutex m_;

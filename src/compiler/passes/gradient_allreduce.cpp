@@ -39,15 +39,22 @@ class GradientAllReduce : public Pass {
     std::unordered_set<const ir::Node*> used_as_output;
     for (auto& o : g.outputs) used_as_output.insert(o.get());
 
-    // Gradients to average: computed in this step, f32, and used by the step itself (a
-    // gradient that is only stored stays local until the step that consumes it: the sum of
-    // the stored and the new local gradient is averaged then, which is the same mean).
+    std::unordered_set<const ir::Node*> stored;
+    for (auto& s : g.state)
+      if (s.write) stored.insert(s.write.get());
+
+    // Gradients to average: computed in this step and f32, except those the step only stores
+    // (a gradient-accumulation micro-step: the stored sum stays local until the step that
+    // consumes it averages the sum of stored and new gradients, which is the same mean). The
+    // rule depends on the program only, never on the replica, so every replica issues the
+    // same collectives.
     std::vector<ir::NodePtr> grads;
     std::unordered_set<const ir::Node*> seen;
     for (auto& gr : g.gradients) {
       if (!gr || !pos.count(gr.get()) || !seen.insert(gr.get()).second) continue;
       if (has_trait(gr->op, ir::kLeaf) || gr->dtype != DType::f32) continue;
-      if (!used_by_node.count(gr.get()) && !used_as_output.count(gr.get())) continue;
+      const bool used = used_by_node.count(gr.get()) || used_as_output.count(gr.get());
+      if (!used && stored.count(gr.get())) continue;
       grads.push_back(gr);
     }
     if (grads.empty()) return false;
@@ -87,6 +94,10 @@ class GradientAllReduce : public Pass {
           unpacks_before[fu->second].push_back(u);
         else
           unpacks_at_end.push_back(u);
+        // Unused here: still waited for (the bucket must stay intact until it is reduced).
+        if (!used_by_node.count(m.get()) && !used_as_output.count(m.get()) &&
+            !stored.count(m.get()))
+          g.keep.push_back(u);
       }
       b = e;
     }
@@ -115,6 +126,13 @@ class GradientAllReduce : public Pass {
     g.nodes.swap(out);
     for (auto& gr : g.gradients)
       if (auto it = repl.find(gr.get()); it != repl.end()) gr = it->second;
+    // The gradients are inputs of their buckets now; only the unused waits need keeping.
+    std::unordered_set<const ir::Node*> reduced;
+    for (auto& [m, u] : repl) reduced.insert(m);
+    std::vector<ir::NodePtr> keep;
+    for (auto& k : g.keep)
+      if (!reduced.count(k.get())) keep.push_back(k);
+    g.keep.swap(keep);
     return true;
   }
 
