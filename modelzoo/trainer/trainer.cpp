@@ -668,7 +668,9 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     const int64_t spe = loop_.steps_per_epoch.value_or(loader_len > 0 ? loader_len / accum : -1);
     if (loop_.max_steps && global_step_ >= *loop_.max_steps) {
       // Resumed from the final checkpoint: nothing is left to train.
-      fmt::print("training is complete: step {} of max_steps {}\n", global_step_, *loop_.max_steps);
+      if (cstorch::distributed::is_main_process())
+        fmt::print("training is complete: step {} of max_steps {}\n", global_step_,
+                   *loop_.max_steps);
       each([&](Callback& c) { c.on_fit_end(*this); });
       return;
     }
