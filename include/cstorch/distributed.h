@@ -77,6 +77,18 @@ std::vector<int> workers_of_replica(int num_workers, int num_replicas, int repli
 // global_batch < num_replicas.
 int64_t replica_batch_size(int64_t global_batch, int num_replicas, int replica);
 
+// What the active group's communicator measured since it was created: all-reduces, f32 values
+// reduced, seconds communicating (start to completion, on the communication thread) and
+// seconds the step waited for results (`wait_seconds / busy_seconds` is the share of the
+// communication the backward pass did not hide). Zero in a group of one.
+struct CommStats {
+  int64_t allreduces = 0;
+  double values = 0;
+  double busy_seconds = 0;
+  double wait_seconds = 0;
+};
+CommStats comm_stats();
+
 // Bytes of gradients per all-reduce bucket (default 4 MiB, or CSTORCH_BUCKET_BYTES). Smaller
 // buckets start communicating earlier in the backward pass; larger ones pay less latency.
 size_t bucket_bytes();

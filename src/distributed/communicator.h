@@ -6,14 +6,26 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace cstorch::distributed::detail {
 
+// What a communicator measured: all-reduces started, f32 values reduced, seconds the
+// communication spent on them (start to completion), and seconds callers spent blocked in
+// wait() — the communication the compute did not hide.
+struct Stats {
+  int64_t allreduces = 0;
+  double values = 0;
+  double busy_seconds = 0;
+  double wait_seconds = 0;
+};
+
 class Communicator {
  public:
+  virtual Stats stats() const { return {}; }
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;

@@ -335,6 +335,14 @@ int64_t replica_batch_size(int64_t global_batch, int num_replicas, int replica) 
   return global_batch / num_replicas + (replica < global_batch % num_replicas ? 1 : 0);
 }
 
+CommStats comm_stats() {
+  std::lock_guard<std::mutex> l(g_mu);
+  world_locked();
+  if (!g_group) return {};
+  auto s = g_group->stats();
+  return {s.allreduces, s.values, s.busy_seconds, s.wait_seconds};
+}
+
 size_t bucket_bytes() {
   size_t b = g_bucket_bytes.load();
   if (b) return b;

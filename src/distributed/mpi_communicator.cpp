@@ -205,6 +205,7 @@ class MpiCommunicator : public Communicator {
     if (trace_) std::fprintf(stderr, "cstorch: rank %d: all-reduce #%llu of %zu values\n", rank_,
                              static_cast<unsigned long long>(ticket), n);
     t_->submit([this, data, n, ticket] {
+      auto t0 = std::chrono::steady_clock::now();
       MPI_Request req;
       int rc = MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_,
                               &req);
@@ -213,6 +214,10 @@ class MpiCommunicator : public Communicator {
       {
         std::lock_guard<std::mutex> l(m_);
         completed_ = ticket + 1;
+        stats_.allreduces++;
+        stats_.values += static_cast<double>(n);
+        stats_.busy_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       cv_.notify_all();
     });
@@ -221,8 +226,17 @@ class MpiCommunicator : public Communicator {
 
   void wait(uint64_t ticket) override {
     std::unique_lock<std::mutex> l(m_);
+    if (completed_ > ticket) return;
+    auto t0 = std::chrono::steady_clock::now();
     // The communication thread's watchdog bounds this wait.
     cv_.wait(l, [&] { return completed_ > ticket; });
+    stats_.wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  Stats stats() const override {
+    std::lock_guard<std::mutex> l(m_);
+    return stats_;
   }
 
   void broadcast(void* data, size_t bytes, int root) override {
@@ -296,9 +310,10 @@ class MpiCommunicator : public Communicator {
   bool trace_ = false;  // CSTORCH_TRACE_COLLECTIVES: print every all-reduce as it starts
   std::atomic<uint64_t> issued_{0};
   uint64_t serial_ = 0;  // blocking collectives, for messages (touched on the thread only)
-  std::mutex m_;
+  mutable std::mutex m_;
   std::condition_variable cv_;
   uint64_t completed_ = 0;
+  Stats stats_;
 };
 
 }  // namespace
