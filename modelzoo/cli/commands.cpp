@@ -129,8 +129,8 @@ void launch_replicas_if_needed(int n) {
   if (n <= 1 || cstorch::distributed::launched_by_mpi()) return;
   const auto& args = command_line();
   CS_CHECK(!args.empty(), "--num_csx: the command line is unknown; cannot launch the replicas");
-  std::vector<std::string> cmd = {CSTORCH_MPIEXEC, "-np", std::to_string(n), "--oversubscribe",
-                                  "--bind-to", "none"};
+  std::vector<std::string> cmd = {CSTORCH_MPIEXEC,   "-np",       std::to_string(n),
+                                  "--oversubscribe", "--bind-to", "none"};
   if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
   // Each replica gets its share of the cores for its kernels unless the user chose.
   if (!std::getenv("OMP_NUM_THREADS")) {

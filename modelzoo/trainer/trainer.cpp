@@ -528,8 +528,7 @@ State Trainer::optimizer_state() {
   if (shard_params_.empty() && num_shards_ <= 1) return local;
   State st = State::map();
   const State& ls = local.at("state");
-  for (const auto& k : ls.keys())
-    st.set(std::to_string(shard_params_.at(std::stoul(k))), ls.at(k));
+  for (const auto& k : ls.keys()) st.set(std::to_string(shard_params_.at(std::stoul(k))), ls.at(k));
   local.set("state", st);
   auto all = cstorch::distributed::gather_state(local, 0);
   if (all.empty()) return State();
@@ -584,10 +583,10 @@ void Trainer::combine_validation(double& sum, int64_t& steps) {
   if (replicas_ <= 1) return;
   namespace dist = cstorch::distributed;
   // Two f32 values carry the sum and the count exactly enough (counts are exact to 2^24).
-  auto v = dist::all_reduce(cstorch::from_vector(std::vector<float>{static_cast<float>(sum),
-                                                                    static_cast<float>(steps)},
-                                                 {2}),
-                            dist::ReduceOp::Sum)
+  auto v = dist::all_reduce(
+               cstorch::from_vector(
+                   std::vector<float>{static_cast<float>(sum), static_cast<float>(steps)}, {2}),
+               dist::ReduceOp::Sum)
                .to_vector<float>();
   sum = v[0];
   steps = static_cast<int64_t>(std::llround(v[1]));
@@ -608,24 +607,23 @@ void Trainer::write_run_metadata() {
     auto eq = l.find('=');
     labels[l.substr(0, eq)] = l.substr(eq + 1);
   }
-  cstorch::Config meta = {
-      {"backend", backend_->type_name()},
-      {"processes", cstorch::distributed::world_size()},
-      {"replicas", replicas_},
-      {"optimizer_shards", num_shards_},
-      {"artifact_dir", o.artifact_dir},
-      {"compile_dir", o.compile_dir},
-      {"cluster_config",
-       {{"num_csx", c.num_csx},
-        {"max_wgt_servers", c.max_wgt_servers},
-        {"max_act_per_csx", c.max_act_per_csx},
-        {"num_workers_per_csx", c.num_workers_per_csx},
-        {"mount_dirs", c.mount_dirs},
-        {"python_paths", c.python_paths},
-        {"transfer_processes", c.transfer_processes},
-        {"job_labels", c.job_labels},
-        {"mgmt_address", c.mgmt_address}}},
-      {"job_labels", labels}};
+  cstorch::Config meta = {{"backend", backend_->type_name()},
+                          {"processes", cstorch::distributed::world_size()},
+                          {"replicas", replicas_},
+                          {"optimizer_shards", num_shards_},
+                          {"artifact_dir", o.artifact_dir},
+                          {"compile_dir", o.compile_dir},
+                          {"cluster_config",
+                           {{"num_csx", c.num_csx},
+                            {"max_wgt_servers", c.max_wgt_servers},
+                            {"max_act_per_csx", c.max_act_per_csx},
+                            {"num_workers_per_csx", c.num_workers_per_csx},
+                            {"mount_dirs", c.mount_dirs},
+                            {"python_paths", c.python_paths},
+                            {"transfer_processes", c.transfer_processes},
+                            {"job_labels", c.job_labels},
+                            {"mgmt_address", c.mgmt_address}}},
+                          {"job_labels", labels}};
   fs::create_directories(model_dir_);
   std::ofstream(fs::path(model_dir_) / "run_metadata.json") << meta.dump(2) << "\n";
 }
@@ -693,10 +691,9 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         // weight the compiler's gradient all-reduce uses: the first batch input's length).
         Tensor reported = loss;
         if (replicas_ > 1 && !b.empty() && b.begin()->second.dim() >= 1)
-          reported =
-              cstorch::distributed::all_reduce(loss.to(cstorch::DType::f32),
-                                               cstorch::distributed::ReduceOp::Mean,
-                                               static_cast<double>(b.begin()->second.size(0)));
+          reported = cstorch::distributed::all_reduce(
+              loss.to(cstorch::DType::f32), cstorch::distributed::ReduceOp::Mean,
+              static_cast<double>(b.begin()->second.size(0)));
         each([&](Callback& c) { c.on_before_backward(*this, loss); });
         Tensor scaled = accum > 1 ? loss * (1.0 / static_cast<double>(accum)) : loss;
         precision_->scale_loss(scaled).backward();

@@ -347,10 +347,10 @@ void DataLoader::start() {
 void DataLoader::run_worker(int id) {
   Worker& me = workers_[static_cast<size_t>(id)];
   const int global_id = worker_ids_[static_cast<size_t>(id)];
-  const std::string where =
-      num_replicas_ > 1 ? fmt::format("DataLoader worker {} of {} (replica {} of {})", global_id,
-                                      total_workers_, replica_, num_replicas_)
-                        : fmt::format("DataLoader worker {} of {}", id, num_workers_);
+  const std::string where = num_replicas_ > 1
+                                ? fmt::format("DataLoader worker {} of {} (replica {} of {})",
+                                              global_id, total_workers_, replica_, num_replicas_)
+                                : fmt::format("DataLoader worker {} of {}", id, num_workers_);
   std::shared_ptr<Loader> loader;
   int64_t epoch = 0;
   bool restartable = false;

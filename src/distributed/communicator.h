@@ -6,7 +6,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>

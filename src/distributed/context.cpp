@@ -278,7 +278,8 @@ void broadcast_(const std::vector<Tensor>& tensors, int root) {
   size_t off = 0;
   for (auto& t : tensors) {
     size_t n = static_cast<size_t>(t.numel()) * itemsize(t.dtype());
-    if (g.rank() == root) std::memcpy(buf.data() + off, cstorch::detail::host_data(t, "broadcast_"), n);
+    if (g.rank() == root)
+      std::memcpy(buf.data() + off, cstorch::detail::host_data(t, "broadcast_"), n);
     off += n;
   }
   g.broadcast(buf.data(), total, root);
@@ -315,8 +316,8 @@ void abort(const std::string& message, int code) {
 std::vector<int> workers_of_replica(int num_workers, int num_replicas, int replica) {
   CS_CHECK(num_replicas >= 1, "workers_of_replica: num_replicas must be >= 1, got {}",
            num_replicas);
-  CS_CHECK(replica >= 0 && replica < num_replicas,
-           "workers_of_replica: replica {} is not in 0..{}", replica, num_replicas - 1);
+  CS_CHECK(replica >= 0 && replica < num_replicas, "workers_of_replica: replica {} is not in 0..{}",
+           replica, num_replicas - 1);
   CS_CHECK(num_workers >= num_replicas,
            "DataLoader: {} replicas need at least {} input workers (one per replica), got {}; set "
            "cluster_config.num_workers_per_csx >= 1 or the loader's num_workers >= {}",

@@ -180,7 +180,7 @@ class MpiThread {
   std::thread thread_;
   std::mutex m_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> q_;
+  std::deque<std::function<void()> > q_;
   bool stop_ = false;
 };
 
@@ -202,13 +202,14 @@ class MpiCommunicator : public Communicator {
     CS_CHECK(n <= static_cast<size_t>(INT32_MAX), "all_reduce: a bucket of {} values is too large",
              n);
     const uint64_t ticket = issued_++;
-    if (trace_) std::fprintf(stderr, "cstorch: rank %d: all-reduce #%llu of %zu values\n", rank_,
-                             static_cast<unsigned long long>(ticket), n);
+    if (trace_)
+      std::fprintf(stderr, "cstorch: rank %d: all-reduce #%llu of %zu values\n", rank_,
+                   static_cast<unsigned long long>(ticket), n);
     t_->submit([this, data, n, ticket] {
       auto t0 = std::chrono::steady_clock::now();
       MPI_Request req;
-      int rc = MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_,
-                              &req);
+      int rc =
+          MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_, &req);
       if (rc != MPI_SUCCESS) t_->die(fmt::format("all-reduce #{} could not start", ticket));
       t_->complete(req, "all-reduce", ticket);
       {

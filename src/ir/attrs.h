@@ -132,7 +132,9 @@ struct AllReduceAttrs {
   uint64_t serial = 0;
   double weight = 1;
   bool operator==(const AllReduceAttrs&) const = default;
-  size_t hash() const { return hash_mix(std::hash<uint64_t>{}(serial), std::hash<double>{}(weight)); }
+  size_t hash() const {
+    return hash_mix(std::hash<uint64_t>{}(serial), std::hash<double>{}(weight));
+  }
 };
 // AllReduceUnpack: waits for the bucket and takes `shape` values from `offset` (divided by the
 // summed weights when `mean`).
@@ -144,10 +146,10 @@ struct UnpackAttrs {
   size_t hash() const { return hash_dims(hash_mix(std::hash<int64_t>{}(offset), mean), shape); }
 };
 
-using Attrs = std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs,
-                           GeluAttrs, AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs,
-                           LossAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs, TriAttrs,
-                           AllReduceAttrs, UnpackAttrs>;
+using Attrs =
+    std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs, GeluAttrs,
+                 AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs, LossAttrs, ShapeAttrs,
+                 PermuteAttrs, SliceAttrs, TriAttrs, AllReduceAttrs, UnpackAttrs>;
 
 inline size_t hash_attrs(const Attrs& a) {
   return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));

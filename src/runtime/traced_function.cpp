@@ -255,8 +255,8 @@ static void write_compile_artifact(TracedFunction::Impl& f, const std::string& s
   std::ofstream out(path);
   CS_CHECK(out.good(), "trace '{}': cannot write the compile artefact '{}' (backend compile_dir)",
            f.name, path);
-  out << fmt::format("compile report for traced step '{}'\nsignature: {}\nreplicas: {}\n",
-                     f.name, sig, distributed::num_replicas())
+  out << fmt::format("compile report for traced step '{}'\nsignature: {}\nreplicas: {}\n", f.name,
+                     sig, distributed::num_replicas())
       << v.report;
 }
 

@@ -29,9 +29,9 @@ const std::string kPlugins = kBin + "/tests/plugins";
 // mpirun with N processes as CI needs it (root in a container: --allow-run-as-root; shared
 // memory without cross-process attach; one kernel thread per replica on a small machine).
 std::string mpirun(int n) {
-  std::string cmd = std::string("OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 ") +
-                    CSTORCH_MPIEXEC + " -np " + std::to_string(n) +
-                    " --oversubscribe --bind-to none";
+  std::string cmd =
+      std::string("OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 ") +
+      CSTORCH_MPIEXEC + " -np " + std::to_string(n) + " --oversubscribe --bind-to none";
   if (::geteuid() == 0) cmd += " --allow-run-as-root";
   return cmd + " ";
 }
@@ -66,18 +66,17 @@ std::string write_config(const Cfg& c) {
   fs::path dir = s.root / c.name;
   fs::create_directories(dir);
   std::string data = s.data.string();
-  std::string y = "trainer:\n  init:\n    " + c.backend + "\n    model_dir: " +
-                  (dir / "model").string() +
-                  "\n    seed: 7\n"
-                  "    model: {name: fc_mnist, hidden_sizes: [32]}\n"
-                  "    optimizer: {SGD: {lr: 0.05, momentum: 0.9}}\n"
-                  "    loop: {max_steps: " +
-                  std::to_string(c.max_steps) + (c.validate ? ", eval_frequency: 10" : "") +
-                  "}\n    checkpoint: {steps: " + std::to_string(c.ckpt_steps) +
-                  "}\n    logging: {log_steps: 5}\n" + c.callbacks +
-                  "  fit:\n    train_dataloader: {data_processor: MNISTDataProcessor, data_dir: " +
-                  data + ", batch_size: 32, shuffle_seed: 3, synthetic: false" + c.train_extra +
-                  "}\n";
+  std::string y =
+      "trainer:\n  init:\n    " + c.backend + "\n    model_dir: " + (dir / "model").string() +
+      "\n    seed: 7\n"
+      "    model: {name: fc_mnist, hidden_sizes: [32]}\n"
+      "    optimizer: {SGD: {lr: 0.05, momentum: 0.9}}\n"
+      "    loop: {max_steps: " +
+      std::to_string(c.max_steps) + (c.validate ? ", eval_frequency: 10" : "") +
+      "}\n    checkpoint: {steps: " + std::to_string(c.ckpt_steps) +
+      "}\n    logging: {log_steps: 5}\n" + c.callbacks +
+      "  fit:\n    train_dataloader: {data_processor: MNISTDataProcessor, data_dir: " + data +
+      ", batch_size: 32, shuffle_seed: 3, synthetic: false" + c.train_extra + "}\n";
   if (c.validate)
     y += "    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: " + data +
          ", split: test, batch_size: 100, synthetic: false}\n";
@@ -161,15 +160,14 @@ TEST(DistributedE2E, TwoReplicasMatchOneReplica) {
 // cszoo itself (--num_csx 2 without mpirun).
 TEST(DistributedE2E, ShardedOptimizerStateMatchesUnsharded) {
   int st = 0;
-  std::string out = run(
-      mpirun(2) + kCszoo + " fit " +
-          write_config({.name = "unsharded",
-                        .backend = "backend: {backend_type: CSX, cluster_config: {num_csx: 2, "
-                                   "max_wgt_servers: 1}}"}),
-      &st);
+  std::string out =
+      run(mpirun(2) + kCszoo + " fit " +
+              write_config({.name = "unsharded",
+                            .backend = "backend: {backend_type: CSX, cluster_config: {num_csx: 2, "
+                                       "max_wgt_servers: 1}}"}),
+          &st);
   ASSERT_EQ(st, 0) << out;
-  out = run("OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 " + kCszoo +
-                " fit " +
+  out = run("OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 " + kCszoo + " fit " +
                 write_config({.name = "sharded",
                               .backend = "backend: {backend_type: CSX, cluster_config: "
                                          "{max_wgt_servers: 0}}"}) +
@@ -187,9 +185,8 @@ TEST(DistributedE2E, ShardedOptimizerStateMatchesUnsharded) {
 // (weights, optimizer, every replica's data position).
 TEST(DistributedE2E, CheckpointAndResumeMatchUninterrupted) {
   int st = 0;
-  std::string out =
-      run(mpirun(2) + kCszoo + " fit " + write_config({.name = "straight"}) + " --multireplica",
-          &st);
+  std::string out = run(
+      mpirun(2) + kCszoo + " fit " + write_config({.name = "straight"}) + " --multireplica", &st);
   ASSERT_EQ(st, 0) << out;
   out = run(mpirun(2) + kCszoo + " fit " + write_config({.name = "resumed", .max_steps = 10}) +
                 " --multireplica",
@@ -212,11 +209,10 @@ TEST(DistributedE2E, CheckpointAndResumeMatchUninterrupted) {
 
 TEST(DistributedE2E, TooFewWorkersAndTooFewProcesses) {
   int st = 0;
-  std::string out =
-      run(mpirun(2) + kCszoo + " fit " +
-              write_config({.name = "workers", .train_extra = ", num_workers: 1"}) +
-              " --multireplica",
-          &st);
+  std::string out = run(mpirun(2) + kCszoo + " fit " +
+                            write_config({.name = "workers", .train_extra = ", num_workers: 1"}) +
+                            " --multireplica",
+                        &st);
   EXPECT_NE(st, 0) << out;
   EXPECT_NE(out.find("2 replicas need at least 2 input workers (one per replica), got 1"),
             std::string::npos)

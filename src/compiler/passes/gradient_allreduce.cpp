@@ -58,8 +58,9 @@ class GradientAllReduce : public Pass {
       grads.push_back(gr);
     }
     if (grads.empty()) return false;
-    std::stable_sort(grads.begin(), grads.end(),
-                     [&](const ir::NodePtr& a, const ir::NodePtr& b) { return pos[a.get()] < pos[b.get()]; });
+    std::stable_sort(grads.begin(), grads.end(), [&](const ir::NodePtr& a, const ir::NodePtr& b) {
+      return pos[a.get()] < pos[b.get()];
+    });
 
     // Buckets in production order; each starts after its last member.
     std::unordered_map<size_t, std::vector<ir::NodePtr>> starts_after;  // position -> starts
@@ -70,16 +71,16 @@ class GradientAllReduce : public Pass {
       // A bucket also closes before a gradient produced after an earlier member's first use:
       // its start must precede every unpack.
       size_t e = b, bytes = 0, earliest_use = SIZE_MAX;
-      while (e < grads.size() && (e == b || (bytes < bucket_bytes_ &&
-                                             pos[grads[e].get()] < earliest_use))) {
+      while (e < grads.size() &&
+             (e == b || (bytes < bucket_bytes_ && pos[grads[e].get()] < earliest_use))) {
         auto fu = first_use.find(grads[e].get());
         if (fu != first_use.end()) earliest_use = std::min(earliest_use, fu->second);
         bytes += grads[e++]->nbytes();
       }
       std::vector<ir::NodePtr> members(grads.begin() + b, grads.begin() + e);
-      auto start = ir::Node::make(ir::OpCode::AllReduceStart,
-                                  ir::AllReduceAttrs{ops::next_collective_serial(), weight_},
-                                  members);
+      auto start =
+          ir::Node::make(ir::OpCode::AllReduceStart,
+                         ir::AllReduceAttrs{ops::next_collective_serial(), weight_}, members);
       ir::op_info(start->op).infer(*start);
       starts_after[pos[members.back().get()]].push_back(start);
       int64_t off = 0;

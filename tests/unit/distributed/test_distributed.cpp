@@ -72,10 +72,8 @@ TEST(Distributed, DataLoaderFeedsItsReplicaFromItsWorkers) {
   // Worker 1 of 3 takes rows 1, 4, 7, ...
   EXPECT_EQ(b->at("x").to_vector<float>(), (std::vector<float>{1, 4, 7, 10}));
   EXPECT_NE(error_of([&] {
-              cs::utils::data::DataLoader l2(fn, {{"batch_size", 9},
-                                                  {"num_workers", 1},
-                                                  {"num_replicas", 2},
-                                                  {"replica", 0}});
+              cs::utils::data::DataLoader l2(
+                  fn, {{"batch_size", 9}, {"num_workers", 1}, {"num_replicas", 2}, {"replica", 0}});
             }).find("2 replicas need at least 2 input workers"),
             std::string::npos);
 }
@@ -97,8 +95,9 @@ TEST(Distributed, OneProcessIsAGroupOfOne) {
   EXPECT_EQ(error_of([] { dist::set_num_replicas(2); }),
             "cluster_config.num_csx is 2 but this run was launched as 1 process: launch it with "
             "`cszoo fit PARAMS --num_csx 2` (or `mpirun -np 2 cszoo fit PARAMS --multireplica`)");
-  EXPECT_NE(error_of([] { dist::all_reduce(cs::ones({2}, cs::DType::i64)); })
-                .find("all_reduce: tensor 0 is i64; only f32 is supported"),
+  EXPECT_NE(error_of([] {
+              dist::all_reduce(cs::ones({2}, cs::DType::i64));
+            }).find("all_reduce: tensor 0 is i64; only f32 is supported"),
             std::string::npos);
 }
 
@@ -113,7 +112,9 @@ TEST(Distributed, CsxClusterConfigFieldsAreValidated) {
   EXPECT_EQ(err([](cs::ClusterConfig& c) { c.mount_dirs = {"/nonexistent/cstorch_mount"}; }),
             "cluster_config.mount_dirs: '/nonexistent/cstorch_mount' does not exist or is not a "
             "directory");
-  EXPECT_EQ(err([](cs::ClusterConfig& c) { c.job_labels = {"team=ml", "bad label=x"}; }),
+  EXPECT_EQ(err([](cs::ClusterConfig& c) {
+              c.job_labels = {"team=ml", "bad label=x"};
+            }),
             "cluster_config.job_labels: 'bad label=x': key and value must be 1 to 63 characters "
             "of letters, digits, '.', '_' or '-', starting and ending with a letter or digit");
   EXPECT_EQ(err([](cs::ClusterConfig& c) { c.job_labels = {"novalue"}; }),
