@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-torch   # the PyTorch reference for tests and the benchmark peer
   python3-h5py
+  openmpi-bin libopenmpi-dev  # multi-replica data parallel: replicas are MPI ranks (mpirun)
 )
 
 missing=()

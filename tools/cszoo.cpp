@@ -72,14 +72,15 @@ int main(int argc, char** argv) {
   CLI::App app{"cszoo: train, validate and manage cstorch Model Zoo runs"};
   app.require_subcommand(1);
   int status = 0;
+  modelzoo::set_command_line(argc, argv);
   for (const auto& reg : kCommandGroups) reg(app, status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const cstorch::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+  } catch (const std::exception& e) {
+    // A failing replica must stop the others too (they would wait in a collective).
+    modelzoo::fail_command(e.what());
   }
   return status;
 }

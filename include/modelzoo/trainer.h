@@ -85,10 +85,22 @@ class Trainer {
   int64_t global_step() const { return global_step_; }
   // Optimizer steps the current (or last) fit() runs.
   int64_t run_steps() const { return run_steps_; }
+  // Multi-replica data parallel (cstorch/distributed.h): the replicas this trainer trains on
+  // (the CSX backend's cluster_config.num_csx; 1 otherwise), whether this process is one of
+  // them (processes of a larger launch sit the trainer out: fit and validate return at once),
+  // and the shards of the optimizer state (ZeRO-1: min(max_wgt_servers or the replicas, the
+  // replicas, the parameters); each replica keeps and updates only its shard's parameters,
+  // whose new values then reach every replica through an all-reduce in the step).
+  int num_replicas() const { return replicas_; }
+  bool is_replica() const { return participating_; }
+  int num_optimizer_shards() const { return num_shards_; }
   void add_callback(CallbackPtr cb);
   const std::vector<CallbackPtr>& callbacks() const { return callbacks_; }
 
-  // The full training state under the checkpoint keys of api.md §10.
+  // The full training state under the checkpoint keys of api.md §10. With several replicas it
+  // is collective (every replica calls it): the sharded optimizer state and every replica's
+  // data position (`dataloader: {replicas: [...]}`) are gathered on the main process; the
+  // other processes get a state without them.
   cstorch::State state_dict();
   void load_state_dict(const cstorch::State& state);
   // Writes model_dir/checkpoint_{global_step}.mdl now (waits for pending steps).
@@ -107,6 +119,17 @@ class Trainer {
 
  private:
   cstorch::State collect_state();
+  void setup_replicas();
+  cstorch::State optimizer_state();
+  void load_optimizer_state(const cstorch::State& full);
+  void sync_sharded_params();
+  void combine_validation(double& sum, int64_t& steps);
+  void write_run_metadata();
+  int replicas_ = 1;
+  bool participating_ = true;
+  int num_shards_ = 1;
+  std::vector<int> param_owner_;       // shard of every model parameter (sharded optimizer)
+  std::vector<int64_t> shard_params_;  // this replica's parameters (indices), when sharded
   std::string write_checkpoint(int64_t step, cstorch::State state);
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -1,9 +1,16 @@
 // cszoo fit | validate | validate_all | run: load a YAML config (legacy params files convert
 // automatically), apply the command-line options, and run every trainer phase.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "cstorch/config.h"
+#include "cstorch/distributed.h"
 #include "modelzoo/cli.h"
 #include "modelzoo/legacy.h"
 #include "modelzoo/plot.h"
@@ -34,7 +41,9 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
   cmd->add_flag("--compile_only", o.compile_only,
                 "Compile the step, write the compile report to the artifact directory, stop");
   cmd->add_flag("--validate_only", o.validate_only, "Trace and check the step only, then stop");
-  cmd->add_option("--num_csx", o.num_csx, "Replicas of the CSX backend (cluster_config.num_csx)");
+  cmd->add_option("--num_csx", o.num_csx,
+                  "Replicas of the CSX backend (cluster_config.num_csx); started without a "
+                  "launcher, cszoo runs itself under mpirun with that many processes");
   cmd->add_option("--mount_dirs", o.mount_dirs, "Directories the run needs (must exist)");
   cmd->add_option("--python_paths", o.python_paths,
                   "Plugin directories: every *.so in them is loaded (registers models, data "
@@ -42,7 +51,8 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
   cmd->add_option("--job_labels", o.job_labels, "key=value labels recorded with the run");
   cmd->add_option("--target_device", o.target_device, "CPU, GPU or CSX (overrides the config)");
   cmd->add_flag("--multireplica", o.multireplica,
-                "Data parallel over every replica the launch provides");
+                "Data parallel over every process the launch provides (mpirun -np N): the "
+                "backend becomes CSX with num_csx N");
 }
 
 // Applies the backend-related options to every phase's init map.
@@ -75,18 +85,92 @@ void apply_backend_options(Config& root, const CommonOptions& o) {
   }
 }
 
+// The most replicas any phase asks for (the CSX backend's num_csx; the legacy runconfig's).
+int required_replicas(const Config& root, bool legacy) {
+  if (legacy) {
+    const Config& rc = root.contains("runconfig") ? root["runconfig"] : Config();
+    if (rc.is_object() && rc.contains("num_csx") && rc["num_csx"].is_number_integer() &&
+        cstorch::ascii_lower(rc.value("target_device", std::string("CPU"))) == "csx")
+      return rc["num_csx"].get<int>();
+    return 1;
+  }
+  int n = 1;
+  auto phase = [&](const Config& p) {
+    if (!p.is_object() || !p.contains("init") || !p["init"].is_object()) return;
+    const Config& init = p["init"];
+    if (!init.contains("backend") || !init["backend"].is_object()) return;
+    const Config& b = init["backend"];
+    if (!b.contains("backend_type") || !b["backend_type"].is_string() ||
+        cstorch::ascii_lower(b["backend_type"].get<std::string>()) != "csx")
+      return;
+    if (b.contains("cluster_config") && b["cluster_config"].is_object() &&
+        b["cluster_config"].contains("num_csx") &&
+        b["cluster_config"]["num_csx"].is_number_integer())
+      n = std::max(n, b["cluster_config"]["num_csx"].get<int>());
+  };
+  const Config& t = root.contains("trainer") ? root["trainer"] : Config();
+  if (t.is_array()) {
+    for (auto& e : t)
+      if (e.is_object() && e.contains("trainer")) phase(e["trainer"]);
+  } else {
+    phase(t);
+  }
+  return n;
+}
+
+std::vector<std::string>& command_line() {
+  static std::vector<std::string> args;
+  return args;
+}
+
+// Started without a launcher and asked for N > 1 replicas: run this same command under mpirun
+// with N processes (it does not return). Inside a launch nothing happens.
+void launch_replicas_if_needed(int n) {
+  if (n <= 1 || cstorch::distributed::launched_by_mpi()) return;
+  const auto& args = command_line();
+  CS_CHECK(!args.empty(), "--num_csx: the command line is unknown; cannot launch the replicas");
+  std::vector<std::string> cmd = {CSTORCH_MPIEXEC,   "-np",       std::to_string(n),
+                                  "--oversubscribe", "--bind-to", "none"};
+  if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
+  // Each replica gets its share of the cores for its kernels unless the user chose.
+  if (!std::getenv("OMP_NUM_THREADS")) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / n)).c_str(), 1);
+  }
+  // Shared-memory transport without cross-process memory attach (refused in containers).
+  ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  cmd.push_back(ec ? args[0] : self.string());
+  for (size_t i = 1; i < args.size(); ++i) cmd.push_back(args[i]);
+  fmt::print(stderr, "launching {} replicas: {}\n", n, fmt::join(cmd, " "));
+  std::fflush(stderr);
+  std::vector<char*> argv;
+  for (auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  cstorch::fail("--num_csx {}: cannot start the launcher '{}': {}", n, CSTORCH_MPIEXEC,
+                std::strerror(errno));
+}
+
 void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool runner) {
   for (const auto& d : o.mount_dirs)
     CS_CHECK(std::filesystem::is_directory(d), "--mount_dirs: '{}' is not a directory", d);
   if (!o.python_paths.empty()) load_plugins(o.python_paths);
+  CommonOptions opts = o;
   if (o.multireplica) {
     if (mode != Mode::Fit) {
-      fmt::print(stderr, "warning: --multireplica is ignored in evaluation\n");
+      if (cstorch::distributed::is_main_process())
+        fmt::print(stderr, "warning: --multireplica is ignored in evaluation\n");
+      opts.multireplica = false;
     } else {
-      cstorch::fail(
-          "--multireplica: multi-replica data parallel training is not available in this build");
+      // Every process of the launch is a replica.
+      opts.num_csx = cstorch::distributed::world_size();
+      if (opts.target_device.empty()) opts.target_device = "CSX";
     }
   }
+  // More than one replica means the CSX backend (this cluster).
+  if (opts.num_csx > 1 && opts.target_device.empty()) opts.target_device = "CSX";
   Config root = cstorch::load_config_file(o.params);
   RunOverrides ov;
   if (!o.model_dir.empty()) ov.model_dir = o.model_dir;
@@ -97,18 +181,32 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
     if (legacy_mode == "train" && root.contains("eval_input")) legacy_mode = "train_and_eval";
     if (runner) {
       // The legacy entry point goes through the runner factory, so custom runners run.
-      if (!o.target_device.empty()) root["runconfig"]["target_device"] = o.target_device;
-      if (o.num_csx > 0) root["runconfig"]["num_csx"] = o.num_csx;
+      if (!opts.target_device.empty()) root["runconfig"]["target_device"] = opts.target_device;
+      if (opts.num_csx > 0) root["runconfig"]["num_csx"] = opts.num_csx;
+      if (mode == Mode::Fit) launch_replicas_if_needed(required_replicas(root, true));
       BaseRunner::create(root, ov)->run(legacy_mode, ov);
       return;
     }
     root = convert_legacy_params(root, legacy_mode);
   }
-  apply_backend_options(root, o);
+  apply_backend_options(root, opts);
+  if (mode == Mode::Fit) launch_replicas_if_needed(required_replicas(root, false));
   run_config(root, mode, ov);
 }
 
 }  // namespace
+
+void set_command_line(int argc, char** argv) {
+  command_line().assign(argv, argv + argc);
+}
+
+void fail_command(const std::string& message) {
+  if (cstorch::distributed::launched_by_mpi()) cstorch::distributed::abort(message, 1);
+  std::fflush(stdout);
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::exit(1);
+}
 
 void register_cszoo_commands(CLI::App& app, int& status) {
   struct Cmd {

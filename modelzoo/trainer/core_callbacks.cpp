@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "cstorch/distributed.h"
 #include "cstorch/metrics.h"
 #include "cstorch/runtime.h"
 #include "modelzoo/plot.h"
@@ -82,6 +83,7 @@ void LoggingCallback::on_validation_result(Trainer& t, double mean_loss) {
   }
   loggers_->log_metrics(t.global_step(), logged);
   if (progress_) progress_->flush();
+  if (!cstorch::distributed::is_main_process()) return;  // every replica has the same numbers
   fmt::print("{}{}\n", progress_ && progress_->terminal() ? "\n" : "", line);
   std::fflush(stdout);
 }

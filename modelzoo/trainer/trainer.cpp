@@ -5,10 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <regex>
 
 #include "cstorch/amp.h"
 #include "cstorch/checkpoint.h"
+#include "cstorch/distributed.h"
 #include "cstorch/metrics.h"
 #include "cstorch/tensor.h"
 #include "modelzoo/trainer/core_callbacks.h"
@@ -196,10 +199,17 @@ Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
     Config list = init.has("loggers") ? init.at("loggers").value()
                                       : Config::array({"JSONLines", "TensorBoard"});
     ConfigView lv(list, init.child_path("loggers"));
+    // Multi-replica: only the main process (world rank 0) logs; the others validate the
+    // entries but open no files.
+    const bool main = cstorch::distributed::is_main_process();
     for (size_t i = 0; i < lv.size(); ++i) {
       auto [name, args] = lv.at(i).named_entry();
       if (!args.contains("model_dir")) args["model_dir"] = model_dir_;
       ConfigView av(args, lv.at(i).child_path(name));
+      if (!main) {
+        av.check_keys({"model_dir", "file", "log_dir"});
+        continue;
+      }
       multi->add(::modelzoo::loggers().create(name, av, lv.at(i).path()));
       if (metrics_file.empty() &&
           (cstorch::ascii_lower(name) == "jsonlines" || cstorch::ascii_lower(name) == "csv"))
@@ -219,11 +229,18 @@ Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
   model_ = models().create(model_name, margs, mv.child_path("name"));
   cstorch::compile(std::static_pointer_cast<cstorch::nn::Module>(model_), backend_);
 
+  setup_replicas();
   if (init.has("optimizer")) {
     ConfigView ov = init.at("optimizer");
     auto [name, args] = ov.named_entry();
+    std::vector<Tensor> params = model_->parameters();
+    if (!shard_params_.empty()) {
+      std::vector<Tensor> mine;
+      for (int64_t i : shard_params_) mine.push_back(params[static_cast<size_t>(i)]);
+      params = std::move(mine);
+    }
     optimizer_ = with_path(ov.child_path(name), [&, &name = name, &args = args] {
-      return cstorch::optim::configure_optimizer(name, model_->parameters(), args);
+      return cstorch::optim::configure_optimizer(name, params, args);
     });
   }
   if (init.has("schedulers")) {
@@ -255,6 +272,7 @@ Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
       for (size_t i = 0; i < sv.size(); ++i) add(to_form(sv.at(i)), sv.at(i).path());
     }
   }
+  if (!cstorch::distributed::is_main_process()) progress_every = 0, plot = false;
   // Core callbacks first (logging, checkpointing), then the user's, in the order given.
   precision_ = std::make_shared<PrecisionCallback>(
       init.has("precision") ? init.at("precision")
@@ -319,7 +337,10 @@ State Trainer::collect_state() {
   s.set("model", model_->state_dict().to_state());
   s.set("global_step", global_step_);
   s.set("rng_state", cstorch::rng_state());
-  if (optimizer_) s.set("optimizer", optimizer_->state_dict());
+  if (optimizer_) {
+    State opt = optimizer_state();
+    if (!opt.is_none()) s.set("optimizer", opt);
+  }
   if (!schedulers_.empty()) {
     State list = State::list();
     for (auto& sched : schedulers_) list.push_back(sched->state_dict());
@@ -329,12 +350,24 @@ State Trainer::collect_state() {
   if (train_loader_) {
     // A loader whose sources cannot record their position is left out: a resumed run then
     // starts its data from the beginning (said once).
+    State pos;
     try {
-      s.set("dataloader", train_loader_->state_dict());
+      pos = train_loader_->state_dict();
     } catch (const cstorch::Error& e) {
-      if (!warned_loader_state_)
+      if (!warned_loader_state_ && cstorch::distributed::is_main_process())
         fmt::print(stderr, "warning: checkpoints will not hold the data position: {}\n", e.what());
       warned_loader_state_ = true;
+    }
+    if (replicas_ > 1) {
+      // Every replica reads its own shard of the data: keep each one's position.
+      auto all = cstorch::distributed::gather_state(pos, 0);
+      if (!all.empty() && !all[0].is_none()) {
+        State list = State::list();
+        for (auto& p : all) list.push_back(p);
+        s.set("dataloader", State::map({{"replicas", list}}));
+      }
+    } else if (!pos.is_none()) {
+      s.set("dataloader", pos);
     }
   }
   return s;
@@ -349,7 +382,7 @@ void Trainer::load_state_dict(const State& s) {
   if (s.contains("global_step")) global_step_ = s.at("global_step").as_int();
   if (s.contains("rng_state")) cstorch::set_rng_state(s.at("rng_state").as_tensor());
   if (optimizer_ && s.contains("optimizer"))
-    with_path("checkpoint 'optimizer'", [&] { optimizer_->load_state_dict(s.at("optimizer")); });
+    with_path("checkpoint 'optimizer'", [&] { load_optimizer_state(s.at("optimizer")); });
   if (s.contains("schedulers")) {
     const State& list = s.at("schedulers");
     CS_CHECK(list.is_list() && list.size() == schedulers_.size(),
@@ -359,7 +392,23 @@ void Trainer::load_state_dict(const State& s) {
       with_path(fmt::format("checkpoint 'schedulers[{}]'", i),
                 [&] { schedulers_[i]->load_state_dict(list[i]); });
   }
-  if (s.contains("dataloader")) pending_loader_state_ = s.at("dataloader");
+  if (s.contains("dataloader")) {
+    const State& d = s.at("dataloader");
+    if (d.is_map() && d.contains("replicas")) {
+      const State& list = d.at("replicas");
+      CS_CHECK(list.is_list() && static_cast<int>(list.size()) == replicas_,
+               "checkpoint 'dataloader': it holds the data positions of {} replicas, this run "
+               "has {}",
+               list.is_list() ? list.size() : 0, replicas_);
+      pending_loader_state_ = list[static_cast<size_t>(cstorch::distributed::replica_rank())];
+    } else {
+      CS_CHECK(replicas_ == 1,
+               "checkpoint 'dataloader': it holds the data position of 1 replica, this run has "
+               "{}; resume with the replica count it was written with",
+               replicas_);
+      pending_loader_state_ = d;
+    }
+  }
   each([&](Callback& c) { c.on_load_checkpoint(*this, s); });
 }
 
@@ -379,6 +428,7 @@ std::vector<std::pair<int64_t, std::string>> Trainer::checkpoints() const {
 }
 
 std::string Trainer::write_checkpoint(int64_t step, State state) {
+  if (!cstorch::distributed::is_main_process()) return std::string();  // rank 0 writes
   fs::create_directories(model_dir_);
   std::string path = (fs::path(model_dir_) / fmt::format("checkpoint_{}.mdl", step)).string();
   cstorch::save(state, path);
@@ -413,7 +463,169 @@ void Trainer::load_checkpoint(const std::string& path) {
   cstorch::synchronize();
   State s = cstorch::load(path);
   load_state_dict(s);
-  fmt::print("loaded checkpoint {} (step {})\n", path, global_step_);
+  if (cstorch::distributed::is_main_process())
+    fmt::print("loaded checkpoint {} (step {})\n", path, global_step_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replicas (multi-replica data parallel)
+
+void Trainer::setup_replicas() {
+  namespace dist = cstorch::distributed;
+  const auto& cc = backend_->options().cluster_config;
+  replicas_ = backend_->type() == cstorch::DeviceType::CSX ? cc.num_csx : 1;
+  participating_ = dist::set_num_replicas(replicas_);
+  const int world = dist::world_size();
+  if (world > replicas_ && dist::is_main_process())
+    fmt::print(stderr,
+               "warning: {} processes were launched but this trainer uses {} replica{}: ranks {} "
+               "to {} sit it out (use --multireplica, or the CSX backend's num_csx)\n",
+               world, replicas_, replicas_ == 1 ? "" : "s", replicas_, world - 1);
+  if (replicas_ <= 1 || !participating_) return;
+  // ZeRO-1: the optimizer state is split into shards of parameters, balanced by size (largest
+  // first, each to the lightest shard). Replica r keeps shard r % shards.
+  auto params = model_->parameters();
+  int shards = cc.max_wgt_servers == 0 ? replicas_ : std::min(cc.max_wgt_servers, replicas_);
+  shards = std::min<int>(shards, static_cast<int>(params.size()));
+  num_shards_ = std::max(shards, 1);
+  if (num_shards_ <= 1) return;
+  std::vector<size_t> order(params.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+  std::vector<int64_t> load(static_cast<size_t>(num_shards_), 0);
+  param_owner_.assign(params.size(), 0);
+  for (size_t i : order) {
+    auto s = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    param_owner_[i] = static_cast<int>(s);
+    load[s] += params[i].numel();
+  }
+  const int mine = dist::replica_rank() % num_shards_;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (param_owner_[i] == mine) shard_params_.push_back(static_cast<int64_t>(i));
+}
+
+// Inside the traced step, after this replica updated its shard: every parameter takes the
+// value its shard's first replica computed (a sum in which the others contribute zeros, so it
+// is exact).
+void Trainer::sync_sharded_params() {
+  namespace dist = cstorch::distributed;
+  auto params = model_->parameters();
+  const int r = dist::replica_rank();
+  std::vector<Tensor> contrib;
+  for (size_t i = 0; i < params.size(); ++i)
+    contrib.push_back(r < num_shards_ && param_owner_[i] == r ? params[i]
+                                                              : cstorch::zeros_like(params[i]));
+  auto synced = dist::all_reduce(contrib, dist::ReduceOp::Sum);
+  cstorch::NoGradGuard ng;
+  for (size_t i = 0; i < params.size(); ++i) params[i].copy_(synced[i]);
+}
+
+// The optimizer's state_dict; sharded, the shards gathered on the main process and numbered
+// by model parameter, so it is the state an unsharded optimizer would have (null elsewhere).
+State Trainer::optimizer_state() {
+  State local = optimizer_->state_dict();
+  if (shard_params_.empty() && num_shards_ <= 1) return local;
+  State st = State::map();
+  const State& ls = local.at("state");
+  for (const auto& k : ls.keys()) st.set(std::to_string(shard_params_.at(std::stoul(k))), ls.at(k));
+  local.set("state", st);
+  auto all = cstorch::distributed::gather_state(local, 0);
+  if (all.empty()) return State();
+  std::map<int64_t, State> by_param;
+  for (int r = 0; r < num_shards_; ++r) {
+    const State& shard = all[static_cast<size_t>(r)].at("state");
+    for (const auto& k : shard.keys()) by_param[std::stoll(k)] = shard.at(k);
+  }
+  State merged = State::map();
+  for (auto& [i, v] : by_param) merged.set(std::to_string(i), v);
+  State groups = all[0].at("param_groups");
+  CS_CHECK(groups.size() == 1, "sharded optimizer: {} parameter groups; one is supported",
+           groups.size());
+  State ids = State::list();
+  for (size_t i = 0; i < param_owner_.size(); ++i) ids.push_back(static_cast<int64_t>(i));
+  groups[0].set("params", ids);
+  return State::map({{"state", merged}, {"param_groups", groups}});
+}
+
+void Trainer::load_optimizer_state(const State& full) {
+  if (shard_params_.empty() && num_shards_ <= 1) {
+    optimizer_->load_state_dict(full);
+    return;
+  }
+  CS_CHECK(full.is_map() && full.contains("state") && full.contains("param_groups"),
+           "expected keys 'state' and 'param_groups', got {}", full.repr());
+  const State& fs = full.at("state");
+  State st = State::map();
+  for (size_t j = 0; j < shard_params_.size(); ++j) {
+    const std::string key = std::to_string(shard_params_[j]);
+    if (fs.contains(key)) st.set(std::to_string(j), fs.at(key));
+  }
+  State groups = full.at("param_groups");
+  CS_CHECK(groups.is_list() && groups.size() == 1,
+           "param_groups: the sharded optimizer has one parameter group, the checkpoint {}",
+           groups.is_list() ? groups.size() : 0);
+  CS_CHECK(groups[0].is_map() && groups[0].contains("params") &&
+               groups[0].at("params").size() == param_owner_.size(),
+           "param_groups.0.params: the checkpoint's optimizer has {} parameters, the model {}",
+           groups[0].is_map() && groups[0].contains("params") ? groups[0].at("params").size() : 0,
+           param_owner_.size());
+  State ids = State::list();
+  for (size_t j = 0; j < shard_params_.size(); ++j) ids.push_back(static_cast<int64_t>(j));
+  groups[0].set("params", ids);
+  optimizer_->load_state_dict(State::map({{"state", st}, {"param_groups", groups}}));
+}
+
+// Validation on several replicas: each evaluates its share of the data; the loss sums, step
+// counts and every live metric's state (all metric states are sums) are added up, so every
+// replica reports the same combined numbers.
+void Trainer::combine_validation(double& sum, int64_t& steps) {
+  if (replicas_ <= 1) return;
+  namespace dist = cstorch::distributed;
+  // Two f32 values carry the sum and the count exactly enough (counts are exact to 2^24).
+  auto v = dist::all_reduce(
+               cstorch::from_vector(
+                   std::vector<float>{static_cast<float>(sum), static_cast<float>(steps)}, {2}),
+               dist::ReduceOp::Sum)
+               .to_vector<float>();
+  sum = v[0];
+  steps = static_cast<int64_t>(std::llround(v[1]));
+  cstorch::NoGradGuard ng;
+  for (auto* m : cstorch::metrics::live_metrics())
+    for (const auto& [name, t] : m->states())
+      if (t.dtype() == cstorch::DType::f32) Tensor(t).copy_(dist::all_reduce(t));
+}
+
+// model_dir/run_metadata.json (main process): the backend, the launch and every
+// cluster_config field, job labels included.
+void Trainer::write_run_metadata() {
+  if (!cstorch::distributed::is_main_process()) return;
+  const auto& o = backend_->options();
+  const auto& c = o.cluster_config;
+  cstorch::Config labels = cstorch::Config::object();
+  for (const auto& l : c.job_labels) {
+    auto eq = l.find('=');
+    labels[l.substr(0, eq)] = l.substr(eq + 1);
+  }
+  cstorch::Config meta = {{"backend", backend_->type_name()},
+                          {"processes", cstorch::distributed::world_size()},
+                          {"replicas", replicas_},
+                          {"optimizer_shards", num_shards_},
+                          {"artifact_dir", o.artifact_dir},
+                          {"compile_dir", o.compile_dir},
+                          {"cluster_config",
+                           {{"num_csx", c.num_csx},
+                            {"max_wgt_servers", c.max_wgt_servers},
+                            {"max_act_per_csx", c.max_act_per_csx},
+                            {"num_workers_per_csx", c.num_workers_per_csx},
+                            {"mount_dirs", c.mount_dirs},
+                            {"python_paths", c.python_paths},
+                            {"transfer_processes", c.transfer_processes},
+                            {"job_labels", c.job_labels},
+                            {"mgmt_address", c.mgmt_address}}},
+                          {"job_labels", labels}};
+  fs::create_directories(model_dir_);
+  std::ofstream(fs::path(model_dir_) / "run_metadata.json") << meta.dump(2) << "\n";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -422,6 +634,7 @@ void Trainer::load_checkpoint(const std::string& path) {
 void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::string> ckpt_path) {
   CS_CHECK(train != nullptr, "Trainer.fit: a training dataloader is required");
   CS_CHECK(optimizer_ != nullptr, "Trainer.fit: trainer.init.optimizer is required for training");
+  if (!participating_) return;  // a process beyond this trainer's replicas
   each([&](Callback& c) { c.on_fit_start(*this); });
   try {
     if (ckpt_path) {
@@ -435,6 +648,13 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       with_path("checkpoint 'dataloader'", [&] { train->load_state_dict(*pending_loader_state_); });
       pending_loader_state_.reset();
     }
+    if (replicas_ > 1) {
+      // Identical starting weights on every replica: rank 0's.
+      std::vector<Tensor> tensors;
+      for (auto& [k, t] : model_->state_dict()) tensors.push_back(t);
+      cstorch::distributed::broadcast_(tensors, 0);
+    }
+    write_run_metadata();
     const int64_t accum = loop_.grad_accum_steps;
     const int64_t loader_len = train->size();
     data::StepArgs args;
@@ -446,7 +666,9 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     const int64_t spe = loop_.steps_per_epoch.value_or(loader_len > 0 ? loader_len / accum : -1);
     if (loop_.max_steps && global_step_ >= *loop_.max_steps) {
       // Resumed from the final checkpoint: nothing is left to train.
-      fmt::print("training is complete: step {} of max_steps {}\n", global_step_, *loop_.max_steps);
+      if (cstorch::distributed::is_main_process())
+        fmt::print("training is complete: step {} of max_steps {}\n", global_step_,
+                   *loop_.max_steps);
       each([&](Callback& c) { c.on_fit_end(*this); });
       return;
     }
@@ -465,6 +687,13 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         each([&](Callback& c) { c.on_before_forward(*this, b); });
         Tensor loss = model_->loss(b);
         each([&](Callback& c) { c.on_after_forward(*this, loss); });
+        // One combined loss: the replicas' losses weighted by their sample counts (the same
+        // weight the compiler's gradient all-reduce uses: the first batch input's length).
+        Tensor reported = loss;
+        if (replicas_ > 1 && !b.empty() && b.begin()->second.dim() >= 1)
+          reported = cstorch::distributed::all_reduce(
+              loss.to(cstorch::DType::f32), cstorch::distributed::ReduceOp::Mean,
+              static_cast<double>(b.begin()->second.size(0)));
         each([&](Callback& c) { c.on_before_backward(*this, loss); });
         Tensor scaled = accum > 1 ? loss * (1.0 / static_cast<double>(accum)) : loss;
         precision_->scale_loss(scaled).backward();
@@ -472,13 +701,17 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         if (update) {
           each([&](Callback& c) { c.on_before_optimizer_step(*this); });
           precision_->optimizer_step(*model_, *optimizer_);
+          if (num_shards_ > 1) sync_sharded_params();
           each([&](Callback& c) { c.on_after_optimizer_step(*this); });
           each([&](Callback& c) { c.on_before_scheduler_step(*this); });
           for (auto& sched : schedulers_) sched->step();
           each([&](Callback& c) { c.on_after_scheduler_step(*this); });
           optimizer_->zero_grad();
+          // A shard's optimizer clears only its own parameters' gradients.
+          if (num_shards_ > 1)
+            for (auto& p : model_->parameters()) p.set_grad(Tensor());
         }
-        return std::vector<Tensor>{loss, lr_used};
+        return std::vector<Tensor>{reported, lr_used};
       };
       auto step_fn = cstorch::trace([&](const Batch& b) { return body(b, true); }, "train_step");
       auto accum_fn =
@@ -534,6 +767,7 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
 
 double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path) {
   CS_CHECK(val != nullptr, "Trainer.validate: a validation dataloader is required");
+  if (!participating_) return 0;
   if (ckpt_path) load_checkpoint(*ckpt_path);
   const bool was_training = model_->is_training();
   model_->eval();
@@ -573,6 +807,7 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       while (val->next()) {
       }
     cstorch::synchronize();
+    combine_validation(*sum, steps);
     mean = *sum / static_cast<double>(steps);
     each([&](Callback& c) { c.on_validate_epoch_end(*this, 0); });
     for (auto& core : impl_->core) core->on_validation_result(*this, mean);

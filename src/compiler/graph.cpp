@@ -22,6 +22,8 @@ void Graph::replace_uses(const std::unordered_map<ir::Node*, ir::NodePtr>& repl)
     for (auto& in : n->inputs) fix(in);
   for (auto& o : outputs) fix(o);
   for (auto& s : state) fix(s.write);
+  for (auto& g : gradients) fix(g);
+  for (auto& k : keep) fix(k);
 }
 
 size_t Graph::prune() {
@@ -32,6 +34,7 @@ size_t Graph::prune() {
   };
   for (auto& o : outputs) mark(o);
   for (auto& s : state) mark(s.write);
+  for (auto& k : keep) mark(k);
   while (!stack.empty()) {
     auto* n = stack.back();
     stack.pop_back();

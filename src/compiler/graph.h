@@ -24,6 +24,13 @@ struct Graph {
   std::vector<ir::NodePtr> batch_inputs;
   std::vector<StateSlot> state;
   std::vector<ir::NodePtr> outputs;
+  // Parameter gradients as backward() left them, in production order (may repeat a node or
+  // name nodes passes removed). Passes keep them current; the gradient all-reduce uses them.
+  std::vector<ir::NodePtr> gradients;
+  // Extra roots: nodes kept and run although nothing uses their value (with several replicas:
+  // every gradient, which each replica must contribute to the all-reduce even when it does not
+  // use it itself, and the all-reduce waits of such gradients).
+  std::vector<ir::NodePtr> keep;
 
   // Rewrites every use (node inputs, outputs, state writes) through `repl` (old -> new).
   void replace_uses(const std::unordered_map<ir::Node*, ir::NodePtr>& repl);
@@ -50,6 +57,13 @@ std::unique_ptr<Pass> make_dce_pass();
 std::unique_ptr<Pass> make_cse_pass();
 std::unique_ptr<Pass> make_constant_fold_pass(size_t max_bytes = 1 << 20);
 std::unique_ptr<Pass> make_simplify_pass();
+// Data parallel: averages every parameter gradient that the step uses (not those it only
+// stores, as in a gradient-accumulation micro-step) over the replica group. Gradients are
+// packed into buckets of about `bucket_bytes` in the order backward produces them; a bucket's
+// all_reduce_start is placed right after its last gradient is computed and each
+// all_reduce_unpack right before the first use of that gradient, so communication overlaps the
+// rest of the backward pass. `weight` is this replica's sample count (mean weighted by it).
+std::unique_ptr<Pass> make_gradient_allreduce_pass(double weight, size_t bucket_bytes);
 
 // Runs the standard pipeline: verify, dce, cse, fold, simplify, dce, verify. If the
 // CSTORCH_DUMP_GRAPHS environment variable names a directory, the graph is written there

@@ -88,6 +88,9 @@ void Tensor::backward(const Tensor& grad_in) const {
     grads.erase(git);
     if (auto leaf = n->leaf.lock()) {
       accumulate_leaf(leaf, g);
+      // The gradient this backward leaves on the parameter: what data-parallel replicas
+      // average (the compiler's gradient all-reduce pass).
+      if (ctx) ctx->note_gradient(ctx->resolve(leaf->grad));
       continue;
     }
     if (n->inputs.empty()) continue;

@@ -17,6 +17,7 @@
 #include "core/internal.h"
 #include "core/splitmix.h"
 #include "cstorch/backend.h"
+#include "cstorch/distributed.h"
 #include "cstorch/utils/data.h"
 #include "data/host_tensor.h"
 #include "runtime/sync.h"
@@ -240,7 +241,29 @@ DataLoader::DataLoader(InputFn fn, Config args) : fn_(std::move(fn)), args_(std:
     args_.erase(key);
     return v;
   };
-  if (auto n = int_arg("num_workers")) {
+  // Replicas (multi-replica data parallel): by default the active replica group.
+  auto rep_n = int_arg("num_replicas"), rep_r = int_arg("replica");
+  num_replicas_ = rep_n ? static_cast<int>(*rep_n) : distributed::num_replicas();
+  replica_ = rep_r ? static_cast<int>(*rep_r) : std::max(0, distributed::replica_rank());
+  CS_CHECK(num_replicas_ >= 1 && replica_ >= 0 && replica_ < num_replicas_,
+           "DataLoader: replica {} of {} is not valid", replica_, num_replicas_);
+  auto workers_arg = int_arg("num_workers");
+  if (num_replicas_ > 1) {
+    // The workers of the whole cluster, assigned round-robin to the replicas (seed 004): the
+    // loader's num_workers is the total; by default num_workers_per_csx per replica.
+    int per_csx = 1;
+    if (auto b = cstorch::detail::existing_backend())
+      per_csx = b->options().cluster_config.num_workers_per_csx;
+    int64_t total = workers_arg ? *workers_arg : static_cast<int64_t>(per_csx) * num_replicas_;
+    CS_CHECK(total <= 1024, "DataLoader: num_workers must be in 1..1024, got {}", total);
+    total_workers_ = static_cast<int>(total);
+    worker_ids_ = distributed::workers_of_replica(total_workers_, num_replicas_, replica_);
+    num_workers_ = static_cast<int>(worker_ids_.size());
+    // The global batch is split across the replicas; each input_fn sees its replica's share.
+    auto bs = args_.find("batch_size");
+    if (bs != args_.end() && bs->is_number_integer())
+      *bs = distributed::replica_batch_size(bs->get<int64_t>(), num_replicas_, replica_);
+  } else if (auto n = workers_arg) {
     CS_CHECK(*n >= 1 && *n <= 1024, "DataLoader: num_workers must be in 1..1024, got {}", *n);
     num_workers_ = static_cast<int>(*n);
   } else if (auto b = cstorch::detail::existing_backend()) {
@@ -253,6 +276,10 @@ DataLoader::DataLoader(InputFn fn, Config args) : fn_(std::move(fn)), args_(std:
   if (auto p = int_arg("prefetch")) {
     CS_CHECK(*p >= 1 && *p <= 4096, "DataLoader: prefetch must be in 1..4096, got {}", *p);
     prefetch_ = static_cast<int>(*p);
+  }
+  if (worker_ids_.empty()) {
+    total_workers_ = num_workers_;
+    for (int w = 0; w < num_workers_; ++w) worker_ids_.push_back(w);
   }
   workers_.resize(static_cast<size_t>(num_workers_));
 }
@@ -319,7 +346,11 @@ void DataLoader::start() {
 
 void DataLoader::run_worker(int id) {
   Worker& me = workers_[static_cast<size_t>(id)];
-  const std::string where = fmt::format("DataLoader worker {} of {}", id, num_workers_);
+  const int global_id = worker_ids_[static_cast<size_t>(id)];
+  const std::string where = num_replicas_ > 1
+                                ? fmt::format("DataLoader worker {} of {} (replica {} of {})",
+                                              global_id, total_workers_, replica_, num_replicas_)
+                                : fmt::format("DataLoader worker {} of {}", id, num_workers_);
   std::shared_ptr<Loader> loader;
   int64_t epoch = 0;
   bool restartable = false;
@@ -329,7 +360,7 @@ void DataLoader::run_worker(int id) {
   };
   const char* stage = "input_fn failed";
   try {
-    loader = fn_(args_, WorkerInfo{id, num_workers_});
+    loader = fn_(args_, WorkerInfo{global_id, total_workers_});
     CS_CHECK(loader != nullptr, "input_fn returned no loader");
     stage = "restoring the saved data position failed";
     restartable = loader->restartable();

@@ -145,11 +145,31 @@ struct AttentionAttrs {
     return hash_mix(h, causal + 2 * has_bias + 4 * has_mask + 8 * bthd + 16 * bias_grad);
   }
 };
+// AllReduceStart: packs its inputs, each multiplied by `weight`, into one f32 bucket and starts
+// its sum over the replicas. `serial` is unique per collective, so no two are ever merged.
+struct AllReduceAttrs {
+  uint64_t serial = 0;
+  double weight = 1;
+  bool operator==(const AllReduceAttrs&) const = default;
+  size_t hash() const {
+    return hash_mix(std::hash<uint64_t>{}(serial), std::hash<double>{}(weight));
+  }
+};
+// AllReduceUnpack: waits for the bucket and takes `shape` values from `offset` (divided by the
+// summed weights when `mean`).
+struct UnpackAttrs {
+  int64_t offset = 0;
+  Dims shape;
+  bool mean = false;
+  bool operator==(const UnpackAttrs&) const = default;
+  size_t hash() const { return hash_dims(hash_mix(std::hash<int64_t>{}(offset), mean), shape); }
+};
 
 using Attrs =
     std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs, GeluAttrs,
                  AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs, LossAttrs, ShapeAttrs,
-                 PermuteAttrs, SliceAttrs, TriAttrs, AttentionAttrs>;
+                 PermuteAttrs, SliceAttrs, TriAttrs, AttentionAttrs, AllReduceAttrs,
+                 UnpackAttrs>;
 
 inline size_t hash_attrs(const Attrs& a) {
   return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));

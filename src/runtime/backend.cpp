@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <mutex>
 
 #include "cstorch/config.h"
@@ -31,11 +32,32 @@ void validate(const ClusterConfig& c) {
            c.max_wgt_servers);
   CS_CHECK(c.transfer_processes >= 1,
            "cluster_config.transfer_processes must be at least 1, got {}", c.transfer_processes);
+  // Job labels are key=value metadata (Kubernetes-label-like): key and value of at most 63
+  // characters from [A-Za-z0-9._-], starting and ending with a letter or digit.
+  auto label_part = [](const std::string& x) {
+    if (x.empty() || x.size() > 63) return false;
+    for (char ch : x)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != '-')
+        return false;
+    return std::isalnum(static_cast<unsigned char>(x.front())) &&
+           std::isalnum(static_cast<unsigned char>(x.back()));
+  };
   for (auto& l : c.job_labels) {
     auto eq = l.find('=');
     CS_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < l.size(),
              "cluster_config.job_labels: '{}' is not of the form key=value", l);
+    CS_CHECK(label_part(l.substr(0, eq)) && label_part(l.substr(eq + 1)),
+             "cluster_config.job_labels: '{}': key and value must be 1 to 63 characters of "
+             "letters, digits, '.', '_' or '-', starting and ending with a letter or digit",
+             l);
   }
+  for (auto& d : c.mount_dirs) {
+    std::error_code ec;
+    CS_CHECK(std::filesystem::is_directory(d, ec),
+             "cluster_config.mount_dirs: '{}' does not exist or is not a directory", d);
+  }
+  CS_CHECK(c.max_act_per_csx >= 1, "cluster_config.max_act_per_csx must be at least 1, got {}",
+           c.max_act_per_csx);
 }
 }  // namespace
 
@@ -119,6 +141,12 @@ RunMode current_run_mode() {
   if (o.validate_only) return RunMode::ValidateOnly;
   if (o.compile_only) return RunMode::CompileOnly;
   return RunMode::Execute;
+}
+
+std::string current_compile_dir() {
+  std::lock_guard<std::mutex> l(g_mu);
+  if (!g_backend || g_backend->type() != DeviceType::CSX) return std::string();
+  return g_backend->options().compile_dir;
 }
 
 std::string current_artifact_dir() {

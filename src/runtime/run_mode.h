@@ -10,5 +10,8 @@ enum class RunMode { Execute, CompileOnly, ValidateOnly };
 RunMode current_run_mode();
 // The current backend's artifact directory (where compile_only / validate_only reports go).
 std::string current_artifact_dir();
+// The CSX backend's compile_dir (empty for other backends or when unset): every compiled
+// program's report is written there.
+std::string current_compile_dir();
 
 }  // namespace cstorch::runtime

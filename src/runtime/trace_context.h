@@ -36,6 +36,10 @@ class TraceContext {
   // Adds a capture slot for an impl created inside the trace whose value must persist (a new
   // .grad); `original` is the persistent leaf that will hold it.
   size_t add_persistent(const std::shared_ptr<TensorImpl>& impl, ir::NodePtr original);
+  // backward() notes each parameter gradient it leaves (the accumulated .grad value), in the
+  // order produced; the compiler's gradient all-reduce pass starts from these.
+  void note_gradient(const ir::NodePtr& n) { gradients_.push_back(n); }
+  std::vector<ir::NodePtr>& gradients() { return gradients_; }
 
   static TraceContext* current();
 
@@ -45,6 +49,7 @@ class TraceContext {
   std::vector<ir::NodePtr> nodes_;
   std::vector<ir::NodePtr> batch_inputs_;
   std::vector<Capture> captures_;
+  std::vector<ir::NodePtr> gradients_;
   std::unordered_map<TensorImpl*, size_t> capture_index_;
 };
 

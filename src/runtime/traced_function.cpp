@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "compiler/program.h"
+#include "cstorch/distributed.h"
 #include "cstorch/runtime.h"
 #include "runtime/alloc_counter.h"
 #include "runtime/executor.h"
@@ -179,6 +180,7 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
     }
     g.nodes = ctx.nodes();
     g.batch_inputs = ctx.batch_inputs();
+    g.gradients = ctx.gradients();
     traced_ops = g.count_ops();
   }
   CS_CHECK(g.batch_inputs.size() <= kMaxStepIO && g.outputs.size() <= kMaxStepIO,
@@ -191,7 +193,20 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
     variant.report = trace_report(g);
     return variant;
   }
+  const bool data_parallel = distributed::num_replicas() > 1;
+  // Every replica computes every gradient: the others need its share in the all-reduce even
+  // where this replica does not use the gradient itself (a sharded optimizer).
+  if (data_parallel) g.keep = g.gradients;
   compiler::optimize(g, f.name);
+  if (data_parallel) {
+    // Data parallel: gradients are averaged over the replicas, weighted by this replica's
+    // sample count (the leading dimension of the first batch input).
+    double weight = 1;
+    if (!g.batch_inputs.empty() && !g.batch_inputs[0]->shape.empty())
+      weight = static_cast<double>(std::max<int64_t>(g.batch_inputs[0]->shape[0], 1));
+    if (compiler::make_gradient_allreduce_pass(weight, distributed::bucket_bytes())->run(g))
+      compiler::verify(g, "gradient_allreduce");
+  }
   compiler::ProgramStats st;
   st.nodes_traced = traced_ops;
   variant.program = std::make_shared<compiler::Program>(std::move(g), DeviceType::CPU, st);
@@ -226,6 +241,25 @@ static std::vector<Tensor> dry_call(TracedFunction::Impl& f, const std::vector<T
   return outs;
 }
 
+// CSX backend with a compile_dir: each compiled program's report is kept there (by the main
+// process; every replica compiles the same program).
+static void write_compile_artifact(TracedFunction::Impl& f, const std::string& sig,
+                                   const Variant& v) {
+  const std::string dir = runtime::current_compile_dir();
+  if (dir.empty() || !distributed::is_main_process()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  size_t n = 0;
+  for (auto& [k, vs] : f.cache) n += vs.size();
+  std::string path = fmt::format("{}/{}-compile-{}.txt", dir, f.name, n - 1);
+  std::ofstream out(path);
+  CS_CHECK(out.good(), "trace '{}': cannot write the compile artefact '{}' (backend compile_dir)",
+           f.name, path);
+  out << fmt::format("compile report for traced step '{}'\nsignature: {}\nreplicas: {}\n", f.name,
+                     sig, distributed::num_replicas())
+      << v.report;
+}
+
 std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
   CS_CHECK(!in_trace(), "trace '{}': a traced step cannot be called inside another traced step",
            impl_->name);
@@ -246,6 +280,7 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
     ex.synchronize();
     variants.push_back(trace_and_compile(*impl_, inputs));
     variant = &variants.back();
+    write_compile_artifact(*impl_, sig, *variant);
   }
   std::shared_ptr<compiler::Program> program = variant->program;
   variant->apply_grads();

@@ -117,6 +117,12 @@ class DataLoader {
   // steps_per_epoch, initial_step (see StepArgs); num_workers (>= 1; default: the current
   // backend's cluster_config.num_workers_per_csx, else 1); prefetch (batches each worker may
   // have ready ahead of the client, >= 1, default 4). Every other key is passed to input_fn.
+  // With more than one replica (cstorch/distributed.h; `num_replicas` / `replica` args override
+  // the active group, for tests): num_workers is the cluster's total (default
+  // num_workers_per_csx per replica), assigned round-robin — this replica runs workers w with
+  // w % num_replicas == replica, each building its loader as worker w of the total; fewer
+  // workers than replicas is an error saying how many are needed. An integer `batch_size` is
+  // the global batch: input_fn receives this replica's share (distributed::replica_batch_size).
   // Workers start on first use (size(), next(), the DataExecutor), not here.
   explicit DataLoader(InputFn input_fn, Config args = Config::object());
   // Stops and joins the workers (a worker blocked on a full queue is woken).
@@ -126,7 +132,13 @@ class DataLoader {
 
   const Config& args() const { return args_; }  // what input_fn receives
   const StepArgs& step_args() const { return steps_; }
-  int num_workers() const { return num_workers_; }
+  int num_workers() const { return num_workers_; }  // workers this process runs
+  // Multi-replica: the replica this loader feeds, of how many, and its workers' global ids
+  // among all `total_workers()`.
+  int num_replicas() const { return num_replicas_; }
+  int replica() const { return replica_; }
+  const std::vector<int>& worker_ids() const { return worker_ids_; }
+  int total_workers() const { return total_workers_; }
   int prefetch() const { return prefetch_; }
 
   // Batches per epoch: the sum of the workers' loader sizes, capped by steps_per_epoch; -1 when
@@ -205,6 +217,8 @@ class DataLoader {
   Config args_;
   StepArgs steps_;
   int num_workers_ = 1, prefetch_ = 4;
+  int num_replicas_ = 1, replica_ = 0, total_workers_ = 1;
+  std::vector<int> worker_ids_;  // global id of each local worker
   std::vector<Worker> workers_;
   bool started_ = false;
   std::mutex m_;

@@ -41,7 +41,7 @@ class Cse : public Pass {
         auto it = repl.find(in.get());
         if (it != repl.end()) in = it->second;
       }
-      if (n->inputs.empty() || has_trait(n->op, ir::kRandom)) continue;
+      if (n->inputs.empty() || has_trait(n->op, ir::kRandom | ir::kCollective)) continue;
       auto [it, inserted] = seen.emplace(Key{n.get()}, n);
       if (!inserted) repl[n.get()] = it->second;
     }

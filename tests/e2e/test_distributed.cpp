@@ -1,0 +1,250 @@
+// Multi-replica data parallel end to end, with real MPI launches (mpirun -np 2): collectives,
+// 2 replicas with batch B/2 each == 1 replica with batch B, sharded == unsharded optimizer
+// state, checkpoint + resume == uninterrupted, the too-few-workers error, and a failing rank
+// stopping the whole launch in bounded time.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cstorch/checkpoint.h"
+#include "cstorch/data/mnist.h"
+#include "e2e/e2e_util.h"
+#include "modelzoo/loggers.h"
+
+namespace fs = std::filesystem;
+using e2e::run;
+
+namespace {
+
+const std::string kBin = CSTORCH_BINARY_DIR;
+const std::string kCszoo = kBin + "/cszoo";
+const std::string kPlugins = kBin + "/tests/plugins";
+
+// mpirun with N processes as CI needs it (root in a container: --allow-run-as-root; shared
+// memory without cross-process attach; one kernel thread per replica on a small machine).
+std::string mpirun(int n) {
+  std::string cmd =
+      std::string("OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 ") +
+      CSTORCH_MPIEXEC + " -np " + std::to_string(n) + " --oversubscribe --bind-to none";
+  if (::geteuid() == 0) cmd += " --allow-run-as-root";
+  return cmd + " ";
+}
+
+struct Setup {
+  fs::path root, data;
+};
+const Setup& setup() {
+  static Setup s = [] {
+    Setup x;
+    x.root = e2e::temp_dir("cstorch_dist", "runs");
+    x.data = x.root / "mnist";
+    cstorch::data::write_synthetic_mnist(x.data.string(), 2000, 300, 11);
+    return x;
+  }();
+  return s;
+}
+
+struct Cfg {
+  std::string name;
+  int max_steps = 20;
+  int ckpt_steps = 10;
+  std::string backend = "device: CPU";
+  std::string train_extra;
+  std::string callbacks;
+  bool validate = false;
+};
+
+// A small FC-MNIST config (global batch 32); returns its path.
+std::string write_config(const Cfg& c) {
+  const auto& s = setup();
+  fs::path dir = s.root / c.name;
+  fs::create_directories(dir);
+  std::string data = s.data.string();
+  std::string y =
+      "trainer:\n  init:\n    " + c.backend + "\n    model_dir: " + (dir / "model").string() +
+      "\n    seed: 7\n"
+      "    model: {name: fc_mnist, hidden_sizes: [32]}\n"
+      "    optimizer: {SGD: {lr: 0.05, momentum: 0.9}}\n"
+      "    loop: {max_steps: " +
+      std::to_string(c.max_steps) + (c.validate ? ", eval_frequency: 10" : "") +
+      "}\n    checkpoint: {steps: " + std::to_string(c.ckpt_steps) +
+      "}\n    logging: {log_steps: 5}\n" + c.callbacks +
+      "  fit:\n    train_dataloader: {data_processor: MNISTDataProcessor, data_dir: " + data +
+      ", batch_size: 32, shuffle_seed: 3, synthetic: false" + c.train_extra + "}\n";
+  if (c.validate)
+    y += "    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: " + data +
+         ", split: test, batch_size: 100, synthetic: false}\n";
+  std::string path = (dir / "fit.yaml").string();
+  std::ofstream(path) << y;
+  return path;
+}
+
+fs::path ckpt(const std::string& name, int step) {
+  return setup().root / name / "model" / ("checkpoint_" + std::to_string(step) + ".mdl");
+}
+
+// Largest |a - b| over a tensor relative to the largest |b|, for every model tensor.
+void expect_models_close(const fs::path& a, const fs::path& b, double rel) {
+  auto sa = cstorch::load(a.string()).at("model"), sb = cstorch::load(b.string()).at("model");
+  ASSERT_EQ(sa.keys(), sb.keys());
+  for (const auto& k : sa.keys()) {
+    auto x = sa.at(k).as_tensor().to_vector<float>(), y = sb.at(k).as_tensor().to_vector<float>();
+    ASSERT_EQ(x.size(), y.size()) << k;
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::fabs(x[i] - y[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(y[i])));
+    }
+    EXPECT_LE(diff, rel * scale) << k << ": max abs diff " << diff << " of max " << scale;
+  }
+}
+
+double logged(const std::string& name, const std::string& metric, int64_t step) {
+  auto rows = modelzoo::read_metrics_file(setup().root / name / "model" / "metrics.jsonl");
+  for (auto& r : rows)
+    if (r.name == metric && r.step == step) return r.value;
+  return NAN;
+}
+
+}  // namespace
+
+TEST(DistributedE2E, CollectivesAndATracedDataParallelStep) {
+  int st = 0;
+  std::string out = run(mpirun(2) + kBin + "/tests/dist_helper collectives", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("dist_helper ok rank 1 of 2"), std::string::npos) << out;
+  // 3 replicas over a global batch of 7 (3 + 2 + 2 samples): the weighted mean is exact.
+  out = run(mpirun(3) + kBin + "/tests/dist_helper traced", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("dist_helper ok rank 2 of 3"), std::string::npos) << out;
+  // Without a launcher: a group of one, no MPI needed.
+  out = run(kBin + "/tests/dist_helper traced", &st);
+  EXPECT_EQ(st, 0) << out;
+}
+
+// 2 replicas with 16 samples each == 1 replica with 32 after 20 steps (and the combined loss
+// and validation metrics equal the single replica's).
+TEST(DistributedE2E, TwoReplicasMatchOneReplica) {
+  int st = 0;
+  std::string out = run(kCszoo + " fit " + write_config({.name = "one", .validate = true}), &st);
+  ASSERT_EQ(st, 0) << out;
+  out = run(mpirun(2) + kCszoo + " fit " + write_config({.name = "two", .validate = true}) +
+                " --multireplica",
+            &st);
+  ASSERT_EQ(st, 0) << out;
+  expect_models_close(ckpt("one", 20), ckpt("two", 20), 1e-5);
+  // Rank 0 alone logs: one validation line per validation, one metrics file.
+  size_t lines = 0;
+  for (size_t p = out.find("validation at step 10"); p != std::string::npos;
+       p = out.find("validation at step 10", p + 1))
+    ++lines;
+  EXPECT_EQ(lines, 1u) << out;
+  for (const char* m : {"loss", "eval/loss", "eval/accuracy"}) {
+    const int64_t step = std::string(m) == "loss" ? 20 : 10;
+    double a = logged("one", m, step), b = logged("two", m, step);
+    EXPECT_NEAR(a, b, 1e-5 * std::max(1.0, std::fabs(a))) << m;
+  }
+  std::ifstream meta(setup().root / "two" / "model" / "run_metadata.json");
+  std::string text((std::istreambuf_iterator<char>(meta)), {});
+  EXPECT_NE(text.find("\"replicas\": 2"), std::string::npos) << text;
+}
+
+// ZeRO-1 sharded optimizer state (max_wgt_servers: 0 = one shard per replica) gives the same
+// weights and the same (gathered) optimizer state as one shard; the sharded run is started by
+// cszoo itself (--num_csx 2 without mpirun).
+TEST(DistributedE2E, ShardedOptimizerStateMatchesUnsharded) {
+  int st = 0;
+  std::string out =
+      run(mpirun(2) + kCszoo + " fit " +
+              write_config({.name = "unsharded",
+                            .backend = "backend: {backend_type: CSX, cluster_config: {num_csx: 2, "
+                                       "max_wgt_servers: 1}}"}),
+          &st);
+  ASSERT_EQ(st, 0) << out;
+  out = run("OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 " + kCszoo + " fit " +
+                write_config({.name = "sharded",
+                              .backend = "backend: {backend_type: CSX, cluster_config: "
+                                         "{max_wgt_servers: 0}}"}) +
+                " --num_csx 2",
+            &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("launching 2 replicas"), std::string::npos) << out;
+  out = run(kCszoo + " checkpoint diff " + ckpt("unsharded", 20).string() + " " +
+                ckpt("sharded", 20).string(),
+            &st);
+  EXPECT_EQ(st, 0) << out;
+}
+
+// Checkpoint at step 10 with 2 replicas, resume to 20: identical to the uninterrupted run
+// (weights, optimizer, every replica's data position).
+TEST(DistributedE2E, CheckpointAndResumeMatchUninterrupted) {
+  int st = 0;
+  std::string out = run(
+      mpirun(2) + kCszoo + " fit " + write_config({.name = "straight"}) + " --multireplica", &st);
+  ASSERT_EQ(st, 0) << out;
+  out = run(mpirun(2) + kCszoo + " fit " + write_config({.name = "resumed", .max_steps = 10}) +
+                " --multireplica",
+            &st);
+  ASSERT_EQ(st, 0) << out;
+  ASSERT_FALSE(fs::exists(ckpt("resumed", 20)));
+  out = run(mpirun(2) + kCszoo + " fit " + write_config({.name = "resumed"}) + " --multireplica",
+            &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("loaded checkpoint"), std::string::npos) << out;
+  out = run(kCszoo + " checkpoint diff " + ckpt("straight", 20).string() + " " +
+                ckpt("resumed", 20).string(),
+            &st);
+  EXPECT_EQ(st, 0) << out;
+  // A 2-replica checkpoint cannot silently resume as 1 replica (its data positions).
+  out = run(kCszoo + " fit " + write_config({.name = "resumed", .max_steps = 30}), &st);
+  EXPECT_EQ(st, 1) << out;
+  EXPECT_NE(out.find("data positions of 2 replicas, this run has 1"), std::string::npos) << out;
+}
+
+TEST(DistributedE2E, TooFewWorkersAndTooFewProcesses) {
+  int st = 0;
+  std::string out = run(mpirun(2) + kCszoo + " fit " +
+                            write_config({.name = "workers", .train_extra = ", num_workers: 1"}) +
+                            " --multireplica",
+                        &st);
+  EXPECT_NE(st, 0) << out;
+  EXPECT_NE(out.find("2 replicas need at least 2 input workers (one per replica), got 1"),
+            std::string::npos)
+      << out;
+  // num_csx larger than the launch.
+  out = run(mpirun(1) + kCszoo + " fit " +
+                write_config({.name = "procs",
+                              .backend = "backend: {backend_type: CSX, cluster_config: "
+                                         "{num_csx: 2}}"}),
+            &st);
+  EXPECT_NE(st, 0) << out;
+  EXPECT_NE(out.find("num_csx is 2 but this run was launched as 1 process"), std::string::npos)
+      << out;
+}
+
+// One replica throws at step 5 while the other waits in the gradient all-reduce: both stop,
+// non-zero, within 30 s, and the message names the rank.
+TEST(DistributedE2E, AFailingRankStopsEveryRank) {
+  int st = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  std::string out =
+      run(mpirun(2) + kCszoo + " fit " +
+              write_config({.name = "fault",
+                            .max_steps = 200,
+                            .callbacks = "    callbacks: [{FailAtStep: {step: 5, rank: 1}}]\n"}) +
+              " --multireplica --python_paths " + kPlugins,
+          &st);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(st, 0) << out;
+  EXPECT_LT(s, 30.0) << out;
+  EXPECT_NE(out.find("error: rank 1 of 2: FailAtStep: injected failure at step 5"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(ckpt("fault", 200)));
+}
