@@ -5,12 +5,15 @@
 //       [--seed 1] [--eos_token_id ID]
 //
 // Greedy unless --top_k, --top_p or --temperature asks for sampling (--temperature 0 is
-// greedy). Prints the prompt and generated ids (and text when a tokenizer is available).
+// greedy). Prints the prompt and generated ids, and the text when --tokenizer names the
+// byte-level BPE files (the embedded corpus writes them next to its data: data/gpt2/vocab.json,
+// data/gpt2/merges.txt).
 #include <filesystem>
 #include <sstream>
 
 #include "cstorch/checkpoint.h"
 #include "cstorch/config.h"
+#include "cstorch/data/tokenizer.h"
 #include "modelzoo/cli.h"
 #include "modelzoo/generation/generation.h"
 #include "modelzoo/legacy.h"
@@ -73,7 +76,7 @@ Config model_section(const std::string& path) {
 
 void run_generate(const GenerateArgs& a) {
   namespace gen = generation;
-  std::unique_ptr<gen::TextTokenizer> tok;
+  std::optional<cstorch::data::BpeTokenizer> tok;
   if (!a.tokenizer.empty()) {
     auto comma = a.tokenizer.find(',');
     CS_CHECK(comma != std::string::npos,
@@ -81,17 +84,14 @@ void run_generate(const GenerateArgs& a) {
     const std::string vocab = a.tokenizer.substr(0, comma), merges = a.tokenizer.substr(comma + 1);
     for (const auto& f : {vocab, merges})
       CS_CHECK(std::filesystem::is_regular_file(f), "--tokenizer: '{}' does not exist", f);
-    CS_CHECK(static_cast<bool>(gen::bpe_tokenizer_factory()),
-             "--tokenizer: the byte-level BPE tokenizer is not available in this build (it comes "
-             "with the text data processors); pass the prompt as --prompt_ids");
-    tok = gen::bpe_tokenizer_factory()(vocab, merges);
+    tok = cstorch::data::BpeTokenizer::from_files(vocab, merges);
   }
   CS_CHECK(a.prompt.empty() != a.prompt_ids.empty(),
            "generate: give the prompt either as --prompt \"text\" or as --prompt_ids 1,2,3 "
            "(exactly one)");
   std::vector<int64_t> prompt;
   if (!a.prompt.empty()) {
-    CS_CHECK(tok != nullptr,
+    CS_CHECK(tok.has_value(),
              "--prompt: text prompts need a tokenizer (--tokenizer vocab.json,merges.txt); or "
              "pass token ids with --prompt_ids");
     prompt = tok->encode(a.prompt);

@@ -134,19 +134,4 @@ GenerationResult generate(gpt2::GPT2Model& model, const std::vector<int64_t>& pr
   return r;
 }
 
-namespace {
-TokenizerFactory& factory_slot() {
-  static TokenizerFactory f;
-  return f;
-}
-}  // namespace
-
-void set_bpe_tokenizer_factory(TokenizerFactory f) {
-  factory_slot() = std::move(f);
-}
-
-const TokenizerFactory& bpe_tokenizer_factory() {
-  return factory_slot();
-}
-
 }  // namespace modelzoo::generation

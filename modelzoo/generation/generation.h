@@ -71,19 +71,4 @@ struct GenerationResult {
 GenerationResult generate(gpt2::GPT2Model& model, const std::vector<int64_t>& prompt,
                           const GenerationOptions& o);
 
-// The text tokenizer hook of `cszoo generate --prompt/--tokenizer`: the byte-level BPE
-// tokenizer (vocab.json + merges.txt) registers a factory here; until one is set, text
-// prompts are a clear error and --prompt_ids must be used.
-class TextTokenizer {
- public:
-  virtual ~TextTokenizer() = default;
-  virtual std::vector<int64_t> encode(const std::string& text) const = 0;
-  virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
-};
-using TokenizerFactory = std::function<std::unique_ptr<TextTokenizer>(
-    const std::string& vocab_json, const std::string& merges_txt)>;
-void set_bpe_tokenizer_factory(TokenizerFactory f);
-// The factory, or an empty function when none is registered.
-const TokenizerFactory& bpe_tokenizer_factory();
-
 }  // namespace modelzoo::generation

@@ -42,8 +42,7 @@ TEST(CustomOptimizer, ExampleTrainsWithUserOptimizerAndSchedule) {
 }
 
 TEST(MixedPrecision, FcMnistBf16ReachesTheF32TargetAndF16Trains) {
-  auto dir = std::filesystem::temp_directory_path() / "cstorch_e2e_mnist_amp";
-  std::filesystem::remove_all(dir);
+  auto dir = e2e::temp_dir("cstorch_e2e", "mnist_amp");
   int status = 0;
   std::string out = run(std::string(CSTORCH_BINARY_DIR) +
                             "/fc_mnist --epochs 1 --log-every 300 "

@@ -27,9 +27,7 @@ std::vector<std::string> step_lines(const std::string& out) {
 }  // namespace
 
 TEST(DataResume, ResumedProcessSeesTheSameBatches) {
-  auto dir = std::filesystem::temp_directory_path() / "cstorch_e2e_data_resume";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  auto dir = e2e::temp_dir("cstorch_e2e", "data_resume");
   const std::string bin = std::string(CSTORCH_BINARY_DIR) + "/data_resume";
   int status = 0;
   auto full = run(bin + " --max-steps 100", &status);

@@ -13,8 +13,7 @@
 using e2e::run;
 
 TEST(FcMnist, TrainsToNinetyFivePercentWithFallingLoss) {
-  auto dir = std::filesystem::temp_directory_path() / "cstorch_e2e_mnist";
-  std::filesystem::remove_all(dir);
+  auto dir = e2e::temp_dir("cstorch_e2e", "mnist");
   int status = 0;
   std::string out = run(std::string(CSTORCH_BINARY_DIR) +
                             "/fc_mnist --epochs 1 --log-every 100 --data-dir " + dir.string(),
@@ -41,8 +40,7 @@ TEST(FcMnist, TrainsToNinetyFivePercentWithFallingLoss) {
 }
 
 TEST(FcMnist, CorruptDataFileIsAClearError) {
-  auto dir = std::filesystem::temp_directory_path() / "cstorch_e2e_corrupt";
-  std::filesystem::remove_all(dir);
+  auto dir = e2e::temp_dir("cstorch_e2e", "corrupt");
   int status = 0;
   run(std::string(CSTORCH_BINARY_DIR) + "/make_digits --out " + dir.string() +
           " --train 200 --test 100",

@@ -3,6 +3,8 @@
 // configuration and the legacy converter. Every outcome must be success or a cstorch::Error;
 // anything else (another exception type, a crash, a hang) fails the test. Bounded time:
 // CSTORCH_FUZZ_SECONDS (default 3).
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -91,7 +93,8 @@ std::string mutate(std::string s, std::mt19937_64& rng) {
 }  // namespace
 
 TEST(ConfigFuzz, MutatedConfigsGiveClearErrorsOnly) {
-  auto dir = std::filesystem::temp_directory_path() / "cstorch_config_fuzz";
+  auto dir = std::filesystem::temp_directory_path() /
+             ("cstorch_config_fuzz_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::filesystem::current_path(dir);  // mutated model_dir / file paths land here

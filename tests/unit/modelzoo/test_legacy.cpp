@@ -1,5 +1,7 @@
 // Legacy params.yaml conversion and the runner API: a custom runner's hooks fire in the
 // documented order (end hooks only after a successful finish).
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -16,7 +18,8 @@ Config legacy(const std::string& mode, const std::string& extra = "") {
   // One folder per test: ctest runs tests in parallel processes.
   auto dir = std::filesystem::temp_directory_path() /
              (std::string("cstorch_legacy_") +
-              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+              ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+              std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   return cs::parse_config(
       "train_input: {data_processor: TinyData, batches: 4, batch_size: 4}\n"
@@ -134,7 +137,8 @@ TEST(Legacy, EndHooksOnlyAfterSuccess) {
 }
 
 TEST(Legacy, CompileOnlyRunnerStopsAfterCompiling) {
-  auto art = std::filesystem::temp_directory_path() / "cstorch_legacy_art";
+  auto art =
+      std::filesystem::temp_directory_path() / ("cstorch_legacy_art_" + std::to_string(::getpid()));
   std::filesystem::remove_all(art);
   Config p = legacy("train", "  compile_only: true\n");
   auto runner = modelzoo::BaseRunner::create(p);

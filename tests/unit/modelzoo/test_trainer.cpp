@@ -1,5 +1,7 @@
 // Trainer: YAML schema and key-path errors, hook order (including exception hooks), the loop's
 // step counting, gradient accumulation and validation.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -108,7 +110,8 @@ class Recorder : public modelzoo::Callback {
 };
 
 std::string tmpdir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("cstorch_trainer_" + name);
+  auto d = std::filesystem::temp_directory_path() /
+           ("cstorch_trainer_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   return d.string();
 }

@@ -1,4 +1,6 @@
 // Backend rules and compile(); the optimizer preinitialize contract.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -209,7 +211,8 @@ TEST(Backend, ConfigureValidatesClusterFields) {
 // compile_only: each new signature is traced and compiled once, the report is written to the
 // artifact directory and nothing runs (parameters keep their values).
 TEST(Backend, CompileOnlyWritesAReportAndRunsNothing) {
-  auto dir = std::filesystem::temp_directory_path() / "cstorch_compile_only";
+  auto dir = std::filesystem::temp_directory_path() /
+             ("cstorch_compile_only_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   cs::BackendOptions o;
   o.artifact_dir = dir.string();
@@ -240,7 +243,8 @@ TEST(Backend, CompileOnlyWritesAReportAndRunsNothing) {
 }
 
 TEST(Backend, ValidateOnlyTracesAndChecks) {
-  auto dir = std::filesystem::temp_directory_path() / "cstorch_validate_only";
+  auto dir = std::filesystem::temp_directory_path() /
+             ("cstorch_validate_only_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   cs::BackendOptions o;
   o.artifact_dir = dir.string();
