@@ -168,8 +168,7 @@ struct UnpackAttrs {
 using Attrs =
     std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs, GeluAttrs,
                  AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs, LossAttrs, ShapeAttrs,
-                 PermuteAttrs, SliceAttrs, TriAttrs, AttentionAttrs, AllReduceAttrs,
-                 UnpackAttrs>;
+                 PermuteAttrs, SliceAttrs, TriAttrs, AttentionAttrs, AllReduceAttrs, UnpackAttrs>;
 
 inline size_t hash_attrs(const Attrs& a) {
   return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));
