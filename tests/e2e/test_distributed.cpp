@@ -248,3 +248,38 @@ TEST(DistributedE2E, AFailingRankStopsEveryRank) {
       << out;
   EXPECT_FALSE(fs::exists(ckpt("fault", 200)));
 }
+
+// Seed 000's pattern: one launch, two trainers with different cluster_configs. The first runs
+// 2 replicas (equal to one replica with the whole batch), the second 1 replica (rank 1 sits it
+// out); each writes its own run metadata.
+TEST(DistributedE2E, TrainersWithDifferentClusterConfigsInOneLaunch) {
+  int st = 0;
+  const auto& s = setup();
+  std::string out = run(kCszoo + " fit " + write_config({.name = "single_ref"}), &st);
+  ASSERT_EQ(st, 0) << out;
+  auto trainer = [&](const std::string& name, int replicas) {
+    return "  - trainer:\n      init:\n        backend: {backend_type: CSX, cluster_config: "
+           "{num_csx: " +
+           std::to_string(replicas) +
+           "}}\n        model_dir: " + (s.root / name / "model").string() +
+           "\n        seed: 7\n"
+           "        model: {name: fc_mnist, hidden_sizes: [32]}\n"
+           "        optimizer: {SGD: {lr: 0.05, momentum: 0.9}}\n"
+           "        loop: {max_steps: 20}\n        checkpoint: {steps: 10}\n"
+           "      fit:\n        train_dataloader: {data_processor: MNISTDataProcessor, data_dir: " +
+           s.data.string() + ", batch_size: 32, shuffle_seed: 3, synthetic: false}\n";
+  };
+  fs::create_directories(s.root / "two_trainers");
+  const std::string path = (s.root / "two_trainers" / "fit.yaml").string();
+  std::ofstream(path) << "trainer:\n" + trainer("first_2", 2) + trainer("second_1", 1);
+  out = run(mpirun(2) + kCszoo + " fit " + path, &st);
+  ASSERT_EQ(st, 0) << out;
+  expect_models_close(ckpt("single_ref", 20), ckpt("first_2", 20), 1e-5);
+  expect_models_close(ckpt("single_ref", 20), ckpt("second_1", 20), 1e-5);
+  for (auto [name, replicas] : {std::pair{"first_2", 2}, std::pair{"second_1", 1}}) {
+    std::ifstream meta(s.root / name / "model" / "run_metadata.json");
+    std::string text((std::istreambuf_iterator<char>(meta)), {});
+    EXPECT_NE(text.find("\"replicas\": " + std::to_string(replicas)), std::string::npos)
+        << name << ": " << text;
+  }
+}
