@@ -36,26 +36,43 @@ void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g_in
 
 }  // namespace
 
-void Tensor::backward(const Tensor& grad_in) const {
-  CS_CHECK(defined(), "backward(): tensor is undefined");
-  CS_CHECK(requires_grad(),
-           "backward(): the tensor does not require grad (no input of the computation that "
-           "produced it requires grad, or it was computed under NoGradGuard)");
-  Tensor root_grad = grad_in;
-  if (!root_grad.defined()) {
-    CS_CHECK(numel() == 1,
-             "backward(): a gradient must be given for a non-scalar tensor of shape {}",
-             shape_str(shape()));
-    root_grad = ones(shape(), dtype());
-  } else {
-    CS_CHECK(root_grad.shape() == shape(), "backward(): gradient shape {} does not match {}",
-             shape_str(root_grad.shape()), shape_str(shape()));
+namespace {
+thread_local int t_backward_depth = 0;
+thread_local std::vector<std::function<void()>>* t_backward_end = nullptr;
+
+// Runs the at_backward_end callbacks when the outermost pass ends (also on an error).
+class BackwardDepth {
+ public:
+  BackwardDepth() {
+    if (t_backward_depth++ == 0) t_backward_end = &list_;
   }
+  ~BackwardDepth() {
+    if (--t_backward_depth != 0) return;
+    t_backward_end = nullptr;
+    for (auto& f : list_) f();
+  }
+  BackwardDepth(const BackwardDepth&) = delete;
+  BackwardDepth& operator=(const BackwardDepth&) = delete;
+
+ private:
+  std::vector<std::function<void()>> list_;
+};
+}  // namespace
+
+namespace detail {
+
+void at_backward_end(std::function<void()> f) {
+  CS_CHECK(t_backward_end != nullptr, "at_backward_end: no backward pass is running");
+  t_backward_end->push_back(std::move(f));
+}
+
+void backward_from(const ir::NodePtr& root, const Tensor& root_grad,
+                   const std::unordered_map<ir::Node*, size_t>* capture,
+                   std::vector<Tensor>* captured, uint32_t fence) {
+  BackwardDepth depth;
   NoGradGuard no_grad;           // gradient ops themselves build no history (create_graph=false)
   amp::detail::Off no_autocast;  // gradients keep the dtypes of the forward values
-
-  auto* ctx = runtime::TraceContext::current();
-  ir::NodePtr root = ctx ? ctx->resolve(impl_ptr()) : impl()->node;
+  auto is_captured = [&](ir::Node* n) { return capture && capture->count(n) != 0; };
 
   // Topological order of the nodes that require grad (iterative DFS, post-order).
   std::vector<ir::Node*> order;
@@ -64,13 +81,20 @@ void Tensor::backward(const Tensor& grad_in) const {
   seen.insert(root.get());
   while (!stack.empty()) {
     auto& [n, i] = stack.back();
-    if (!n->leaf.expired() || i >= n->inputs.size()) {
+    if (!n->leaf.expired() || i >= n->inputs.size() || is_captured(n)) {
       order.push_back(n);
       stack.pop_back();
       continue;
     }
     ir::Node* c = n->inputs[i++].get();
-    if (c->requires_grad && seen.insert(c).second) stack.push_back({c, 0});
+    if (!c->requires_grad || !seen.insert(c).second) continue;
+    if (fence != 0 && c->id < fence && !is_captured(c))
+      fail(
+          "checkpoint: the recomputed function read a tensor that requires grad (op '{}', node "
+          "%{}, shape {}) which its first run did not read; a checkpointed function must "
+          "compute the same thing every time it is called",
+          c->name(), c->id, shape_str(c->shape));
+    stack.push_back({c, 0});
   }
 
   std::unordered_map<ir::Node*, Tensor> grads;
@@ -86,6 +110,14 @@ void Tensor::backward(const Tensor& grad_in) const {
     if (git == grads.end()) continue;
     Tensor g = git->second;
     grads.erase(git);
+    if (capture) {
+      auto cit = capture->find(n);
+      if (cit != capture->end()) {
+        auto& slot = (*captured)[cit->second];
+        slot = slot.defined() ? add(slot, g) : g;
+        continue;
+      }
+    }
     if (auto leaf = n->leaf.lock()) {
       accumulate_leaf(leaf, g);
       continue;
@@ -109,6 +141,27 @@ void Tensor::backward(const Tensor& grad_in) const {
       slot = slot.defined() ? add(slot, gi[i]) : gi[i];
     }
   }
+}
+
+}  // namespace detail
+
+void Tensor::backward(const Tensor& grad_in) const {
+  CS_CHECK(defined(), "backward(): tensor is undefined");
+  CS_CHECK(requires_grad(),
+           "backward(): the tensor does not require grad (no input of the computation that "
+           "produced it requires grad, or it was computed under NoGradGuard)");
+  Tensor root_grad = grad_in;
+  if (!root_grad.defined()) {
+    CS_CHECK(numel() == 1,
+             "backward(): a gradient must be given for a non-scalar tensor of shape {}",
+             shape_str(shape()));
+    root_grad = ones(shape(), dtype());
+  } else {
+    CS_CHECK(root_grad.shape() == shape(), "backward(): gradient shape {} does not match {}",
+             shape_str(root_grad.shape()), shape_str(shape()));
+  }
+  auto* ctx = runtime::TraceContext::current();
+  detail::backward_from(ctx ? ctx->resolve(impl_ptr()) : impl()->node, root_grad);
 }
 
 }  // namespace cstorch

@@ -1,9 +1,12 @@
 // Internals shared by the op families, autograd, tracing and the runtime: the TensorImpl, the
 // one dispatch entry point that either runs an op (eager) or records it (traced), and helpers.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cstorch/tensor.h"
@@ -64,6 +67,53 @@ Tensor take_rng_state();
 // the step was called: that decides whether the body assigns or accumulates gradients.
 void register_grad_leaf(const std::shared_ptr<TensorImpl>& impl);
 std::vector<std::shared_ptr<TensorImpl>> live_grad_leaves();
+
+// Sets grad mode for its lifetime (the recomputed forward of a checkpoint runs with grad on
+// inside the backward pass, which runs under no-grad).
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// While one is installed (thread-local), dispatch notes every distinct input node that requires
+// grad: what a checkpointed function reads from outside itself (it runs under no-grad, so
+// nothing it computes requires grad).
+struct GradInputRecorder {
+  std::vector<ir::NodePtr> nodes;
+  std::unordered_set<ir::Node*> seen;
+};
+class RecordGradInputs {
+ public:
+  explicit RecordGradInputs(GradInputRecorder* r);
+  ~RecordGradInputs();
+  RecordGradInputs(const RecordGradInputs&) = delete;
+  RecordGradInputs& operator=(const RecordGradInputs&) = delete;
+
+ private:
+  GradInputRecorder* prev_;
+};
+
+// The id the next node will get (ids only grow): nodes with a smaller id existed before.
+uint32_t next_node_id();
+
+// Reverse-mode pass from `root` with gradient `root_grad` (Tensor::backward is this with no
+// capture). Nodes in `capture` (node -> slot) are end points: their summed gradient is put in
+// captured[slot] instead of flowing on or into a leaf's .grad. With `fence` > 0, reaching a
+// node older than the fence that is not captured is an error naming it (a recomputed function
+// read a tensor that requires grad which its first run did not).
+void backward_from(const ir::NodePtr& root, const Tensor& root_grad,
+                   const std::unordered_map<ir::Node*, size_t>* capture = nullptr,
+                   std::vector<Tensor>* captured = nullptr, uint32_t fence = 0);
+
+// Runs `f` when the outermost backward pass running on this thread ends (releases the
+// recomputed graphs that checkpoint gradient rules keep for the outputs still to come).
+void at_backward_end(std::function<void()> f);
 
 }  // namespace detail
 }  // namespace cstorch

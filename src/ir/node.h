@@ -33,6 +33,7 @@ enum OpTraits : uint32_t {
   kNoGrad = 1u << 3,
   kRandom = 1u << 4,
   kLeaf = 1u << 5,
+  kBarrier = 1u << 6,
 };
 
 // Host memory, 64-byte aligned. `owned` buffers are freed with the Buffer.
