@@ -23,8 +23,8 @@ using CheckpointFn = std::function<std::vector<Tensor>(const std::vector<Tensor>
 // `fn` must compute the same thing on every call: the same ops, reading the same tensors
 // (captured by value or through objects that outlive the backward pass; module parameters
 // are fine). In-place updates of state inside `fn` (batch-norm running statistics) happen
-// again on the re-run. Under no-grad `fn` simply runs. With several outputs, `fn` is re-run once
-// per backward pass and the recomputed graph kept until the pass ends.
+// again on the re-run. Under no-grad `fn` simply runs. Several outputs are differentiated
+// together when the backward pass has all their gradients: one re-run, one pass through it.
 // Errors: an empty `fn` or an undefined input; in the backward pass, a re-run that reads a
 // tensor requiring grad which the first run did not read, or returns outputs of another number,
 // shape or dtype.

@@ -102,18 +102,20 @@ class RecordGradInputs {
 // The id the next node will get (ids only grow): nodes with a smaller id existed before.
 uint32_t next_node_id();
 
-// Reverse-mode pass from `root` with gradient `root_grad` (Tensor::backward is this with no
-// capture). Nodes in `capture` (node -> slot) are end points: their summed gradient is put in
-// captured[slot] instead of flowing on or into a leaf's .grad. With `fence` > 0, reaching a
-// node older than the fence that is not captured is an error naming it (a recomputed function
-// read a tensor that requires grad which its first run did not).
-void backward_from(const ir::NodePtr& root, const Tensor& root_grad,
+// Reverse-mode pass from `roots` with gradients `root_grads` (Tensor::backward is this with
+// one root and no capture). Nodes in `capture` (node -> slot) are end points: their summed
+// gradient is put in captured[slot] instead of flowing on or into a leaf's .grad. With
+// `fence` > 0, reaching a node older than the fence that is not captured is an error naming
+// it (a recomputed function read a tensor that requires grad which its first run did not).
+void backward_from(const std::vector<ir::NodePtr>& roots, const std::vector<Tensor>& root_grads,
                    const std::unordered_map<ir::Node*, size_t>* capture = nullptr,
                    std::vector<Tensor>* captured = nullptr, uint32_t fence = 0);
 
-// Runs `f` when the outermost backward pass running on this thread ends (releases the
-// recomputed graphs that checkpoint gradient rules keep for the outputs still to come).
-void at_backward_end(std::function<void()> f);
+// The gradient rule of the outputs `outs` (Recompute nodes of one checkpoint call, with
+// gradients `grads`) taken together: re-runs the function once and back-propagates through
+// the re-run (src/ops/recompute.cpp). Returns the gradients of the shared inputs.
+std::vector<Tensor> recompute_vjp(const std::vector<ir::NodePtr>& outs,
+                                  const std::vector<Tensor>& grads);
 
 }  // namespace detail
 }  // namespace cstorch

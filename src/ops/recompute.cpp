@@ -31,11 +31,6 @@ struct RecomputeScope {
   std::vector<DType> out_dtypes;
   Tensor rng;                     // the generator state when the first run started
   std::optional<DType> autocast;  // the autocast mode of the first run
-  // The re-run, kept from the first gradient rule of this scope in a backward pass to its end.
-  bool recomputed = false;
-  std::vector<Tensor> outputs;
-  std::unordered_map<ir::Node*, size_t> capture;  // barrier / outside node -> Recompute input
-  uint32_t fence = 0;
 };
 }  // namespace ir
 
@@ -56,73 +51,74 @@ void infer_Recompute(ir::Node& n) {
   n.dtype = n.inputs[0]->dtype;
 }
 
-namespace {
-// Kept alive by the Recompute nodes' attributes; the forward value itself is not held here.
-void rerun(ir::RecomputeScope& s, const VjpArgs& a) {
-  s.fence = detail::next_node_id();
-  detail::GradModeGuard grad_on(true);
-  auto prev_autocast = amp::detail::active();
-  amp::detail::set_active(s.autocast);
-  struct RestoreAutocast {
-    std::optional<DType> v;
-    ~RestoreAutocast() { amp::detail::set_active(v); }
-  } restore{prev_autocast};
-
-  Tensor rng_now = rng_state();
-  set_rng_state(s.rng);
-  std::vector<Tensor> ins;
-  s.capture.clear();
-  for (size_t i = 0; i < s.num_inputs; ++i) {
-    Tensor b = detail::dispatch(ir::OpCode::RecomputeBarrier, ir::NoAttrs{}, {a.inputs[1 + i]});
-    if (b.node()->requires_grad) s.capture.emplace(b.node().get(), 1 + i);
-    ins.push_back(b);
-  }
-  for (size_t i = 1 + s.num_inputs; i < a.inputs.size(); ++i)
-    s.capture.emplace(a.node.inputs[i].get(), i);
-  std::vector<Tensor> outs = s.fn(ins);
-  set_rng_state(rng_now);
-  CS_CHECK(outs.size() == s.num_outputs,
-           "checkpoint: the recomputed function returned {} outputs, the first run {}", outs.size(),
-           s.num_outputs);
-  for (size_t k = 0; k < outs.size(); ++k) {
-    CS_CHECK(outs[k].defined() == s.out_defined[k],
-             "checkpoint: output {} of the recomputed function is {}defined, the first run's {}", k,
-             outs[k].defined() ? "" : "un", s.out_defined[k] ? "was" : "was not");
-    if (!outs[k].defined()) continue;
-    CS_CHECK(outs[k].shape() == s.out_shapes[k] && outs[k].dtype() == s.out_dtypes[k],
-             "checkpoint: output {} of the recomputed function is {} {}, the first run gave {} {}",
-             k, dtype_name(outs[k].dtype()), shape_str(outs[k].shape()),
-             dtype_name(s.out_dtypes[k]), shape_str(s.out_shapes[k]));
-  }
-  s.outputs = std::move(outs);
-  s.recomputed = true;
-}
-}  // namespace
-
+// The backward pass differentiates the outputs of one call together (detail::recompute_vjp,
+// called by the autodiff itself); this rule serves a lone output.
 std::vector<Tensor> vjp_Recompute(const VjpArgs& a) {
-  const auto& at = a.node.attr<ir::RecomputeAttrs>();
-  auto scope = at.scope;
-  auto& s = *scope;
-  if (!s.recomputed) {
-    rerun(s, a);
-    // Several outputs share the re-run; it is released when this backward pass ends.
-    detail::at_backward_end([scope] {
-      scope->recomputed = false;
-      scope->outputs.clear();
-      scope->capture.clear();
-    });
-  }
-  std::vector<Tensor> result(a.inputs.size());
-  const Tensor& out = s.outputs[static_cast<size_t>(at.index)];
-  if (!out.defined() || !out.node()->requires_grad) return result;
-  std::vector<Tensor> captured(a.inputs.size());
-  detail::backward_from(out.node(), a.grad, &s.capture, &captured, s.fence);
-  for (size_t i = 1; i < a.inputs.size(); ++i)
-    if (a.needs[i]) result[i] = captured[i];
-  return result;
+  return detail::recompute_vjp({a.out.node()}, {a.grad});
 }
 
 }  // namespace ops
+
+namespace detail {
+
+std::vector<Tensor> recompute_vjp(const std::vector<ir::NodePtr>& outs,
+                                  const std::vector<Tensor>& grads) {
+  const ir::Node& first = *outs.at(0);
+  auto scope = first.attr<ir::RecomputeAttrs>().scope;
+  auto& s = *scope;
+  const uint32_t fence = next_node_id();
+  std::vector<Tensor> rerun;
+  std::unordered_map<ir::Node*, size_t> capture;  // barrier / outside node -> input slot
+  {
+    GradModeGuard grad_on(true);
+    struct RestoreAutocast {
+      std::optional<DType> v;
+      ~RestoreAutocast() { amp::detail::set_active(v); }
+    } restore{amp::detail::active()};
+    amp::detail::set_active(s.autocast);
+
+    Tensor rng_now = rng_state();
+    set_rng_state(s.rng);
+    std::vector<Tensor> ins;
+    for (size_t i = 0; i < s.num_inputs; ++i) {
+      Tensor b =
+          dispatch(ir::OpCode::RecomputeBarrier, ir::NoAttrs{}, {make_tensor(first.inputs[1 + i])});
+      if (b.node()->requires_grad) capture.emplace(b.node().get(), 1 + i);
+      ins.push_back(b);
+    }
+    for (size_t i = 1 + s.num_inputs; i < first.inputs.size(); ++i)
+      capture.emplace(first.inputs[i].get(), i);
+    rerun = s.fn(ins);
+    set_rng_state(rng_now);
+  }
+  CS_CHECK(rerun.size() == s.num_outputs,
+           "checkpoint: the recomputed function returned {} outputs, the first run {}",
+           rerun.size(), s.num_outputs);
+  for (size_t k = 0; k < rerun.size(); ++k) {
+    CS_CHECK(rerun[k].defined() == s.out_defined[k],
+             "checkpoint: output {} of the recomputed function is {}, in the first run it was {}",
+             k, rerun[k].defined() ? "defined" : "undefined",
+             s.out_defined[k] ? "defined" : "undefined");
+    if (!rerun[k].defined()) continue;
+    CS_CHECK(rerun[k].shape() == s.out_shapes[k] && rerun[k].dtype() == s.out_dtypes[k],
+             "checkpoint: output {} of the recomputed function is {} {}, the first run gave {} {}",
+             k, dtype_name(rerun[k].dtype()), shape_str(rerun[k].shape()),
+             dtype_name(s.out_dtypes[k]), shape_str(s.out_shapes[k]));
+  }
+  std::vector<ir::NodePtr> roots;
+  std::vector<Tensor> root_grads;
+  for (size_t j = 0; j < outs.size(); ++j) {
+    const Tensor& r = rerun[static_cast<size_t>(outs[j]->attr<ir::RecomputeAttrs>().index)];
+    if (!r.node()->requires_grad) continue;  // does not depend on anything requiring grad
+    roots.push_back(r.node());
+    root_grads.push_back(grads[j]);
+  }
+  std::vector<Tensor> result(first.inputs.size());
+  if (!roots.empty()) backward_from(roots, root_grads, &capture, &result, fence);
+  return result;
+}
+
+}  // namespace detail
 
 std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
   CS_CHECK(static_cast<bool>(fn), "checkpoint: the function is empty");

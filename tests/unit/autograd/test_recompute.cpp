@@ -10,6 +10,7 @@
 #include "cstorch/cstorch.h"
 #include "cstorch/nn/transformer.h"
 #include "modelzoo/config_view.h"
+#include "modelzoo/models/bert/bert.h"
 #include "modelzoo/models/gpt2/gpt2.h"
 #include "runtime/trace_context.h"
 #include "unit/test_util.h"
@@ -145,6 +146,64 @@ TEST(Recompute, EagerGradientsAreBitwiseEqual) {
   }
 }
 
+TEST(Recompute, DecoderLayerGradientsAreBitwiseEqual) {
+  // The memory (encoder output) is an input of the scope and gets its gradient.
+  std::vector<std::vector<Tensor>> grads;
+  for (bool recompute : {false, true}) {
+    manual_seed(4);
+    nn::TransformerLayerOptions o;
+    o.d_model = 16;
+    o.nhead = 2;
+    o.dim_feedforward = 32;
+    o.dropout = 0.25;
+    o.recompute = recompute;
+    nn::TransformerDecoderLayer d(o);
+    Tensor x = rt({2, 5, 16}, 1), mem = rt({2, 7, 16}, 2);
+    x.set_requires_grad(true);
+    mem.set_requires_grad(true);
+    nn::AttentionMasks self, cross;
+    self.causal = true;
+    cross.key_mask = iv({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0}, {2, 7});
+    manual_seed(8);
+    sum(mul(d->forward(x, mem * 1.0, self, cross), rt({2, 5, 16}, 3))).backward();
+    std::vector<Tensor> g{x.grad(), mem.grad()};
+    for (auto& p : d->parameters()) g.push_back(p.grad());
+    grads.push_back(g);
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i)
+    expect_bitwise(grads[0][i], grads[1][i], "gradient " + std::to_string(i));
+}
+
+TEST(Recompute, BertConfigKey) {
+  // `recompute: true` in the model's YAML reaches the layers; the loss gradients are the same.
+  std::vector<std::vector<Tensor>> grads;
+  for (const char* flag : {"false", "true"}) {
+    auto cfg = parse_config(std::string("recompute: ") + flag + "\n");
+    auto c = modelzoo::bert::BertConfig::tiny();
+    c.recompute = modelzoo::bert::BertConfig::from(modelzoo::ConfigView(cfg, "model")).recompute;
+    EXPECT_EQ(c.recompute, std::string(flag) == "true");
+    c.max_position_embeddings = 16;
+    manual_seed(6);
+    modelzoo::bert::BertModel m(c);
+    std::vector<int32_t> ids(16), labels(16, -100);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % 512);
+    labels[3] = 7;
+    labels[12] = 100;
+    Batch b{{"input_ids", from_vector(ids, {2, 8})},
+            {"attention_mask", from_vector(std::vector<int32_t>(16, 1), {2, 8})},
+            {"token_type_ids", from_vector(std::vector<int32_t>(16, 0), {2, 8})},
+            {"mlm_labels", from_vector(labels, {2, 8})},
+            {"next_sentence_label", from_vector(std::vector<int32_t>{0, 1}, {2})}};
+    manual_seed(7);
+    m.loss(b).backward();
+    std::vector<Tensor> g;
+    for (auto& p : m.parameters()) g.push_back(p.grad());
+    grads.push_back(g);
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i)
+    expect_bitwise(grads[0][i], grads[1][i], "gradient " + std::to_string(i));
+}
+
 TEST(Recompute, TracedStepsAreBitwiseEqual) {
   // Gradients of three traced steps (fresh dropout each replay) and the parameters after
   // three SGD updates, with and without recomputation; also against the eager gradients.
@@ -196,11 +255,10 @@ TEST(Recompute, SeveralOutputsAndInputsWithoutGrad) {
     add(sum(mul(outs[0], rt({4, 8}, 4))), sum(mul(outs[1], rt({4, 8}, 5)))).backward();
     grads.push_back({x.grad(), lin->weight.grad(), lin->bias.grad()});
   }
-  // Not bitwise: each output is back-propagated through the re-run on its own and the
-  // results summed at the inputs, where the plain backward sums the two paths at h first and
-  // back-propagates once; the two orders of summation differ by rounding (a few ulp).
+  // Both outputs are back-propagated through one re-run together, so the two paths meet at h
+  // as in the plain backward pass.
   for (size_t i = 0; i < 3; ++i)
-    expect_close(grads[1][i].to_vector<double>(), grads[0][i].to_vector<double>(), 1e-6);
+    expect_bitwise(grads[0][i], grads[1][i], "gradient " + std::to_string(i));
 }
 
 TEST(Recompute, TracedRerunIsNotMergedByCse) {
