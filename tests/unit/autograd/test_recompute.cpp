@@ -261,6 +261,28 @@ TEST(Recompute, SeveralOutputsAndInputsWithoutGrad) {
     expect_bitwise(grads[0][i], grads[1][i], "gradient " + std::to_string(i));
 }
 
+TEST(Recompute, RerunUsesTheForwardAutocastMode) {
+  // Forward under bf16 autocast, backward outside it: the re-run casts like the first run.
+  std::vector<std::vector<Tensor>> grads;
+  for (bool ckpt : {false, true}) {
+    manual_seed(2);
+    nn::Linear l1(8, 16), l2(16, 8);
+    Tensor x = rt({4, 8}, 1);
+    x.set_requires_grad(true);
+    auto fn = [&](const Tensor& h) { return l2(gelu(l1(h), false)); };
+    Tensor y;
+    {
+      amp::autocast ac(DType::bf16);
+      y = ckpt ? checkpoint(fn, x) : fn(x);
+    }
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    sum(mul(cast(y, DType::f32), rt({4, 8}, 4))).backward();
+    grads.push_back({x.grad(), l1->weight.grad(), l2->weight.grad(), l2->bias.grad()});
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i)
+    expect_bitwise(grads[0][i], grads[1][i], "gradient " + std::to_string(i));
+}
+
 TEST(Recompute, TracedRerunIsNotMergedByCse) {
   // linear -> gelu -> linear under checkpoint, then backward: after optimisation the graph
   // holds the forward gelu, the recomputed gelu and the gelu gradient.
