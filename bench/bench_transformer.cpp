@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
   app.add_option("--seq", T);
   app.add_option("--vocab", vocab);
   app.add_option("--batch", batch);
+  bool recompute = false;
+  app.add_flag("--recompute", recompute, "activation recomputation in every layer");
   CLI11_PARSE(app, argc, argv);
   cs::set_num_threads(threads);
   cs::manual_seed(0);
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
     c.filter_size = 4 * width;
     c.max_position_embeddings = T;
     c.dropout_rate = c.attention_dropout_rate = c.embedding_dropout_rate = 0;
+    c.recompute = recompute;
     m = std::make_shared<modelzoo::gpt2::GPT2Model>(c);
   } else {
     auto c = modelzoo::bert::BertConfig::tiny();
@@ -76,6 +79,7 @@ int main(int argc, char** argv) {
     c.filter_size = 4 * width;
     c.max_position_embeddings = T;
     c.dropout_rate = c.attention_dropout_rate = 0;
+    c.recompute = recompute;
     m = std::make_shared<modelzoo::bert::BertModel>(c);
   }
   int64_t nparams = 0;

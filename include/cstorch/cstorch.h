@@ -10,6 +10,7 @@
 #include "cstorch/nn/transformer.h"
 #include "cstorch/optim/lr_scheduler.h"
 #include "cstorch/optim/optimizer.h"
+#include "cstorch/recompute.h"
 #include "cstorch/runtime.h"
 #include "cstorch/state.h"
 #include "cstorch/tensor.h"

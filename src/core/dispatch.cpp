@@ -15,6 +15,7 @@ namespace cstorch {
 namespace {
 std::atomic<uint32_t> g_next_node_id{1};
 thread_local bool t_grad_enabled = true;
+thread_local detail::GradInputRecorder* t_recorder = nullptr;
 }  // namespace
 
 bool is_grad_enabled() {
@@ -26,6 +27,23 @@ NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) {
 NoGradGuard::~NoGradGuard() {
   t_grad_enabled = prev_;
 }
+namespace detail {
+GradModeGuard::GradModeGuard(bool enabled) : prev_(t_grad_enabled) {
+  t_grad_enabled = enabled;
+}
+GradModeGuard::~GradModeGuard() {
+  t_grad_enabled = prev_;
+}
+RecordGradInputs::RecordGradInputs(GradInputRecorder* r) : prev_(t_recorder) {
+  t_recorder = r;
+}
+RecordGradInputs::~RecordGradInputs() {
+  t_recorder = prev_;
+}
+uint32_t next_node_id() {
+  return g_next_node_id.load(std::memory_order_relaxed);
+}
+}  // namespace detail
 
 namespace ir {
 
@@ -192,6 +210,8 @@ Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& input
       wait_ready(*n);
     }
     any_grad = any_grad || n->requires_grad;
+    if (t_recorder && n->requires_grad && t_recorder->seen.insert(n.get()).second)
+      t_recorder->nodes.push_back(n);
     in_nodes.push_back(std::move(n));
   }
   auto node = ir::Node::make(op, std::move(attrs), std::move(in_nodes));

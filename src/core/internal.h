@@ -1,9 +1,12 @@
 // Internals shared by the op families, autograd, tracing and the runtime: the TensorImpl, the
 // one dispatch entry point that either runs an op (eager) or records it (traced), and helpers.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cstorch/tensor.h"
@@ -64,6 +67,55 @@ Tensor take_rng_state();
 // the step was called: that decides whether the body assigns or accumulates gradients.
 void register_grad_leaf(const std::shared_ptr<TensorImpl>& impl);
 std::vector<std::shared_ptr<TensorImpl>> live_grad_leaves();
+
+// Sets grad mode for its lifetime (the recomputed forward of a checkpoint runs with grad on
+// inside the backward pass, which runs under no-grad).
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// While one is installed (thread-local), dispatch notes every distinct input node that requires
+// grad: what a checkpointed function reads from outside itself (it runs under no-grad, so
+// nothing it computes requires grad).
+struct GradInputRecorder {
+  std::vector<ir::NodePtr> nodes;
+  std::unordered_set<ir::Node*> seen;
+};
+class RecordGradInputs {
+ public:
+  explicit RecordGradInputs(GradInputRecorder* r);
+  ~RecordGradInputs();
+  RecordGradInputs(const RecordGradInputs&) = delete;
+  RecordGradInputs& operator=(const RecordGradInputs&) = delete;
+
+ private:
+  GradInputRecorder* prev_;
+};
+
+// The id the next node will get (ids only grow): nodes with a smaller id existed before.
+uint32_t next_node_id();
+
+// Reverse-mode pass from `roots` with gradients `root_grads` (Tensor::backward is this with
+// one root and no capture). Nodes in `capture` (node -> slot) are end points: their summed
+// gradient is put in captured[slot] instead of flowing on or into a leaf's .grad. With
+// `fence` > 0, reaching a node older than the fence that is not captured is an error naming
+// it (a recomputed function read a tensor that requires grad which its first run did not).
+void backward_from(const std::vector<ir::NodePtr>& roots, const std::vector<Tensor>& root_grads,
+                   const std::unordered_map<ir::Node*, size_t>* capture = nullptr,
+                   std::vector<Tensor>* captured = nullptr, uint32_t fence = 0);
+
+// The gradient rule of the outputs `outs` (Recompute nodes of one checkpoint call, with
+// gradients `grads`) taken together: re-runs the function once and back-propagates through
+// the re-run (src/ops/recompute.cpp). Returns the gradients of the shared inputs.
+std::vector<Tensor> recompute_vjp(const std::vector<ir::NodePtr>& outs,
+                                  const std::vector<Tensor>& grads);
 
 }  // namespace detail
 }  // namespace cstorch

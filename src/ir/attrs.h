@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -165,10 +166,23 @@ struct UnpackAttrs {
   size_t hash() const { return hash_dims(hash_mix(std::hash<int64_t>{}(offset), mean), shape); }
 };
 
-using Attrs =
-    std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs, GeluAttrs,
-                 AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs, LossAttrs, ShapeAttrs,
-                 PermuteAttrs, SliceAttrs, TriAttrs, AttentionAttrs, AllReduceAttrs, UnpackAttrs>;
+// The output `index` of one checkpointed call (src/ops/recompute.cpp). The scope (the function,
+// the generator state and autocast mode it ran under) is opaque here; two calls never compare
+// equal.
+struct RecomputeScope;
+struct RecomputeAttrs {
+  std::shared_ptr<RecomputeScope> scope;
+  int64_t index = 0;
+  bool operator==(const RecomputeAttrs& o) const { return scope == o.scope && index == o.index; }
+  size_t hash() const {
+    return hash_mix(std::hash<const void*>{}(scope.get()), std::hash<int64_t>{}(index));
+  }
+};
+
+using Attrs = std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs,
+                           GeluAttrs, AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs,
+                           LossAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs, TriAttrs,
+                           AttentionAttrs, AllReduceAttrs, UnpackAttrs, RecomputeAttrs>;
 
 inline size_t hash_attrs(const Attrs& a) {
   return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));

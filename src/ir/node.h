@@ -34,6 +34,7 @@ enum OpTraits : uint32_t {
   kRandom = 1u << 4,
   kLeaf = 1u << 5,
   kCollective = 1u << 6,
+  kBarrier = 1u << 7,
 };
 
 // Host memory, 64-byte aligned. `owned` buffers are freed with the Buffer.

@@ -5,6 +5,7 @@
 
 #include "amp/autocast_state.h"
 #include "core/internal.h"
+#include "cstorch/recompute.h"
 
 namespace cstorch::nn {
 
@@ -186,10 +187,6 @@ Tensor activation(const Tensor& x, const std::string& name) {
 
 namespace {
 void check_layer_options(const TransformerLayerOptions& o, const char* who) {
-  CS_CHECK(!o.recompute,
-           "{}: activation recomputation (recompute: true) is not implemented: the autodiff has "
-           "no recompute scope yet; set it to false",
-           who);
   CS_CHECK(o.d_model > 0 && o.nhead > 0 && o.d_model % o.nhead == 0,
            "{}: d_model {} must be a positive multiple of nhead {}", who, o.d_model, o.nhead);
   CS_CHECK(o.dim_feedforward > 0, "{}: dim_feedforward must be positive, got {}", who,
@@ -236,6 +233,21 @@ Tensor TransformerEncoderLayerImpl::ff(const Tensor& x) {
 
 Tensor TransformerEncoderLayerImpl::forward(const Tensor& x, const AttentionMasks& masks,
                                             KVCacheEntry* cache) {
+  if (o_.recompute && !cache && is_grad_enabled()) {
+    // The masks are captured by value: the backward pass re-runs the body after forward()
+    // has returned. Tensors in them that require grad (T5's position bias) are found by the
+    // checkpoint and get their gradients.
+    return checkpoint(
+        [this, masks](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{body(in[0], masks, nullptr)};
+        },
+        {x})[0];
+  }
+  return body(x, masks, cache);
+}
+
+Tensor TransformerEncoderLayerImpl::body(const Tensor& x, const AttentionMasks& masks,
+                                         KVCacheEntry* cache) {
   auto sa = [&](const Tensor& h) {
     return cache ? self_attn->forward_cached(h, *cache, masks) : self_attn->forward(h, h, h, masks);
   };
@@ -287,6 +299,19 @@ Tensor TransformerDecoderLayerImpl::forward(const Tensor& x, const Tensor& memor
            "got target {} and memory {}",
            o_.d_model, shape_str(x.shape()),
            memory.defined() ? shape_str(memory.shape()) : std::string("undefined"));
+  if (o_.recompute && is_grad_enabled()) {
+    return checkpoint(
+        [this, self_masks, memory_masks](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{body(in[0], in[1], self_masks, memory_masks)};
+        },
+        {x, memory})[0];
+  }
+  return body(x, memory, self_masks, memory_masks);
+}
+
+Tensor TransformerDecoderLayerImpl::body(const Tensor& x, const Tensor& memory,
+                                         const AttentionMasks& self_masks,
+                                         const AttentionMasks& memory_masks) {
   if (o_.norm_first) {
     Tensor h = norm1(x);
     Tensor y = add(x, dropout1(self_attn->forward(h, h, h, self_masks)));

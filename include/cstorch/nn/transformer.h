@@ -103,8 +103,11 @@ struct TransformerLayerOptions {
   double layer_norm_eps = 1e-5;
   bool norm_first = false;  // pre-norm (GPT-2) when true, post-norm (BERT, AIAYN) when false
   bool bias = true;
-  // Activation recomputation (re-run the layer's forward in the backward pass). Not
-  // implemented: the autodiff has no recompute scope yet, so true is an error at construction.
+  // Activation recomputation: the layer's body is a cstorch::checkpoint scope (recompute.h).
+  // Its intermediates are not kept for the backward pass, which re-runs the body from the
+  // saved layer input (same dropout draws, bitwise the same gradients): about one extra
+  // forward pass of compute for activation memory of one layer instead of all. Only when
+  // grad is enabled and no KV cache is passed (decoding keeps nothing for a backward pass).
   bool recompute = false;
 };
 
@@ -126,6 +129,7 @@ class TransformerEncoderLayerImpl : public Module {
   Dropout dropout{nullptr}, dropout1{nullptr}, dropout2{nullptr};
 
  private:
+  Tensor body(const Tensor& x, const AttentionMasks& masks, KVCacheEntry* cache);
   Tensor ff(const Tensor& x);
   TransformerLayerOptions o_;
 };
@@ -146,6 +150,8 @@ class TransformerDecoderLayerImpl : public Module {
   Dropout dropout{nullptr}, dropout1{nullptr}, dropout2{nullptr}, dropout3{nullptr};
 
  private:
+  Tensor body(const Tensor& x, const Tensor& memory, const AttentionMasks& self_masks,
+              const AttentionMasks& memory_masks);
   Tensor ff(const Tensor& x);
   TransformerLayerOptions o_;
 };

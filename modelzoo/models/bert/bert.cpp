@@ -27,7 +27,8 @@ BertConfig BertConfig::tiny() {
 BertConfig BertConfig::from(const ConfigView& a) {
   a.check_keys({"vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "filter_size",
                 "max_position_embeddings", "num_segments", "dropout_rate", "attention_dropout_rate",
-                "layer_norm_epsilon", "initializer_range", "disable_nsp", "encoder_nonlinearity"});
+                "layer_norm_epsilon", "initializer_range", "disable_nsp", "encoder_nonlinearity",
+                "recompute"});
   BertConfig c;
   c.vocab_size = a.get_int("vocab_size", c.vocab_size);
   c.hidden_size = a.get_int("hidden_size", c.hidden_size);
@@ -41,6 +42,7 @@ BertConfig BertConfig::from(const ConfigView& a) {
   c.layer_norm_epsilon = a.get_double("layer_norm_epsilon", c.layer_norm_epsilon);
   c.initializer_range = a.get_double("initializer_range", c.initializer_range);
   c.disable_nsp = a.get_bool("disable_nsp", false);
+  c.recompute = a.get_bool("recompute", c.recompute);
   if (a.get_string("encoder_nonlinearity", "gelu") != "gelu")
     a.error("encoder_nonlinearity: only gelu is supported");
   for (auto [key, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
@@ -110,6 +112,7 @@ BertModel::BertModel(const BertConfig& c) : Model("BertModel"), c_(c) {
   o.activation = "gelu";
   o.layer_norm_eps = c.layer_norm_epsilon;
   o.norm_first = false;
+  o.recompute = c.recompute;
   auto encoder = std::make_shared<nn::Module>("BertEncoder");
   nn::ModuleList layers;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {

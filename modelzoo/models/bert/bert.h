@@ -37,6 +37,7 @@ struct BertConfig {
   double layer_norm_epsilon = 1e-12;
   double initializer_range = 0.02;
   bool disable_nsp = false;  // no pooler / NSP head, loss = MLM only
+  bool recompute = false;    // activation recomputation: each layer re-runs in the backward pass
 
   static BertConfig base();  // BERT base: the defaults
   static BertConfig tiny();  // 2 layers, width 64, 4 heads, vocab 512, 128 positions

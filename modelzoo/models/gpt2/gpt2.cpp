@@ -33,7 +33,7 @@ GPT2Config GPT2Config::from(const ConfigView& a) {
   a.check_keys({"vocab_size", "hidden_size", "num_hidden_layers", "num_heads",
                 "max_position_embeddings", "filter_size", "dropout_rate", "attention_dropout_rate",
                 "embedding_dropout_rate", "layer_norm_epsilon", "initializer_range",
-                "share_embedding_weights"});
+                "share_embedding_weights", "recompute"});
   GPT2Config c;
   c.vocab_size = a.get_int("vocab_size", c.vocab_size);
   c.hidden_size = a.get_int("hidden_size", c.hidden_size);
@@ -46,6 +46,7 @@ GPT2Config GPT2Config::from(const ConfigView& a) {
   c.embedding_dropout_rate = a.get_double("embedding_dropout_rate", c.dropout_rate);
   c.layer_norm_epsilon = a.get_double("layer_norm_epsilon", c.layer_norm_epsilon);
   c.initializer_range = a.get_double("initializer_range", c.initializer_range);
+  c.recompute = a.get_bool("recompute", c.recompute);
   if (!a.get_bool("share_embedding_weights", true))
     a.error("share_embedding_weights: false is not supported (GPT-2's head is tied)");
   for (auto [key, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
@@ -105,6 +106,7 @@ GPT2Model::GPT2Model(const GPT2Config& c) : Model("GPT2Model"), c_(c) {
   o.activation = "gelu_tanh";
   o.layer_norm_eps = c.layer_norm_epsilon;
   o.norm_first = true;
+  o.recompute = c.recompute;
   const double resid_std = c.initializer_range / std::sqrt(2.0 * c.num_hidden_layers);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     auto layer = std::make_shared<nn::TransformerEncoderLayerImpl>(o);

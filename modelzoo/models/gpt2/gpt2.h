@@ -30,6 +30,7 @@ struct GPT2Config {
   double embedding_dropout_rate = 0.1;
   double layer_norm_epsilon = 1e-5;
   double initializer_range = 0.02;  // N(0, r) weights; residual projections r / sqrt(2 L)
+  bool recompute = false;  // activation recomputation: each layer re-runs in the backward pass
 
   static GPT2Config small();  // GPT-2 small (124M): the defaults
   static GPT2Config tiny();   // 2 layers, width 64, 4 heads, vocab 256, 128 positions

@@ -14,7 +14,7 @@ class ConstantFold : public Pass {
     const auto& kernels = ir::kernels_for(DeviceType::CPU);
     bool changed = false;
     for (auto& n : g.nodes) {
-      if (has_trait(n->op, ir::kLeaf | ir::kRandom | ir::kCollective)) continue;
+      if (has_trait(n->op, ir::kLeaf | ir::kRandom | ir::kCollective | ir::kBarrier)) continue;
       if (n->nbytes() > max_bytes_) continue;
       bool all_const = true;
       for (auto& in : n->inputs) all_const = all_const && in->op == ir::OpCode::Constant;

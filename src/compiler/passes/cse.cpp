@@ -1,6 +1,7 @@
 // Common-subexpression elimination by structural hashing: two nodes with the same op,
 // attributes and (already deduplicated) inputs compute the same value, so one is kept.
-// Random draws are never merged (each draw is distinct by design) and leaves are identities.
+// Random draws are never merged (each draw is distinct by design), nor barriers (kBarrier: a
+// recomputed forward must stay separate from the original), and leaves are identities.
 #include <unordered_map>
 
 #include "compiler/graph.h"
@@ -41,7 +42,8 @@ class Cse : public Pass {
         auto it = repl.find(in.get());
         if (it != repl.end()) in = it->second;
       }
-      if (n->inputs.empty() || has_trait(n->op, ir::kRandom | ir::kCollective)) continue;
+      if (n->inputs.empty() || has_trait(n->op, ir::kRandom | ir::kCollective | ir::kBarrier))
+        continue;
       auto [it, inserted] = seen.emplace(Key{n.get()}, n);
       if (!inserted) repl[n.get()] = it->second;
     }
