@@ -50,7 +50,7 @@ TransformerConfig TransformerConfig::from(const ConfigView& a) {
                 "filter_size", "max_position_embeddings", "src_max_position_embeddings",
                 "tgt_max_position_embeddings", "dropout_rate", "attention_dropout_rate",
                 "layer_norm_epsilon", "label_smoothing", "share_encoder_decoder_embedding",
-                "share_embedding_weights"});
+                "share_embedding_weights", "recompute"});
   TransformerConfig c;
   const int64_t vocab = a.get_int("vocab_size", c.src_vocab_size);
   c.src_vocab_size = a.get_int("src_vocab_size", vocab);
@@ -70,6 +70,7 @@ TransformerConfig TransformerConfig::from(const ConfigView& a) {
   c.share_encoder_decoder_embedding =
       a.get_bool("share_encoder_decoder_embedding", c.share_encoder_decoder_embedding);
   c.share_embedding_weights = a.get_bool("share_embedding_weights", c.share_embedding_weights);
+  c.recompute = a.get_bool("recompute", c.recompute);
   for (auto [key, v] : {std::pair<const char*, int64_t>{"src_vocab_size", c.src_vocab_size},
                         {"tgt_vocab_size", c.tgt_vocab_size},
                         {a.has("hidden_size") ? "hidden_size" : "d_model", c.d_model},
@@ -145,6 +146,7 @@ TransformerModel::TransformerModel(const TransformerConfig& c) : Model("Transfor
   o.activation = "relu";
   o.layer_norm_eps = c.layer_norm_epsilon;
   o.norm_first = false;
+  o.recompute = c.recompute;
   // Weight matrices Xavier-uniform (torch.nn.Transformer's _reset_parameters); biases zero.
   auto init_linear = [](nn::Linear& l) {
     nn::init::xavier_uniform_(l->weight);

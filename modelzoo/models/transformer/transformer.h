@@ -44,6 +44,7 @@ struct TransformerConfig {
   bool share_encoder_decoder_embedding = true;
   // The pre-softmax projection is the target embedding's transpose.
   bool share_embedding_weights = true;
+  bool recompute = false;  // activation recomputation: each layer re-runs in the backward pass
 
   // Transformer base (Table 3): 6 + 6 layers, d_model 512, 8 heads, d_ff 2048, dropout 0.1,
   // label smoothing 0.1, a shared 37000-token BPE vocabulary, all three embeddings tied.

@@ -2,6 +2,7 @@
 // and batch errors, masks, dropout on/off, and a traced training run.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 
 #include "cstorch/cstorch.h"
@@ -360,3 +361,28 @@ TEST(TransformerModel, LabelSmoothingLoss) {
 
 }  // namespace
 }  // namespace cstorch::testing
+
+// `recompute: true` in the Transformer's YAML reaches its layers: with dropout on, the gradients
+// are bitwise those without recomputation (the re-run draws the same masks).
+TEST(TransformerModel, RecomputeKeyGivesTheSameGradients) {
+  std::vector<std::vector<std::vector<float>>> grads;
+  for (const char* flag : {"false", "true"}) {
+    auto cfg = parse_config(std::string("recompute: ") + flag + "\n");
+    auto c = modelzoo::transformer::TransformerConfig::tiny();
+    c.recompute = modelzoo::transformer::TransformerConfig::from(modelzoo::ConfigView(cfg, "model"))
+                      .recompute;
+    EXPECT_EQ(c.recompute, std::string(flag) == "true");
+    c.dropout_rate = 0.1;
+    manual_seed(6);
+    modelzoo::transformer::TransformerModel m(c);
+    manual_seed(7);
+    m.loss(make_batch(2, 6, 5, c.src_vocab_size, 3)).backward();
+    std::vector<std::vector<float>> g;
+    for (auto& p : m.parameters()) g.push_back(p.grad().to_vector<float>());
+    grads.push_back(g);
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i)
+    EXPECT_EQ(0, std::memcmp(grads[0][i].data(), grads[1][i].data(), grads[0][i].size() * 4))
+        << "gradient " << i;
+}
