@@ -45,12 +45,26 @@ void check_rate(const ConfigView& a, const char* key, double v, bool closed = fa
 }  // namespace
 
 TransformerConfig TransformerConfig::from(const ConfigView& a) {
-  a.check_keys({"vocab_size", "src_vocab_size", "tgt_vocab_size", "d_model", "hidden_size",
-                "num_heads", "encoder_num_hidden_layers", "decoder_num_hidden_layers", "d_ff",
-                "filter_size", "max_position_embeddings", "src_max_position_embeddings",
-                "tgt_max_position_embeddings", "dropout_rate", "attention_dropout_rate",
-                "layer_norm_epsilon", "label_smoothing", "share_encoder_decoder_embedding",
-                "share_embedding_weights", "recompute"});
+  a.check_keys({"vocab_size",
+                "src_vocab_size",
+                "tgt_vocab_size",
+                "d_model",
+                "hidden_size",
+                "num_heads",
+                "encoder_num_hidden_layers",
+                "decoder_num_hidden_layers",
+                "d_ff",
+                "filter_size",
+                "max_position_embeddings",
+                "src_max_position_embeddings",
+                "tgt_max_position_embeddings",
+                "dropout_rate",
+                "attention_dropout_rate",
+                "layer_norm_epsilon",
+                "label_smoothing",
+                "share_encoder_decoder_embedding",
+                "share_embedding_weights",
+                "recompute"});
   TransformerConfig c;
   const int64_t vocab = a.get_int("vocab_size", c.src_vocab_size);
   c.src_vocab_size = a.get_int("src_vocab_size", vocab);

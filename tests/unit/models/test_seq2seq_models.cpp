@@ -359,9 +359,6 @@ TEST(TransformerModel, LabelSmoothingLoss) {
   EXPECT_NEAR(m.loss(b).item<double>(), total / count, 1e-5 * total / count);
 }
 
-}  // namespace
-}  // namespace cstorch::testing
-
 // `recompute: true` in the Transformer's YAML reaches its layers: with dropout on, the gradients
 // are bitwise those without recomputation (the re-run draws the same masks).
 TEST(TransformerModel, RecomputeKeyGivesTheSameGradients) {
@@ -386,3 +383,6 @@ TEST(TransformerModel, RecomputeKeyGivesTheSameGradients) {
     EXPECT_EQ(0, std::memcmp(grads[0][i].data(), grads[1][i].data(), grads[0][i].size() * 4))
         << "gradient " << i;
 }
+
+}  // namespace
+}  // namespace cstorch::testing
