@@ -50,8 +50,11 @@ std::unique_ptr<Pass> make_dce_pass();
 std::unique_ptr<Pass> make_cse_pass();
 std::unique_ptr<Pass> make_constant_fold_pass(size_t max_bytes = 1 << 20);
 std::unique_ptr<Pass> make_simplify_pass();
+// Groups chains of elementwise ops into Fused nodes (passes/fuse_elementwise.cpp).
+std::unique_ptr<Pass> make_fuse_elementwise_pass();
 
-// Runs the standard pipeline: verify, dce, cse, fold, simplify, dce, verify. If the
+// Runs the standard pipeline: verify, dce, cse, fold, simplify, cse, dce, then
+// fuse_elementwise unless the CSTORCH_FUSION environment variable is "0", verifying after each. If the
 // CSTORCH_DUMP_GRAPHS environment variable names a directory, the graph is written there
 // before and after every pass (`<prefix>-NN-<pass>.txt` and `.dot`).
 void optimize(Graph& g, const std::string& prefix);
