@@ -54,9 +54,9 @@ std::unique_ptr<Pass> make_simplify_pass();
 std::unique_ptr<Pass> make_fuse_elementwise_pass();
 
 // Runs the standard pipeline: verify, dce, cse, fold, simplify, cse, dce, then
-// fuse_elementwise unless the CSTORCH_FUSION environment variable is "0", verifying after each. If the
-// CSTORCH_DUMP_GRAPHS environment variable names a directory, the graph is written there
-// before and after every pass (`<prefix>-NN-<pass>.txt` and `.dot`).
+// fuse_elementwise unless the CSTORCH_FUSION environment variable is "0", verifying after each. If
+// the CSTORCH_DUMP_GRAPHS environment variable names a directory, the graph is written there before
+// and after every pass (`<prefix>-NN-<pass>.txt` and `.dot`).
 void optimize(Graph& g, const std::string& prefix);
 // A node's attributes as the graph dumps print them ("trans_a=true trans_b=false").
 std::string attrs_str(const ir::Node& n);

@@ -71,7 +71,7 @@ class Program {
   Pairs final_outputs_, state_copies_;        // copies after the last kernel
   std::vector<void*> state_ptrs_;
   bool profile_ = false;
-  bool profile_nodes_ = false;  // CSTORCH_PROFILE=nodes
+  bool profile_nodes_ = false;        // CSTORCH_PROFILE=nodes
   std::vector<double> step_seconds_;  // per kernel call, summed over executions
   int64_t runs_ = 0;
 };
