@@ -206,7 +206,9 @@ void cpu_Fused(const ir::Node& n, const void* const* in, void* out) {
       if (ops[i].constant) {
         const float v = ops[i].is_bool ? as_bool(*static_cast<const uint8_t*>(ops[i].data) != 0)
                                        : *static_cast<const float*>(ops[i].data);
-        for (int64_t j = 0; j < kBlock; ++j) scratch[i][j] = v;
+        // Only as much as this chunk's blocks read (small tensors are common: biases, norms).
+        const int64_t fill = std::min(kBlock, e - b);
+        for (int64_t j = 0; j < fill; ++j) scratch[i][j] = v;
       }
     for (int64_t s = b; s < e; s += kBlock) {
       const int64_t len = std::min(kBlock, e - s);
