@@ -55,9 +55,23 @@ size_t Graph::count_ops() const {
   return c;
 }
 
+// "r2=mul(r0,r1) r3=exp(r2)": a Fused node's program; r0.. are its inputs, then one register
+// per instruction (the last is the output).
+static std::string fused_program_str(const ir::FusedAttrs& a, size_t num_inputs) {
+  std::string s;
+  for (size_t k = 0; k < a.code.size(); ++k) {
+    const auto& i = a.code[k];
+    s += fmt::format("{}r{}={}(", k ? " " : "", num_inputs + k,
+                     ir::op_info(static_cast<ir::OpCode>(i.op)).name);
+    for (int j = 0; j < i.nargs; ++j) s += fmt::format("{}r{}", j ? "," : "", i.args[j]);
+    s += ")";
+  }
+  return s;
+}
+
 std::string attrs_str(const ir::Node& n) {
   return std::visit(
-      [](const auto& a) -> std::string {
+      [&n](const auto& a) -> std::string {
         using A = std::decay_t<decltype(a)>;
         auto dims = [](const ir::Dims& d) { return shape_str(d); };
         if constexpr (std::is_same_v<A, ir::InputAttrs>)
@@ -76,6 +90,8 @@ std::string attrs_str(const ir::Node& n) {
           return "perm=" + dims(a.perm);
         else if constexpr (std::is_same_v<A, ir::SliceAttrs>)
           return fmt::format("dim={} {}:{}:{}", a.dim, a.start, a.end, a.step);
+        else if constexpr (std::is_same_v<A, ir::FusedAttrs>)
+          return fused_program_str(a, n.inputs.size());
         else
           return "";
       },

@@ -64,10 +64,13 @@ std::unique_ptr<Pass> make_simplify_pass();
 // all_reduce_unpack right before the first use of that gradient, so communication overlaps the
 // rest of the backward pass. `weight` is this replica's sample count (mean weighted by it).
 std::unique_ptr<Pass> make_gradient_allreduce_pass(double weight, size_t bucket_bytes);
+// Groups chains of elementwise ops into Fused nodes (passes/fuse_elementwise.cpp).
+std::unique_ptr<Pass> make_fuse_elementwise_pass();
 
-// Runs the standard pipeline: verify, dce, cse, fold, simplify, dce, verify. If the
-// CSTORCH_DUMP_GRAPHS environment variable names a directory, the graph is written there
-// before and after every pass (`<prefix>-NN-<pass>.txt` and `.dot`).
+// Runs the standard pipeline: verify, dce, cse, fold, simplify, cse, dce, then
+// fuse_elementwise unless the CSTORCH_FUSION environment variable is "0", verifying after each. If
+// the CSTORCH_DUMP_GRAPHS environment variable names a directory, the graph is written there before
+// and after every pass (`<prefix>-NN-<pass>.txt` and `.dot`).
 void optimize(Graph& g, const std::string& prefix);
 // A node's attributes as the graph dumps print them ("trans_a=true trans_b=false").
 std::string attrs_str(const ir::Node& n);

@@ -28,6 +28,15 @@ void optimize(Graph& g, const std::string& prefix) {
     dump(g, prefix, idx++, p->name());
     verify(g, p->name());
   }
+  // Fusion last: the other passes see the plain ops. CSTORCH_FUSION=0 turns it off (to compare
+  // speed, or to see every op in CSTORCH_PROFILE=nodes).
+  const char* fusion = std::getenv("CSTORCH_FUSION");
+  if (!(fusion && std::string(fusion) == "0")) {
+    auto p = make_fuse_elementwise_pass();
+    p->run(g);
+    dump(g, prefix, idx++, p->name());
+    verify(g, p->name());
+  }
 }
 
 }  // namespace cstorch::compiler

@@ -179,10 +179,37 @@ struct RecomputeAttrs {
   }
 };
 
+// A Fused node's program (built by src/compiler/passes/fuse_elementwise.cpp, run by
+// src/backend/cpu/fused.cpp). Register r < number of inputs holds input r broadcast to `shape`;
+// instruction k writes register (number of inputs + k); the last instruction's register is the
+// node's f32 output. Each instruction is an original elementwise op (its OpCode value) with its
+// argument registers; registers hold f32 values (bool values as 0 / 1).
+struct FusedInstr {
+  uint16_t op = 0;    // ir::OpCode
+  uint8_t nargs = 0;  // 1..3
+  bool flag = false;  // gelu/gelu_grad: tanh form; pow: PyTorch's scalar-exponent forms apply;
+                      // cast: to bool (else to f32)
+  uint16_t args[3] = {0, 0, 0};
+  bool operator==(const FusedInstr&) const = default;
+};
+struct FusedAttrs {
+  std::vector<FusedInstr> code;
+  Dims shape;  // the output shape
+  bool operator==(const FusedAttrs&) const = default;
+  size_t hash() const {
+    size_t h = hash_dims(5, shape);
+    for (const auto& i : code) {
+      h = hash_mix(h, i.op * 2 + i.flag);
+      for (int a = 0; a < i.nargs; ++a) h = hash_mix(h, i.args[a]);
+    }
+    return h;
+  }
+};
+
 using Attrs = std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs,
                            GeluAttrs, AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs,
                            LossAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs, TriAttrs,
-                           AttentionAttrs, AllReduceAttrs, UnpackAttrs, RecomputeAttrs>;
+                           AttentionAttrs, AllReduceAttrs, UnpackAttrs, RecomputeAttrs, FusedAttrs>;
 
 inline size_t hash_attrs(const Attrs& a) {
   return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));

@@ -96,10 +96,37 @@ std::vector<Tensor> vjp_Softmax(const VjpArgs& a) {
   return {mul(y, sub(a.grad, sum(mul(a.grad, y), {dim}, true)))};
 }
 
-// g - softmax * sum(g), with softmax = exp(log_softmax output).
+// g - softmax * sum(g), with softmax = exp(log_softmax output), as one op: a pass per row
+// instead of a reduction plus an elementwise pass over the (often vocabulary-sized) rows.
 std::vector<Tensor> vjp_LogSoftmax(const VjpArgs& a) {
+  return {detail::dispatch(ir::OpCode::LogSoftmaxGrad, a.node.attrs, {a.grad, a.out})};
+}
+
+void infer_LogSoftmaxGrad(ir::Node& n) {
+  CS_CHECK(n.inputs.size() == 2, "log_softmax_grad: expected inputs (grad, output), got {}",
+           n.inputs.size());
+  const auto& g = *n.inputs[0];
+  const auto& y = *n.inputs[1];
+  CS_CHECK(g.shape == y.shape && g.dtype == y.dtype,
+           "log_softmax_grad: grad {}{} and output {}{} must have one shape and dtype",
+           dtype_name(g.dtype), shape_str(g.shape), dtype_name(y.dtype), shape_str(y.shape));
+  ir::Node probe = n;
+  probe.inputs = {n.inputs[1]};
+  infer_softmax_like(probe, "log_softmax_grad");
+  n.shape = probe.shape;
+  n.dtype = probe.dtype;
+}
+
+// dx = g - p * S with p = exp(y), S = sum(g) over the dim. For a cotangent v:
+// grad_g = v - sum(v * p), grad_y = -v * p * S.
+std::vector<Tensor> vjp_LogSoftmaxGrad(const VjpArgs& a) {
   const int64_t dim = a.node.attr<ir::DimAttrs>().dim;
-  return {sub(a.grad, mul(exp(a.out), sum(a.grad, {dim}, true)))};
+  const Tensor& g = a.inputs[0];
+  const Tensor p = exp(a.inputs[1]);
+  std::vector<Tensor> r(2);
+  if (a.needs[0]) r[0] = sub(a.grad, sum(mul(a.grad, p), {dim}, true));
+  if (a.needs[1]) r[1] = neg(mul(mul(a.grad, p), sum(g, {dim}, true)));
+  return r;
 }
 
 std::vector<Tensor> vjp_NllLoss(const VjpArgs& a) {

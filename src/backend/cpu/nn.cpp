@@ -227,3 +227,52 @@ void cpu_NllLossGrad(const ir::Node& n, const void* const* in, void* out) {
 }
 
 }  // namespace cstorch::cpu
+
+namespace cstorch::cpu {
+
+// log_softmax's gradient: dx = g - exp(y) * sum(g) along the dim, one task per row (or per
+// tile of columns when the dim is not last). The row sum is accumulated in double; exp is
+// vexp, as in the softmax kernels.
+void cpu_LogSoftmaxGrad(const ir::Node& n, const void* const* in, void* out) {
+  OCI v = view_dim(n.shape, n.attr<ir::DimAttrs>().dim);
+  if (n.numel() == 0) return;
+  dispatch_float(n.dtype, "log_softmax_grad", [&]<class T>(T*) {
+    const T* g = static_cast<const T*>(in[0]);
+    const T* y = static_cast<const T*>(in[1]);
+    T* dx = static_cast<T*>(out);
+    if (v.inner == 1) {
+      parallel_for(v.outer, std::max<int64_t>(1, 4096 / v.C), [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o) {
+          const T* gr = g + o * v.C;
+          const T* yr = y + o * v.C;
+          T* dr = dx + o * v.C;
+          double s = 0;
+#pragma omp simd reduction(+ : s)
+          for (int64_t j = 0; j < v.C; ++j) s += static_cast<float>(load(gr[j]));
+          const float sf = static_cast<float>(s);
+#pragma omp simd
+          for (int64_t j = 0; j < v.C; ++j)
+            dr[j] = store<T>(static_cast<float>(load(gr[j])) -
+                             vexp(static_cast<float>(load(yr[j]))) * sf);
+        }
+      });
+      return;
+    }
+    parallel_for(v.outer * v.inner, std::max<int64_t>(1, 4096 / v.C), [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t o = t / v.inner, j = t % v.inner;
+        const int64_t base = o * v.C * v.inner + j;
+        double s = 0;
+        for (int64_t c = 0; c < v.C; ++c) s += static_cast<float>(load(g[base + c * v.inner]));
+        const float sf = static_cast<float>(s);
+        for (int64_t c = 0; c < v.C; ++c) {
+          const int64_t k = base + c * v.inner;
+          dx[k] =
+              store<T>(static_cast<float>(load(g[k])) - vexp(static_cast<float>(load(y[k]))) * sf);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace cstorch::cpu

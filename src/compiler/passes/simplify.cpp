@@ -1,6 +1,10 @@
 // Algebraic simplification: a transpose of the last two dims feeding a matmul becomes the
 // GEMM's transpose flag (no copy); permute-of-permute composes; identity permutes, reshapes to
-// the same shape, reshape chains and same-dtype casts disappear.
+// the same shape, reshape chains and same-dtype casts disappear. The sum of zero-padded
+// concatenations (the gradients of slices of one tensor, e.g. a packed QKV projection) becomes
+// one concatenation of the pieces.
+#include <algorithm>
+
 #include "compiler/graph.h"
 
 namespace cstorch::compiler {
@@ -19,11 +23,86 @@ bool is_identity(const ir::Dims& perm) {
   return true;
 }
 
+// A zero tensor: full(0), or a constant whose bytes are all zero (constant folding turns small
+// zeros() into constants).
+bool is_zero_fill(const ir::Node& n) {
+  if (n.op == ir::OpCode::Full) return n.attr<ir::FullAttrs>().value == 0.0;
+  if (n.op != ir::OpCode::Constant || !n.buffer) return false;
+  const auto* p = static_cast<const unsigned char*>(n.buffer->data);
+  const size_t bytes = n.nbytes();
+  for (size_t i = 0; i < bytes; ++i)
+    if (p[i]) return false;
+  return true;
+}
+
+// The non-zero pieces of a Cat (offset along its dim, node); false if `n` is not a Cat.
+struct Piece {
+  int64_t off, len;
+  ir::NodePtr node;
+};
+bool cat_pieces(const ir::Node& n, std::vector<Piece>& out) {
+  if (n.op != ir::OpCode::Cat) return false;
+  const int64_t dim = n.attr<ir::DimAttrs>().dim;
+  int64_t off = 0;
+  for (auto& in : n.inputs) {
+    const int64_t len = in->shape[dim];
+    if (!is_zero_fill(*in)) out.push_back({off, len, in});
+    off += len;
+  }
+  return true;
+}
+
+// add(cat(a, 0), cat(0, b)) -> cat(a, b) along one dim when the non-zero pieces do not overlap
+// (x + 0 = x; only the sign of a zero may differ). Rewrites `n` in place into the Cat; new zero
+// fills for the gaps are appended to `fills` (to be placed before `n`).
+bool merge_padded_cats(ir::Node& n, std::vector<ir::NodePtr>& fills) {
+  if (n.op != ir::OpCode::Add || n.inputs.size() != 2) return false;
+  const auto& a = *n.inputs[0];
+  const auto& b = *n.inputs[1];
+  if (a.op != ir::OpCode::Cat || b.op != ir::OpCode::Cat || a.shape != n.shape ||
+      b.shape != n.shape || a.dtype != n.dtype || b.dtype != n.dtype ||
+      a.attr<ir::DimAttrs>().dim != b.attr<ir::DimAttrs>().dim)
+    return false;
+  const int64_t dim = a.attr<ir::DimAttrs>().dim;
+  std::vector<Piece> pieces;
+  cat_pieces(a, pieces);
+  cat_pieces(b, pieces);
+  std::sort(pieces.begin(), pieces.end(),
+            [](const Piece& x, const Piece& y) { return x.off < y.off; });
+  for (size_t i = 1; i < pieces.size(); ++i)
+    if (pieces[i].off < pieces[i - 1].off + pieces[i - 1].len) return false;  // overlap: a sum
+  std::vector<ir::NodePtr> inputs;
+  int64_t off = 0;
+  auto gap = [&](int64_t to) {
+    if (to <= off) return;
+    Shape s = n.shape;
+    s[dim] = to - off;
+    auto z = ir::Node::make(ir::OpCode::Full, ir::FullAttrs{0.0}, {});
+    z->shape = s;
+    z->dtype = n.dtype;
+    z->trace_id = n.trace_id;
+    fills.push_back(z);
+    inputs.push_back(z);
+  };
+  for (auto& p : pieces) {
+    gap(p.off);
+    inputs.push_back(p.node);
+    off = p.off + p.len;
+  }
+  gap(n.shape[dim]);
+  if (inputs.size() == 1) return false;  // both all zeros: leave it
+  n.op = ir::OpCode::Cat;
+  n.attrs = ir::DimAttrs{dim};
+  n.inputs = std::move(inputs);
+  return true;
+}
+
 class Simplify : public Pass {
  public:
   const char* name() const override { return "simplify"; }
   bool run(Graph& g) override {
     std::unordered_map<ir::Node*, ir::NodePtr> repl;
+    std::unordered_map<ir::Node*, std::vector<ir::NodePtr>> fills;  // new nodes before a node
     bool changed = false;
     for (auto& n : g.nodes) {
       for (auto& in : n->inputs) {
@@ -77,11 +156,28 @@ class Simplify : public Pass {
             changed = true;
           }
           break;
+        case ir::OpCode::Add: {
+          std::vector<ir::NodePtr> f;
+          if (merge_padded_cats(*n, f)) {
+            fills[n.get()] = std::move(f);
+            changed = true;
+          }
+          break;
+        }
         default:
           break;
       }
     }
     if (!changed) return false;
+    if (!fills.empty()) {
+      std::vector<ir::NodePtr> nodes;
+      for (auto& n : g.nodes) {
+        auto it = fills.find(n.get());
+        if (it != fills.end()) nodes.insert(nodes.end(), it->second.begin(), it->second.end());
+        nodes.push_back(n);
+      }
+      g.nodes.swap(nodes);
+    }
     g.replace_uses(repl);
     g.prune();
     return true;

@@ -183,3 +183,31 @@ TEST(Passes, GraphDumpsWhenTheSettingIsOn) {
   for (const char* p : {"traced", "dce", "cse", "constant_fold", "simplify"})
     EXPECT_TRUE(passes.count(p)) << p;
 }
+
+TEST(Passes, SumOfZeroPaddedCatsBecomesOneCat) {
+  // The gradients of slices of one tensor: each is the slice's gradient padded with zeros.
+  auto g = record({{2, 2}, {2, 1}, {2, 3}}, [](auto& in) {
+    auto a = cs::cat({in[0], cs::zeros({2, 4})}, 1);
+    auto b = cs::cat({cs::zeros({2, 3}), in[1], cs::zeros({2, 2})}, 1);
+    auto c = cs::cat({cs::zeros({2, 2}), in[2], cs::zeros({2, 1})}, 1);  // overlaps b: a sum
+    return std::vector<Tensor>{a + b, (a + b) + c};
+  });
+  EXPECT_TRUE(cc::make_simplify_pass()->run(g));
+  cc::verify(g, "test");
+  EXPECT_EQ(count(g, cs::ir::OpCode::Add), 1u) << g.dump();
+  // a + b = cat(in0, zeros[2, 1] (the gap), in1, zeros[2, 2]).
+  const auto& ab = *g.outputs[0];
+  ASSERT_EQ(ab.op, cs::ir::OpCode::Cat) << g.dump();
+  ASSERT_EQ(ab.inputs.size(), 4u);
+  EXPECT_EQ(ab.inputs[1]->op, cs::ir::OpCode::Full);
+  EXPECT_EQ(ab.inputs[1]->shape, (cs::Shape{2, 1}));
+  EXPECT_EQ(ab.inputs[2]->op, cs::ir::OpCode::Input);
+  // Values: run the simplified program.
+  cc::Program p(std::move(g), cs::DeviceType::CPU, {});
+  std::vector<float> x0{1, 2, 3, 4}, x1{5, 6}, x2{7, 8, 9, 10, 11, 12}, o0(12), o1(12);
+  const void* b[] = {x0.data(), x1.data(), x2.data()};
+  void* o[] = {o0.data(), o1.data()};
+  p.run(b, o);
+  EXPECT_EQ(o0, (std::vector<float>{1, 2, 0, 5, 0, 0, 3, 4, 0, 6, 0, 0}));
+  EXPECT_EQ(o1, (std::vector<float>{1, 2, 7, 13, 9, 0, 3, 4, 10, 17, 12, 0}));
+}

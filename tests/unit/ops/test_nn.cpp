@@ -296,3 +296,19 @@ TEST(NNGrad, MseLayerNormEmbedding) {
   check_grad([](const std::vector<Tensor>& v) { return embedding(v[0], v[1]); },
              {iv({3, 0, 3, 1, 3, 2}, {2, 3}), rt({5, 2})});
 }
+
+TEST(NNGrad, LogSoftmaxGradMatchesItsFormulaAndHasAGradient) {
+  // The op computes g - exp(y) * sum(g, dim); rows (last dim) and strided (dim 0) layouts.
+  for (int64_t dim : {1, 0}) {
+    Tensor g = rt({3, 5}, 7), y = log_softmax(rt({3, 5}, 8), dim);
+    Tensor dx = detail::dispatch(ir::OpCode::LogSoftmaxGrad, ir::DimAttrs{dim}, {g, y});
+    Tensor want = sub(g, mul(exp(y), sum(g, {dim}, true)));
+    EXPECT_LT(max(abs(sub(dx, want))).item<double>(), 1e-6) << "dim " << dim;
+    // Its own gradient rule (double backward through log_softmax), by finite differences.
+    check_grad(
+        [dim](const std::vector<Tensor>& v) {
+          return detail::dispatch(ir::OpCode::LogSoftmaxGrad, ir::DimAttrs{dim}, {v[0], v[1]});
+        },
+        {rt({3, 5}, 9), rt({3, 5}, 10)});
+  }
+}

@@ -1,0 +1,58 @@
+// Per-element float formulas shared by the elementwise kernels (elementwise.cpp) and the fused
+// kernel (fused.cpp), so a fused chain computes exactly what the separate kernels compute.
+#pragma once
+#include <cmath>
+#include <type_traits>
+
+#include "backend/cpu/vec_math.h"
+
+namespace cstorch::cpu {
+
+// maximum/minimum propagate nan like PyTorch.
+template <class C>
+inline C max_nan(C x, C y) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (x != x) return x;
+    if (y != y) return y;
+  }
+  return x > y ? x : y;
+}
+template <class C>
+inline C min_nan(C x, C y) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (x != x) return x;
+    if (y != y) return y;
+  }
+  return x < y ? x : y;
+}
+
+// PyTorch's gelu constants.
+constexpr float kSqrt1_2 = static_cast<float>(M_SQRT1_2);
+constexpr float kGeluBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);  // sqrt(2/pi)
+constexpr float kGeluKappa = 0.044715f;
+constexpr float kGeluPdf = static_cast<float>(M_2_SQRTPI * M_SQRT1_2 * 0.5);  // 1/sqrt(2pi)
+
+inline float gelu_erf(float x) {
+  return x * 0.5f * (1.0f + std::erf(x * kSqrt1_2));
+}
+[[gnu::always_inline]] inline float gelu_tanh(float x) {
+  float inner = kGeluBeta * (x + kGeluKappa * x * x * x);
+  return 0.5f * x * (1.0f + vtanh(inner));
+}
+inline float gelu_erf_grad(float dy, float x) {
+  float cdf = 0.5f * (1.0f + std::erf(x * kSqrt1_2));
+  float pdf = kGeluPdf * vexp(-0.5f * x * x);
+  return dy * (cdf + x * pdf);
+}
+[[gnu::always_inline]] inline float gelu_tanh_grad(float dy, float x) {
+  float x2 = x * x;
+  float inner = kGeluBeta * (x + kGeluKappa * x2 * x);
+  float t = vtanh(inner);
+  float left = 0.5f * x;
+  float right = 1.0f + t;
+  float left_d = 0.5f * right;
+  float right_d = (1.0f - t * t) * kGeluBeta * (1.0f + 3.0f * kGeluKappa * x2);
+  return dy * (left_d + left * right_d);
+}
+
+}  // namespace cstorch::cpu

@@ -1,0 +1,289 @@
+// The elementwise fusion pass (which groups form and which do not) and the Fused kernel (its
+// results are bitwise equal to the unfused kernels', for every broadcast form it reads).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include <cstorch/cstorch.h>
+
+#include "compiler/graph.h"
+#include "compiler/program.h"
+#include "ir/fused.h"
+#include "runtime/trace_context.h"
+
+namespace cs = cstorch;
+using cs::Tensor;
+namespace cc = cstorch::compiler;
+using cs::ir::OpCode;
+
+namespace {
+
+struct In {
+  cs::Shape shape;
+  cs::DType dtype = cs::DType::f32;
+};
+
+template <class F>
+cc::Graph record(const std::vector<In>& ins, F body) {
+  cc::Graph g;
+  cs::runtime::TraceContext ctx;
+  std::vector<Tensor> in;
+  for (auto& s : ins) in.push_back(ctx.add_batch_input(s.shape, s.dtype));
+  std::vector<Tensor> outs = body(in);
+  for (auto& o : outs) g.outputs.push_back(ctx.resolve(o.impl_ptr()));
+  for (auto& c : ctx.captures()) {
+    g.state.push_back({c.impl, c.input_node, nullptr, c.original->shape, c.original->dtype});
+    c.impl->node = c.original;
+  }
+  g.nodes = ctx.nodes();
+  g.batch_inputs = ctx.batch_inputs();
+  return g;
+}
+
+size_t count(const cc::Graph& g, OpCode op) {
+  size_t c = 0;
+  for (auto& n : g.nodes) c += n->op == op;
+  return c;
+}
+const cs::ir::Node* first(const cc::Graph& g, OpCode op) {
+  for (auto& n : g.nodes)
+    if (n->op == op) return n.get();
+  return nullptr;
+}
+
+// Runs `body` compiled with and without fusion on the same random inputs; expects at least
+// `min_fused` Fused nodes and bitwise-equal outputs.
+template <class F>
+void expect_bitwise_equal(const std::vector<In>& ins, F body, size_t min_fused, uint32_t seed = 1) {
+  cc::Graph plain = record(ins, body);
+  cc::Graph fused = record(ins, body);
+  cc::optimize(plain, "plain");  // the standard pipeline fuses...
+  ASSERT_GE(count(plain, OpCode::Fused), min_fused) << plain.dump();
+  setenv("CSTORCH_FUSION", "0", 1);  // ...unless turned off
+  cc::optimize(fused, "unfused");
+  unsetenv("CSTORCH_FUSION");
+  ASSERT_EQ(count(fused, OpCode::Fused), 0u);
+  std::swap(plain, fused);  // names: `fused` has Fused nodes, `plain` has none
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<std::vector<uint8_t>> data;
+  for (auto& s : ins) {
+    int64_t n = cs::numel(s.shape);
+    std::vector<uint8_t> d(static_cast<size_t>(n) * cs::itemsize(s.dtype));
+    for (int64_t i = 0; i < n; ++i) {
+      if (s.dtype == cs::DType::boolean)
+        d[i] = rng() & 1;
+      else
+        reinterpret_cast<float*>(d.data())[i] = normal(rng);
+    }
+    data.push_back(std::move(d));
+  }
+  auto run = [&](cc::Graph g) {
+    std::vector<std::vector<uint8_t>> outs;
+    for (auto& o : g.outputs) outs.emplace_back(o->nbytes());
+    cc::Program p(std::move(g), cs::DeviceType::CPU, {});
+    std::vector<const void*> b;
+    for (auto& d : data) b.push_back(d.data());
+    std::vector<void*> o;
+    for (auto& x : outs) o.push_back(x.data());
+    p.run(b.data(), o.data());
+    return outs;
+  };
+  auto a = run(std::move(plain));
+  auto f = run(std::move(fused));
+  ASSERT_EQ(a.size(), f.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(std::memcmp(a[i].data(), f[i].data(), a[i].size()), 0) << "output " << i;
+}
+
+}  // namespace
+
+TEST(Fusion, ChainBecomesOneNode) {
+  auto g = record({{{4, 8}}, {{4, 8}}}, [](auto& in) {
+    return std::vector<Tensor>{cs::exp(in[0] * 2.0) + cs::tanh(in[1]) - in[0]};
+  });
+  EXPECT_TRUE(cc::make_fuse_elementwise_pass()->run(g));
+  cc::verify(g, "test");
+  EXPECT_EQ(g.count_ops() - count(g, OpCode::Full), 1u) << g.dump();
+  const auto* f = first(g, OpCode::Fused);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->attr<cs::ir::FusedAttrs>().code.size(), 5u);  // mul exp tanh add sub
+  EXPECT_NE(g.dump().find("fused{"), std::string::npos) << g.dump();
+}
+
+TEST(Fusion, SharedValueEndsAGroup) {
+  // a = exp(x * 2) feeds two outputs: {mul, exp} fuse; each consumer is alone and stays plain.
+  auto g = record({{{16}}, {{16}}}, [](auto& in) {
+    auto a = cs::exp(in[0] * 2.0);
+    return std::vector<Tensor>{a + 1.0, a * in[1]};
+  });
+  cc::make_fuse_elementwise_pass()->run(g);
+  cc::verify(g, "test");
+  EXPECT_EQ(count(g, OpCode::Fused), 1u) << g.dump();
+  EXPECT_EQ(count(g, OpCode::Add), 1u);
+  EXPECT_EQ(count(g, OpCode::Exp), 0u);
+  EXPECT_EQ(first(g, OpCode::Fused)->attr<cs::ir::FusedAttrs>().code.size(), 2u);
+}
+
+TEST(Fusion, OutputsAreNotAbsorbed) {
+  // The step output b is also an input of c: b ends its own group.
+  auto g = record({{{8}}}, [](auto& in) {
+    auto b = cs::exp(in[0]) * 3.0;
+    auto c = cs::sqrt(cs::abs(b)) + 1.0;
+    return std::vector<Tensor>{b, c};
+  });
+  cc::make_fuse_elementwise_pass()->run(g);
+  EXPECT_EQ(count(g, OpCode::Fused), 2u) << g.dump();
+  EXPECT_EQ(g.count_ops() - count(g, OpCode::Full), 2u) << g.dump();
+}
+
+TEST(Fusion, NonElementwiseOpsAndOtherShapesBreakGroups) {
+  // Layer-norm-like: the reductions stay; the chain after them fuses with the [N, 1]
+  // statistics as column operands and the [D] weight as a row operand.
+  auto g = record({{{6, 10}}, {{10}}}, [](auto& in) {
+    auto m = cs::mean(in[0], {-1}, true);
+    auto v = cs::var(in[0], {-1}, 0, true);
+    return std::vector<Tensor>{(in[0] - m) * cs::rsqrt(v + 1e-5) * in[1]};
+  });
+  cc::make_fuse_elementwise_pass()->run(g);
+  cc::verify(g, "test");
+  EXPECT_EQ(count(g, OpCode::Mean), 1u);
+  EXPECT_EQ(count(g, OpCode::Var), 1u);
+  // [N, 1] ops (add eps, rsqrt) form their own group; the [N, D] chain another.
+  EXPECT_EQ(count(g, OpCode::Fused), 2u) << g.dump();
+  EXPECT_EQ(count(g, OpCode::Sub), 0u);
+}
+
+TEST(Fusion, UnsupportedBroadcastIsNotFused) {
+  // [4, 1, 8] against [4, 3, 8]: the broadcast dim sits between full dims.
+  auto g = record({{{4, 3, 8}}, {{4, 1, 8}}},
+                  [](auto& in) { return std::vector<Tensor>{cs::exp(in[0]) * in[1]}; });
+  cc::make_fuse_elementwise_pass()->run(g);
+  EXPECT_EQ(count(g, OpCode::Fused), 0u) << g.dump();
+  cs::ir::FusedOperand op;
+  EXPECT_FALSE(cs::ir::fused_operand({4, 1, 8}, {4, 3, 8}, op));
+  ASSERT_TRUE(cs::ir::fused_operand({3, 1}, {2, 3, 5}, op));
+  EXPECT_EQ(op.div, 5);
+  EXPECT_EQ(op.mod, 3);
+}
+
+TEST(Fusion, BoolIntermediatesFuseButBoolRootsDoNot) {
+  auto g = record({{{32}}, {{32}}}, [](auto& in) {
+    auto mask = in[0] > in[1];
+    return std::vector<Tensor>{cs::where(mask, in[0] * 2.0, in[1]), mask};
+  });
+  cc::make_fuse_elementwise_pass()->run(g);
+  // The mask is an output (so not absorbed), and bool: it stays a plain comparison.
+  EXPECT_EQ(count(g, OpCode::Gt), 1u);
+  EXPECT_EQ(count(g, OpCode::Fused), 1u) << g.dump();
+}
+
+TEST(Fusion, SettingTurnsThePassOff) {
+  auto body = [](auto& in) { return std::vector<Tensor>{cs::exp(in[0]) * 2.0 + 1.0}; };
+  auto g = record({{{8}}}, body);
+  setenv("CSTORCH_FUSION", "0", 1);
+  cc::optimize(g, "off");
+  unsetenv("CSTORCH_FUSION");
+  EXPECT_EQ(count(g, OpCode::Fused), 0u);
+  auto h = record({{{8}}}, body);
+  cc::optimize(h, "on");
+  EXPECT_EQ(count(h, OpCode::Fused), 1u);
+}
+
+TEST(FusedKernel, BitwiseEqualSameShapeChainsAcrossBlocksAndThreads) {
+  // 70001 elements: many 512-element blocks, a ragged last block, several parallel chunks.
+  expect_bitwise_equal(
+      {{{70001}}, {{70001}}, {{70001}}},
+      [](auto& in) {
+        auto a = cs::sigmoid(in[0]) * cs::tanh(in[1]) + cs::exp(in[2] * 0.25);
+        auto b = cs::gelu(a, true) - cs::gelu(in[1]) / (cs::abs(in[2]) + 1.0);
+        auto c = cs::maximum(b, cs::relu(in[0])) + cs::minimum(cs::silu(in[1]), cs::erf(in[2]));
+        return std::vector<Tensor>{cs::addcmul(c, in[0], in[1], 0.5) + cs::log(cs::abs(a) + 1.0) -
+                                   cs::sqrt(cs::abs(in[2]))};
+      },
+      1);
+}
+
+TEST(FusedKernel, BitwiseEqualForScalarRowAndColumnOperands) {
+  expect_bitwise_equal(
+      {{{37, 700}}, {{700}}, {{37, 1}}, {{}}},
+      [](auto& in) {
+        auto y = (in[0] - in[2]) * cs::rsqrt(in[2] * in[2] + 1e-5) * in[1] + in[3];
+        return std::vector<Tensor>{cs::pow(y, 2.0) + cs::pow(cs::abs(y), in[3])};
+      },
+      1);
+}
+
+TEST(FusedKernel, BitwiseEqualWithBoolOperandsAndComparisons) {
+  expect_bitwise_equal(
+      {{{3, 1000}}, {{3, 1000}}, {{3, 1000}, cs::DType::boolean}},
+      [](auto& in) {
+        auto m = cs::logical_and(in[0] > in[1], in[2]);
+        auto w = cs::where(m, in[0] * in[1], -in[1]) + cs::where(in[2], in[0], cs::full({}, 3.0));
+        return std::vector<Tensor>{w * in[2].to(cs::DType::f32)};
+      },
+      1);
+}
+
+TEST(FusedKernel, MalformedProgramIsRejected) {
+  auto x = cs::ir::Node::make(OpCode::Constant, cs::ir::NoAttrs{}, {});
+  x->shape = {4};
+  cs::ir::FusedAttrs a;
+  a.shape = {4};
+  cs::ir::FusedInstr ins;
+  ins.op = static_cast<uint16_t>(OpCode::Exp);
+  ins.nargs = 1;
+  ins.args[0] = 1;  // register 1 is this instruction's own output
+  a.code.push_back(ins);
+  auto f = cs::ir::Node::make(OpCode::Fused, a, {x});
+  try {
+    cs::ir::op_info(OpCode::Fused).infer(*f);
+    FAIL() << "expected an error";
+  } catch (const cs::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reads register 1 before it is written"),
+              std::string::npos)
+        << e.what();
+  }
+  a.code[0].op = static_cast<uint16_t>(OpCode::Sum);
+  a.code[0].args[0] = 0;
+  auto g = cs::ir::Node::make(OpCode::Fused, a, {x});
+  EXPECT_THROW(cs::ir::op_info(OpCode::Fused).infer(*g), cs::Error);
+}
+
+TEST(FusedKernel, TracedAdamWStepsAreBitwiseEqualWithFusionOnAndOff) {
+  // A whole training step (layer norm, gelu, cross entropy, AdamW updating its state in place)
+  // compiled with and without fusion: losses and parameters stay bitwise equal.
+  auto make = [] {
+    cs::manual_seed(5);
+    return cs::nn::Sequential(cs::nn::Linear(12, 32), cs::nn::LayerNorm(std::vector<int64_t>{32}),
+                              cs::nn::GELU("tanh"), cs::nn::Linear(32, 5));
+  };
+  auto m1 = make();
+  auto m2 = make();
+  cs::optim::AdamW o1(m1->parameters(), 1e-2);
+  cs::optim::AdamW o2(m2->parameters(), 1e-2);
+  auto body = [](cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x, const Tensor& y) {
+    auto loss = cs::cross_entropy(m(x), y);
+    loss.backward();
+    o.step();
+    o.zero_grad();
+    return loss;
+  };
+  auto fused = cs::trace([&](const Tensor& x, const Tensor& y) { return body(m1, o1, x, y); });
+  auto plain = cs::trace([&](const Tensor& x, const Tensor& y) { return body(m2, o2, x, y); });
+  cs::manual_seed(11);
+  Tensor y = cs::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2}, {8});
+  for (int i = 0; i < 4; ++i) {
+    Tensor x = cs::randn({8, 12});
+    float lf = fused(x, y).item<float>();  // compiled at the first call: fusion on
+    setenv("CSTORCH_FUSION", "0", 1);
+    float lp = plain(x, y).item<float>();  // compiled here: fusion off
+    unsetenv("CSTORCH_FUSION");
+    EXPECT_EQ(lf, lp) << "step " << i;
+  }
+  auto p1 = m1->parameters(), p2 = m2->parameters();
+  for (size_t i = 0; i < p1.size(); ++i)
+    EXPECT_EQ(p1[i].to_vector<float>(), p2[i].to_vector<float>()) << "param " << i;
+}
