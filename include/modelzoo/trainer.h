@@ -106,8 +106,6 @@ class Trainer {
   // Writes model_dir/checkpoint_{global_step}.mdl now (waits for pending steps).
   std::string save_checkpoint();
   void load_checkpoint(const std::string& path);
-  // Queues a checkpoint of the state as of the last queued step (a step closure).
-  void queue_checkpoint();
   // Checkpoint files in model_dir, oldest step first.
   std::vector<std::pair<int64_t, std::string>> checkpoints() const;
 

@@ -447,18 +447,6 @@ std::string Trainer::save_checkpoint() {
   return write_checkpoint(global_step_, collect_state());
 }
 
-void Trainer::queue_checkpoint() {
-  // Captured now (client side, as of this step): the step number. The tensors are read when
-  // the closure runs, right after the step.
-  const int64_t step = global_step_;
-  auto save = cstorch::step_closure([this, step] {
-    State s = collect_state();
-    s.set("global_step", step);
-    write_checkpoint(step, std::move(s));
-  });
-  save();
-}
-
 void Trainer::load_checkpoint(const std::string& path) {
   cstorch::synchronize();
   State s = cstorch::load(path);

@@ -16,7 +16,7 @@ static void dump(const Graph& g, const std::string& prefix, int idx, const char*
   std::ofstream(base + ".dot") << g.dot();
 }
 
-void optimize(Graph& g, const std::string& prefix) {
+void optimize(Graph& g, const std::string& prefix, std::unique_ptr<Pass> before_fusion) {
   int idx = 0;
   dump(g, prefix, idx++, "traced");
   verify(g, "tracing");
@@ -27,6 +27,11 @@ void optimize(Graph& g, const std::string& prefix) {
     p->run(g);
     dump(g, prefix, idx++, p->name());
     verify(g, p->name());
+  }
+  if (before_fusion) {
+    before_fusion->run(g);
+    dump(g, prefix, idx++, before_fusion->name());
+    verify(g, before_fusion->name());
   }
   // Fusion last: the other passes see the plain ops. CSTORCH_FUSION=0 turns it off (to compare
   // speed, or to see every op in CSTORCH_PROFILE=nodes).

@@ -69,7 +69,6 @@ DType promote_types(DType a, DType b) {
 }
 
 uint16_t f16_t::from_float(float f) {
-  uint16_t bits = 0;
   uint32_t x;
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
@@ -94,8 +93,7 @@ uint16_t f16_t::from_float(float f) {
   uint32_t h = (exp << 10) | (mant >> 13);
   uint32_t rem = mant & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h += 1;  // may carry into exponent: fine
-  bits = static_cast<uint16_t>(sign | h);
-  return bits;
+  return static_cast<uint16_t>(sign | h);
 }
 
 float f16_t::to_float(uint16_t bits) {

@@ -3,7 +3,9 @@
 #pragma once
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,25 @@ inline std::string error() {
       &out);
   H5Eclear2(H5E_DEFAULT);
   return out.empty() ? "unknown HDF5 error" : out;
+}
+
+// `files`, or, when it is a single directory, the .h5 / .hdf5 files in it (sorted). Errors name
+// `what`: no files given, a directory without such files.
+inline std::vector<std::string> expand_files(const std::vector<std::string>& files,
+                                             const char* what) {
+  namespace fs = std::filesystem;
+  if (files.size() == 1 && fs::is_directory(files[0])) {
+    std::vector<std::string> found;
+    for (auto& e : fs::directory_iterator(files[0])) {
+      auto ext = e.path().extension().string();
+      if (e.is_regular_file() && (ext == ".h5" || ext == ".hdf5")) found.push_back(e.path());
+    }
+    std::sort(found.begin(), found.end());
+    CS_CHECK(!found.empty(), "{}: directory '{}' holds no .h5 or .hdf5 files", what, files[0]);
+    return found;
+  }
+  CS_CHECK(!files.empty(), "{}: no files given", what);
+  return files;
 }
 
 // Writes `data` (row-major, int32) as dataset `name` of shape `dims` into `file`.

@@ -7,63 +7,21 @@
 #include <string>
 
 #include "cstorch/data/tokens.h"
+#include "data/h5util.h"
 #include "data/host_tensor.h"
 
 namespace cstorch::data {
 
-namespace {
-
-// Error stacks are per thread in the thread-safe build: silence the automatic printing on the
-// calling thread (errors are reported through cstorch::Error instead).
-void quiet() {
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-}
-
-// The HDF5 error stack of this thread as one line (innermost description last).
-std::string h5_error() {
-  std::string out;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_DOWNWARD,
-      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
-        auto* s = static_cast<std::string*>(data);
-        if (e->desc && *e->desc) {
-          if (!s->empty()) *s += "; ";
-          *s += e->desc;
-        }
-        return 0;
-      },
-      &out);
-  H5Eclear2(H5E_DEFAULT);
-  return out.empty() ? "unknown HDF5 error" : out;
-}
-
-std::vector<std::string> expand(std::vector<std::string> files) {
-  if (files.size() == 1 && std::filesystem::is_directory(files[0])) {
-    std::vector<std::string> found;
-    for (auto& e : std::filesystem::directory_iterator(files[0])) {
-      auto ext = e.path().extension().string();
-      if (e.is_regular_file() && (ext == ".h5" || ext == ".hdf5")) found.push_back(e.path());
-    }
-    std::sort(found.begin(), found.end());
-    CS_CHECK(!found.empty(), "Hdf5TokenDataset: directory '{}' holds no .h5 or .hdf5 files",
-             files[0]);
-    return found;
-  }
-  return files;
-}
-
-}  // namespace
-
-Hdf5TokenDataset::Hdf5TokenDataset(std::vector<std::string> files) : paths_(expand(files)) {
-  CS_CHECK(!paths_.empty(), "Hdf5TokenDataset: no files given");
-  quiet();
+Hdf5TokenDataset::Hdf5TokenDataset(std::vector<std::string> files)
+    : paths_(h5::expand_files(files, "Hdf5TokenDataset")) {
+  h5::quiet();
   try {
     for (const auto& path : paths_) {
       CS_CHECK(std::filesystem::exists(path), "Hdf5TokenDataset: '{}': no such file", path);
       hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
       if (f < 0)
         fail("Hdf5TokenDataset: '{}': cannot open as an HDF5 file (not HDF5, or truncated): {}",
-             path, h5_error());
+             path, h5::error());
       file_ids_.push_back(f);
       if (H5Lexists(f, "data", H5P_DEFAULT) <= 0) {
         H5Eclear2(H5E_DEFAULT);
@@ -73,7 +31,7 @@ Hdf5TokenDataset::Hdf5TokenDataset(std::vector<std::string> files) : paths_(expa
             path);
       }
       hid_t d = H5Dopen2(f, "data", H5P_DEFAULT);
-      if (d < 0) fail("Hdf5TokenDataset: '{}': cannot open dataset 'data': {}", path, h5_error());
+      if (d < 0) fail("Hdf5TokenDataset: '{}': cannot open dataset 'data': {}", path, h5::error());
       dset_ids_.push_back(d);
       hid_t type = H5Dget_type(d);
       H5T_class_t cls = H5Tget_class(type);
@@ -121,7 +79,7 @@ void Hdf5TokenDataset::read_sample(int64_t i, int64_t* ids, int64_t* mask, int64
   size_t f = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) -
                                  starts_.begin() - 1);
   int64_t local = i - starts_[f];
-  quiet();
+  h5::quiet();
   std::vector<int64_t> buf(static_cast<size_t>(3 * msl_));
   hid_t fspace = H5Dget_space(static_cast<hid_t>(dset_ids_[f]));
   hsize_t start[3] = {static_cast<hsize_t>(local), 0, 0};
@@ -132,7 +90,7 @@ void Hdf5TokenDataset::read_sample(int64_t i, int64_t* ids, int64_t* mask, int64
   if (st >= 0)
     st = H5Dread(static_cast<hid_t>(dset_ids_[f]), H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT,
                  buf.data());
-  std::string err = st < 0 ? h5_error() : "";
+  std::string err = st < 0 ? h5::error() : "";
   H5Sclose(mspace);
   H5Sclose(fspace);
   if (st < 0)

@@ -43,21 +43,6 @@ Tensor i32_tensor(const Shape& s, int32_t** p) {
   return detail::host_tensor(s, DType::i32, p);
 }
 
-std::vector<std::string> expand_h5(const std::vector<std::string>& files, const char* what) {
-  if (files.size() == 1 && fs::is_directory(files[0])) {
-    std::vector<std::string> found;
-    for (auto& e : fs::directory_iterator(files[0])) {
-      auto ext = e.path().extension().string();
-      if (e.is_regular_file() && (ext == ".h5" || ext == ".hdf5")) found.push_back(e.path());
-    }
-    std::sort(found.begin(), found.end());
-    CS_CHECK(!found.empty(), "{}: directory '{}' holds no .h5 or .hdf5 files", what, files[0]);
-    return found;
-  }
-  CS_CHECK(!files.empty(), "{}: no files given", what);
-  return files;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -264,7 +249,7 @@ class BertRows {
   BertRows(const std::vector<std::string>& files, int64_t msl_limit, int64_t vocab)
       : vocab_(vocab) {
     h5::quiet();
-    for (const auto& p : expand_h5(files, "BERT data")) {
+    for (const auto& p : h5::expand_files(files, "BERT data")) {
       CS_CHECK(fs::is_regular_file(p), "BERT data: '{}': no such file", p);
       auto f = std::make_unique<BertFile>();
       f->path = p;

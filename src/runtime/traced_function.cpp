@@ -197,16 +197,17 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
   // Every replica computes every gradient: the others need its share in the all-reduce even
   // where this replica does not use the gradient itself (a sharded optimizer).
   if (data_parallel) g.keep = g.gradients;
-  compiler::optimize(g, f.name);
+  std::unique_ptr<compiler::Pass> allreduce;
   if (data_parallel) {
     // Data parallel: gradients are averaged over the replicas, weighted by this replica's
-    // sample count (the leading dimension of the first batch input).
+    // sample count (the leading dimension of the first batch input). Placed before fusion, which
+    // then sees the collectives as boundaries.
     double weight = 1;
     if (!g.batch_inputs.empty() && !g.batch_inputs[0]->shape.empty())
       weight = static_cast<double>(std::max<int64_t>(g.batch_inputs[0]->shape[0], 1));
-    if (compiler::make_gradient_allreduce_pass(weight, distributed::bucket_bytes())->run(g))
-      compiler::verify(g, "gradient_allreduce");
+    allreduce = compiler::make_gradient_allreduce_pass(weight, distributed::bucket_bytes());
   }
+  compiler::optimize(g, f.name, std::move(allreduce));
   compiler::ProgramStats st;
   st.nodes_traced = traced_ops;
   variant.program = std::make_shared<compiler::Program>(std::move(g), DeviceType::CPU, st);

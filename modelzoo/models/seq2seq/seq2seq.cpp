@@ -100,4 +100,20 @@ cs::Tensor masked_token_loss(const cs::Tensor& logits, const Seq2SeqBatch& b,
   return loss;
 }
 
+Seq2SeqModel::Seq2SeqModel(std::string type_name, const char* name, const BatchLimits& limits,
+                           double label_smoothing)
+    : Model(std::move(type_name)),
+      name_(name),
+      limits_(limits),
+      label_smoothing_(label_smoothing),
+      perplexity_(std::make_shared<cs::metrics::PerplexityMetric>("eval/lm_perplexity")),
+      accuracy_(std::make_shared<cs::metrics::AccuracyMetric>("eval/accuracy")) {}
+
+cs::Tensor Seq2SeqModel::loss(const cs::Batch& batch) {
+  Seq2SeqBatch b = read(batch);
+  const bool eval = !is_training();
+  return masked_token_loss(logits_of(b), b, label_smoothing_, eval ? perplexity_.get() : nullptr,
+                           eval ? accuracy_.get() : nullptr);
+}
+
 }  // namespace modelzoo::seq2seq

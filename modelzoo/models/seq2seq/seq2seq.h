@@ -15,6 +15,7 @@
 #include "cstorch/metrics.h"
 #include "cstorch/runtime.h"
 #include "cstorch/tensor.h"
+#include "modelzoo/model.h"
 
 namespace modelzoo::seq2seq {
 
@@ -42,5 +43,29 @@ cstorch::Tensor masked_token_loss(const cstorch::Tensor& logits, const Seq2SeqBa
                                   double label_smoothing,
                                   cstorch::metrics::PerplexityMetric* perplexity = nullptr,
                                   cstorch::metrics::AccuracyMetric* accuracy = nullptr);
+
+// An encoder-decoder model over the batch above: reads and checks the batch, and computes the
+// masked token loss (with the eval metrics "eval/lm_perplexity" and "eval/accuracy"). A model
+// supplies its limits and label smoothing at construction and its logits from a checked batch.
+class Seq2SeqModel : public Model {
+ public:
+  // `name` is the registered model name (used in errors).
+  Seq2SeqModel(std::string type_name, const char* name, const BatchLimits& limits,
+               double label_smoothing);
+  // Logits [B, T, tgt_vocab_size] of a batch (checks as in loss()).
+  cstorch::Tensor logits(const cstorch::Batch& batch) { return logits_of(read(batch)); }
+  cstorch::Tensor loss(const cstorch::Batch& batch) override;
+
+ protected:
+  virtual cstorch::Tensor logits_of(const Seq2SeqBatch& b) = 0;
+  Seq2SeqBatch read(const cstorch::Batch& batch) const { return read_batch(name_, batch, limits_); }
+
+ private:
+  const char* name_;
+  BatchLimits limits_;
+  double label_smoothing_;
+  std::shared_ptr<cstorch::metrics::PerplexityMetric> perplexity_;
+  std::shared_ptr<cstorch::metrics::AccuracyMetric> accuracy_;
+};
 
 }  // namespace modelzoo::seq2seq

@@ -173,7 +173,12 @@ cs::Tensor T5AttentionImpl::position_bias(int64_t q_len, int64_t k_len) {
 }
 
 // ---------------------------------------------------------------------------------------------
-T5Model::T5Model(const T5Config& c) : Model("T5Model"), c_(c) {
+T5Model::T5Model(const T5Config& c)
+    : seq2seq::Seq2SeqModel("T5Model", "t5",
+                            {c.src_vocab_size, c.tgt_vocab_size, c.src_max_position_embeddings,
+                             c.tgt_max_position_embeddings},
+                            c.label_smoothing),
+      c_(c) {
   CS_CHECK(!c.share_encoder_decoder_embedding || c.src_vocab_size == c.tgt_vocab_size,
            "t5: share_encoder_decoder_embedding needs equal vocabularies, got {} and {}",
            c.src_vocab_size, c.tgt_vocab_size);
@@ -198,8 +203,6 @@ T5Model::T5Model(const T5Config& c) : Model("T5Model"), c_(c) {
     nn::init::normal_(lm_head_->weight, 0.0, c.initializer_factor);
     register_module("lm_head", lm_head_.ptr());
   }
-  perplexity_ = std::make_shared<cs::metrics::PerplexityMetric>("eval/lm_perplexity");
-  accuracy_ = std::make_shared<cs::metrics::AccuracyMetric>("eval/accuracy");
 }
 
 T5Model::Stack T5Model::build_stack(const char* name, bool decoder) {
@@ -297,33 +300,12 @@ cs::Tensor T5Model::decode(const cs::Tensor& ids, const cs::Tensor& dec_mask,
   return run_stack(decoder_, drop_(tgt_emb_(ids)), dec_mask, true, memory, src_mask);
 }
 
-seq2seq::Seq2SeqBatch T5Model::read(const cs::Batch& batch) const {
-  seq2seq::BatchLimits lim;
-  lim.src_vocab_size = c_.src_vocab_size;
-  lim.tgt_vocab_size = c_.tgt_vocab_size;
-  lim.src_max_positions = c_.src_max_position_embeddings;
-  lim.tgt_max_positions = c_.tgt_max_position_embeddings;
-  return seq2seq::read_batch("t5", batch, lim);
-}
-
-cs::Tensor T5Model::logits(const seq2seq::Seq2SeqBatch& b) {
+cs::Tensor T5Model::logits_of(const seq2seq::Seq2SeqBatch& b) {
   cs::Tensor memory = encode(b.input_ids, b.attention_mask);
   cs::Tensor y = decode(b.decoder_input_ids, b.decoder_attention_mask, memory, b.attention_mask);
   if (!c_.share_embedding_weights) return lm_head_(y);
   // T5 v1.0: the tied projection sees the decoder output rescaled by d_model^-0.5.
   return nn::tied_logits(y * (1.0 / std::sqrt(static_cast<double>(c_.d_model))), tgt_emb_->weight);
-}
-
-cs::Tensor T5Model::logits(const cs::Batch& batch) {
-  return logits(read(batch));
-}
-
-cs::Tensor T5Model::loss(const cs::Batch& batch) {
-  seq2seq::Seq2SeqBatch b = read(batch);
-  const bool eval = !is_training();
-  return seq2seq::masked_token_loss(logits(b), b, c_.label_smoothing,
-                                    eval ? perplexity_.get() : nullptr,
-                                    eval ? accuracy_.get() : nullptr);
 }
 
 MODELZOO_REGISTER(models, "t5", [](const ConfigView& a) -> ModelPtr {

@@ -92,7 +92,7 @@ class T5AttentionImpl : public cstorch::nn::Module {
 };
 CSTORCH_MODULE(T5Attention);
 
-class T5Model : public Model {
+class T5Model : public seq2seq::Seq2SeqModel {
  public:
   explicit T5Model(const T5Config& c);
   // Encoder output [B, S, d_model] (after the final norm and dropout); attention_mask may be
@@ -102,9 +102,6 @@ class T5Model : public Model {
   cstorch::Tensor decode(const cstorch::Tensor& decoder_input_ids,
                          const cstorch::Tensor& decoder_attention_mask,
                          const cstorch::Tensor& memory, const cstorch::Tensor& attention_mask);
-  // Logits [B, T, tgt_vocab_size] of a batch (checks as in loss()).
-  cstorch::Tensor logits(const cstorch::Batch& batch);
-  cstorch::Tensor loss(const cstorch::Batch& batch) override;
   const T5Config& config() const { return c_; }
 
  private:
@@ -121,16 +118,13 @@ class T5Model : public Model {
   cstorch::Tensor run_stack(Stack& s, cstorch::Tensor x, const cstorch::Tensor& self_key_mask,
                             bool causal, const cstorch::Tensor& memory,
                             const cstorch::Tensor& memory_key_mask);
-  seq2seq::Seq2SeqBatch read(const cstorch::Batch& batch) const;
-  cstorch::Tensor logits(const seq2seq::Seq2SeqBatch& b);
+  cstorch::Tensor logits_of(const seq2seq::Seq2SeqBatch& b) override;
 
   T5Config c_;
   cstorch::nn::Embedding src_emb_{nullptr}, tgt_emb_{nullptr};
   cstorch::nn::Dropout drop_{nullptr};
   Stack encoder_, decoder_;
   cstorch::nn::Linear lm_head_{nullptr};
-  std::shared_ptr<cstorch::metrics::PerplexityMetric> perplexity_;
-  std::shared_ptr<cstorch::metrics::AccuracyMetric> accuracy_;
 };
 
 }  // namespace modelzoo::t5

@@ -127,7 +127,12 @@ int64_t TransformerConfig::num_parameters() const {
   return emb + encoder_num_hidden_layers * enc + decoder_num_hidden_layers * dec;
 }
 
-TransformerModel::TransformerModel(const TransformerConfig& c) : Model("TransformerModel"), c_(c) {
+TransformerModel::TransformerModel(const TransformerConfig& c)
+    : seq2seq::Seq2SeqModel("TransformerModel", "transformer",
+                            {c.src_vocab_size, c.tgt_vocab_size, c.src_max_position_embeddings,
+                             c.tgt_max_position_embeddings},
+                            c.label_smoothing),
+      c_(c) {
   CS_CHECK(!c.share_encoder_decoder_embedding || c.src_vocab_size == c.tgt_vocab_size,
            "transformer: share_encoder_decoder_embedding needs equal vocabularies, got {} and {}",
            c.src_vocab_size, c.tgt_vocab_size);
@@ -196,8 +201,6 @@ TransformerModel::TransformerModel(const TransformerConfig& c) : Model("Transfor
     nn::init::xavier_uniform_(lm_head_->weight);
     register_module("lm_head", lm_head_.ptr());
   }
-  perplexity_ = std::make_shared<cs::metrics::PerplexityMetric>("eval/lm_perplexity");
-  accuracy_ = std::make_shared<cs::metrics::AccuracyMetric>("eval/accuracy");
 }
 
 cs::Tensor TransformerModel::embed(nn::Embedding& emb, const cs::Tensor& ids) {
@@ -235,31 +238,10 @@ cs::Tensor TransformerModel::decode(const cs::Tensor& ids, const cs::Tensor& dec
   return y;
 }
 
-seq2seq::Seq2SeqBatch TransformerModel::read(const cs::Batch& batch) const {
-  seq2seq::BatchLimits lim;
-  lim.src_vocab_size = c_.src_vocab_size;
-  lim.tgt_vocab_size = c_.tgt_vocab_size;
-  lim.src_max_positions = c_.src_max_position_embeddings;
-  lim.tgt_max_positions = c_.tgt_max_position_embeddings;
-  return seq2seq::read_batch("transformer", batch, lim);
-}
-
-cs::Tensor TransformerModel::logits(const seq2seq::Seq2SeqBatch& b) {
+cs::Tensor TransformerModel::logits_of(const seq2seq::Seq2SeqBatch& b) {
   cs::Tensor memory = encode(b.input_ids, b.attention_mask);
   cs::Tensor y = decode(b.decoder_input_ids, b.decoder_attention_mask, memory, b.attention_mask);
   return c_.share_embedding_weights ? nn::tied_logits(y, tgt_emb_->weight) : lm_head_(y);
-}
-
-cs::Tensor TransformerModel::logits(const cs::Batch& batch) {
-  return logits(read(batch));
-}
-
-cs::Tensor TransformerModel::loss(const cs::Batch& batch) {
-  seq2seq::Seq2SeqBatch b = read(batch);
-  const bool eval = !is_training();
-  return seq2seq::masked_token_loss(logits(b), b, c_.label_smoothing,
-                                    eval ? perplexity_.get() : nullptr,
-                                    eval ? accuracy_.get() : nullptr);
 }
 
 MODELZOO_REGISTER(models, "transformer", [](const ConfigView& a) -> ModelPtr {

@@ -61,7 +61,7 @@ struct TransformerConfig {
   int64_t num_parameters() const;
 };
 
-class TransformerModel : public Model {
+class TransformerModel : public seq2seq::Seq2SeqModel {
  public:
   explicit TransformerModel(const TransformerConfig& c);
   // Encoder output [B, S, E] of input_ids [B, S] (attention_mask [B, S], 1 = real, may be
@@ -71,14 +71,10 @@ class TransformerModel : public Model {
   cstorch::Tensor decode(const cstorch::Tensor& decoder_input_ids,
                          const cstorch::Tensor& decoder_attention_mask,
                          const cstorch::Tensor& memory, const cstorch::Tensor& attention_mask);
-  // Logits [B, T, tgt_vocab_size] of a batch's decoder positions (checks as in loss()).
-  cstorch::Tensor logits(const cstorch::Batch& batch);
-  cstorch::Tensor loss(const cstorch::Batch& batch) override;
   const TransformerConfig& config() const { return c_; }
 
  private:
-  seq2seq::Seq2SeqBatch read(const cstorch::Batch& batch) const;
-  cstorch::Tensor logits(const seq2seq::Seq2SeqBatch& b);
+  cstorch::Tensor logits_of(const seq2seq::Seq2SeqBatch& b) override;
   cstorch::Tensor embed(cstorch::nn::Embedding& emb, const cstorch::Tensor& ids);
 
   TransformerConfig c_;
@@ -88,8 +84,6 @@ class TransformerModel : public Model {
   std::vector<std::shared_ptr<cstorch::nn::TransformerEncoderLayerImpl>> enc_;
   std::vector<std::shared_ptr<cstorch::nn::TransformerDecoderLayerImpl>> dec_;
   cstorch::nn::Linear lm_head_{nullptr};
-  std::shared_ptr<cstorch::metrics::PerplexityMetric> perplexity_;
-  std::shared_ptr<cstorch::metrics::AccuracyMetric> accuracy_;
 };
 
 }  // namespace modelzoo::transformer

@@ -35,35 +35,13 @@ bool all_dtype(const ir::Node& n, DType t) {
   return true;
 }
 
-// Whether the fused kernel implements this node exactly (op, dtypes).
+// Whether the fused kernel implements this node exactly: an op of its instruction set
+// (ir::fused_instr_supported) with the dtypes the kernel reads and writes.
 bool fusable_op(const ir::Node& n) {
+  if (!ir::fused_instr_supported(static_cast<uint16_t>(n.op))) return false;
   const bool f32 = n.dtype == DType::f32;
   const bool bool_out = n.dtype == DType::boolean;
   switch (n.op) {
-    case OpCode::Neg:
-    case OpCode::Abs:
-    case OpCode::Exp:
-    case OpCode::Log:
-    case OpCode::Sqrt:
-    case OpCode::Rsqrt:
-    case OpCode::Reciprocal:
-    case OpCode::Tanh:
-    case OpCode::Sigmoid:
-    case OpCode::Relu:
-    case OpCode::Gelu:
-    case OpCode::Silu:
-    case OpCode::Erf:
-    case OpCode::Add:
-    case OpCode::Sub:
-    case OpCode::Mul:
-    case OpCode::Div:
-    case OpCode::Pow:
-    case OpCode::Maximum:
-    case OpCode::Minimum:
-    case OpCode::Addcmul:
-    case OpCode::ReluGrad:
-    case OpCode::GeluGrad:
-      return f32 && all_dtype(n, DType::f32);
     case OpCode::Copy:
       return (f32 || bool_out) && all_dtype(n, n.dtype);
     case OpCode::Where:
@@ -81,11 +59,10 @@ bool fusable_op(const ir::Node& n) {
     case OpCode::LogicalAnd:
     case OpCode::LogicalOr:
     case OpCode::LogicalXor:
-      return bool_out && (all_dtype(n, DType::f32) || all_dtype(n, DType::boolean));
     case OpCode::LogicalNot:
       return bool_out && (all_dtype(n, DType::f32) || all_dtype(n, DType::boolean));
-    default:
-      return false;
+    default:  // arithmetic and math: f32 in, f32 out
+      return f32 && all_dtype(n, DType::f32);
   }
 }
 
@@ -127,13 +104,8 @@ class FuseElementwise : public Pass {
     for (auto& o : g.outputs) is_root[pos.at(o.get())] = true;
     for (auto& s : g.state)
       if (s.write) is_root[pos.at(s.write.get())] = true;
-    // Parameter gradients and extra roots stay nodes of their own: the gradient all-reduce pass
-    // (run after this one) finds them by identity and inserts its collectives after them.
-    for (const auto* list : {&g.gradients, &g.keep})
-      for (auto& x : *list) {
-        auto it = pos.find(x.get());
-        if (it != pos.end()) is_root[it->second] = true;
-      }
+    for (auto& k : g.keep)
+      if (auto it = pos.find(k.get()); it != pos.end()) is_root[it->second] = true;
     std::vector<char> ok(n);
     for (size_t i = 0; i < n; ++i) ok[i] = fusable(*g.nodes[i]);
 

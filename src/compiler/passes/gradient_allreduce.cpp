@@ -103,17 +103,14 @@ class GradientAllReduce : public Pass {
       b = e;
     }
 
-    // Rewrite uses (not the starts' own inputs), then lay the nodes out in execution order.
-    for (auto& node : g.nodes)
-      for (auto& in : node->inputs) {
-        auto it = repl.find(in.get());
-        if (it != repl.end()) in = it->second;
-      }
-    for (auto& o : g.outputs)
-      if (auto it = repl.find(o.get()); it != repl.end()) o = it->second;
-    for (auto& s : g.state)
-      if (s.write)
-        if (auto it = repl.find(s.write.get()); it != repl.end()) s.write = it->second;
+    // The gradients are inputs of their buckets now; only the unused waits need keeping. Then
+    // every use goes through the waits (the starts are not in g.nodes yet, so their own inputs
+    // stay the gradients), and the nodes are laid out in execution order.
+    std::vector<ir::NodePtr> keep;
+    for (auto& k : g.keep)
+      if (!repl.count(k.get())) keep.push_back(k);
+    g.keep.swap(keep);
+    g.replace_uses(repl);
     std::vector<ir::NodePtr> out;
     out.reserve(n + repl.size() + starts_after.size());
     for (size_t i = 0; i < n; ++i) {
@@ -125,15 +122,6 @@ class GradientAllReduce : public Pass {
     }
     for (auto& u : unpacks_at_end) out.push_back(u);
     g.nodes.swap(out);
-    for (auto& gr : g.gradients)
-      if (auto it = repl.find(gr.get()); it != repl.end()) gr = it->second;
-    // The gradients are inputs of their buckets now; only the unused waits need keeping.
-    std::unordered_set<const ir::Node*> reduced;
-    for (auto& [m, u] : repl) reduced.insert(m);
-    std::vector<ir::NodePtr> keep;
-    for (auto& k : g.keep)
-      if (!reduced.count(k.get())) keep.push_back(k);
-    g.keep.swap(keep);
     return true;
   }
 
