@@ -369,7 +369,7 @@ void cpu_Sqrt(const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kElementwiseGrain, [](float x) { return std::sqrt(x); });
 }
 void cpu_Rsqrt(const ir::Node& n, const void* const* in, void* out) {
-  unary_float(n, in, out, kElementwiseGrain, [](float x) { return 1.0f / std::sqrt(x); });
+  unary_float(n, in, out, kElementwiseGrain, [](float x) { return rsqrt_f(x); });
 }
 void cpu_Reciprocal(const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kElementwiseGrain, [](float x) { return 1.0f / x; });
@@ -378,7 +378,7 @@ void cpu_Tanh(const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return std::tanh(x); });
 }
 void cpu_Sigmoid(const ir::Node& n, const void* const* in, void* out) {
-  unary_float(n, in, out, kMathGrain, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+  unary_float(n, in, out, kMathGrain, [](float x) { return sigmoid_f(x); });
 }
 void cpu_Relu(const ir::Node& n, const void* const* in, void* out) {
   dispatch_numeric(n.dtype, "relu", [&]<class T>(T*) {
@@ -396,7 +396,7 @@ void cpu_Gelu(const ir::Node& n, const void* const* in, void* out) {
     unary_float(n, in, out, kMathGrain, [](float x) { return gelu_erf(x); });
 }
 void cpu_Silu(const ir::Node& n, const void* const* in, void* out) {
-  unary_float(n, in, out, kMathGrain, [](float x) { return x / (1.0f + std::exp(-x)); });
+  unary_float(n, in, out, kMathGrain, [](float x) { return silu_f(x); });
 }
 void cpu_Erf(const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return std::erf(x); });
@@ -482,14 +482,7 @@ void cpu_Pow(const ir::Node& n, const void* const* in, void* out) {
   dispatch_float(n.dtype, "pow", [&]<class T>(T*) {
     if (n.inputs[1]->numel() == 1 && n.inputs[0]->numel() == n.numel()) {
       const float e = load(static_cast<const T*>(in[1])[0]);
-      auto run = [&](auto f) { map1<T, T>(n, in, out, kElementwiseGrain, f); };
-      if (e == 2.0f) return run([](float x) { return x * x; });
-      if (e == 3.0f) return run([](float x) { return x * x * x; });
-      if (e == 1.0f) return run([](float x) { return x; });
-      if (e == 0.5f) return run([](float x) { return std::sqrt(x); });
-      if (e == -0.5f) return run([](float x) { return 1.0f / std::sqrt(x); });
-      if (e == -1.0f) return run([](float x) { return 1.0f / x; });
-      if (e == -2.0f) return run([](float x) { return 1.0f / (x * x); });
+      if (pow_exact_form(e, [&](auto f) { map1<T, T>(n, in, out, kElementwiseGrain, f); })) return;
     }
     map2<T, T, T>(n, in, out, kMathGrain, [](float x, float y) { return std::pow(x, y); });
   });
@@ -587,8 +580,7 @@ void cpu_Addcmul(const ir::Node& n, const void* const* in, void* out) {
 
 // grad where the relu output is positive (PyTorch's threshold_backward: out <= 0 gives 0).
 void cpu_ReluGrad(const ir::Node& n, const void* const* in, void* out) {
-  binary_float(n, in, out, kElementwiseGrain,
-               [](float g, float y) { return y <= 0.0f ? 0.0f : g; });
+  binary_float(n, in, out, kElementwiseGrain, [](float g, float y) { return relu_grad_f(g, y); });
 }
 void cpu_GeluGrad(const ir::Node& n, const void* const* in, void* out) {
   // The common case (f32, same shapes) as a plain loop: through the generic map2 gcc does not

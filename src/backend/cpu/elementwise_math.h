@@ -26,6 +26,35 @@ inline C min_nan(C x, C y) {
   return x < y ? x : y;
 }
 
+inline float rsqrt_f(float x) {
+  return 1.0f / std::sqrt(x);
+}
+inline float sigmoid_f(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+inline float silu_f(float x) {
+  return x / (1.0f + std::exp(-x));
+}
+// threshold_backward: the gradient where the relu output y is positive (y <= 0 gives 0).
+inline float relu_grad_f(float g, float y) {
+  return y <= 0.0f ? 0.0f : g;
+}
+
+// pow with one exponent `e` for a whole tensor: PyTorch's exact cheaper forms for common
+// exponents. Calls run(f) with the per-element form and returns true, or returns false (use
+// std::pow).
+template <class Run>
+inline bool pow_exact_form(float e, Run&& run) {
+  if (e == 2.0f) return run([](float x) { return x * x; }), true;
+  if (e == 3.0f) return run([](float x) { return x * x * x; }), true;
+  if (e == 1.0f) return run([](float x) { return x; }), true;
+  if (e == 0.5f) return run([](float x) { return std::sqrt(x); }), true;
+  if (e == -0.5f) return run([](float x) { return 1.0f / std::sqrt(x); }), true;
+  if (e == -1.0f) return run([](float x) { return 1.0f / x; }), true;
+  if (e == -2.0f) return run([](float x) { return 1.0f / (x * x); }), true;
+  return false;
+}
+
 // PyTorch's gelu constants.
 constexpr float kSqrt1_2 = static_cast<float>(M_SQRT1_2);
 constexpr float kGeluBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);  // sqrt(2/pi)

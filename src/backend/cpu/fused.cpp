@@ -54,14 +54,14 @@ void run_instr(const ir::FusedInstr& ins, const float* a, const float* b, const 
     case OpCode::Sqrt:
       CS_LOOP(std::sqrt(a[j]));
     case OpCode::Rsqrt:
-      CS_LOOP(1.0f / std::sqrt(a[j]));
+      CS_LOOP(rsqrt_f(a[j]));
     case OpCode::Reciprocal:
       CS_LOOP(1.0f / a[j]);
     case OpCode::Tanh:
       for (int64_t j = 0; j < len; ++j) o[j] = std::tanh(a[j]);
       return;
     case OpCode::Sigmoid:
-      for (int64_t j = 0; j < len; ++j) o[j] = 1.0f / (1.0f + std::exp(-a[j]));
+      for (int64_t j = 0; j < len; ++j) o[j] = sigmoid_f(a[j]);
       return;
     case OpCode::Relu:
       CS_LOOP(a[j] < 0.0f ? 0.0f : a[j]);
@@ -70,7 +70,7 @@ void run_instr(const ir::FusedInstr& ins, const float* a, const float* b, const 
       for (int64_t j = 0; j < len; ++j) o[j] = gelu_erf(a[j]);
       return;
     case OpCode::Silu:
-      for (int64_t j = 0; j < len; ++j) o[j] = a[j] / (1.0f + std::exp(-a[j]));
+      for (int64_t j = 0; j < len; ++j) o[j] = silu_f(a[j]);
       return;
     case OpCode::Erf:
       for (int64_t j = 0; j < len; ++j) o[j] = std::erf(a[j]);
@@ -91,16 +91,11 @@ void run_instr(const ir::FusedInstr& ins, const float* a, const float* b, const 
     case OpCode::Div:
       CS_LOOP(a[j] / b[j]);
     case OpCode::Pow:
-      if (ins.flag) {  // b is one value broadcast: the unfused kernel's exact forms
-        const float e = b[0];
-        if (e == 2.0f) CS_LOOP(a[j] * a[j]);
-        if (e == 3.0f) CS_LOOP(a[j] * a[j] * a[j]);
-        if (e == 1.0f) CS_LOOP(a[j]);
-        if (e == 0.5f) CS_LOOP(std::sqrt(a[j]));
-        if (e == -0.5f) CS_LOOP(1.0f / std::sqrt(a[j]));
-        if (e == -1.0f) CS_LOOP(1.0f / a[j]);
-        if (e == -2.0f) CS_LOOP(1.0f / (a[j] * a[j]));
-      }
+      // b is one value broadcast: the unfused kernel's exact forms.
+      if (ins.flag && pow_exact_form(b[0], [&](auto f) {
+            _Pragma("omp simd") for (int64_t j = 0; j < len; ++j) o[j] = f(a[j]);
+          }))
+        return;
       for (int64_t j = 0; j < len; ++j) o[j] = std::pow(a[j], b[j]);
       return;
     case OpCode::Maximum:
@@ -130,7 +125,7 @@ void run_instr(const ir::FusedInstr& ins, const float* a, const float* b, const 
     case OpCode::Addcmul:
       CS_LOOP(a[j] + b[j] * c[j]);
     case OpCode::ReluGrad:
-      CS_LOOP(b[j] <= 0.0f ? 0.0f : a[j]);
+      CS_LOOP(relu_grad_f(a[j], b[j]));
     case OpCode::GeluGrad:
       if (ins.flag) CS_LOOP(gelu_tanh_grad(a[j], b[j]));
       for (int64_t j = 0; j < len; ++j) o[j] = gelu_erf_grad(a[j], b[j]);
