@@ -32,14 +32,17 @@ std::vector<double> sampling_distribution(const std::vector<float>& logits,
   check_options(o);
   const size_t V = logits.size();
   CS_CHECK(V > 0, "generate: empty logits");
-  // Tokens by descending logit (ties: lower id first); temperature keeps the order.
-  std::vector<size_t> order(V);
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return logits[a] > logits[b]; });
-  const double inv_t = o.do_sample ? 1.0 / o.temperature : 1.0;
   size_t keep = V;
   if (o.top_k > 0) keep = std::min(keep, static_cast<size_t>(o.top_k));
+  // The kept tokens by descending logit (ties: lower id first, a total order, so only the first
+  // `keep` need sorting); temperature keeps the order.
+  std::vector<size_t> order(V);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
+                    [&](size_t a, size_t b) {
+                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                    });
+  const double inv_t = o.do_sample ? 1.0 / o.temperature : 1.0;
   // Softmax over the kept tokens (max-subtracted, in double).
   const double top = static_cast<double>(logits[order[0]]) * inv_t;
   std::vector<double> p(keep);

@@ -222,9 +222,9 @@ cs::Tensor BertModel::loss(const cs::Batch& b) {
     loss = cs::add(loss, cs::cross_entropy(nsp_lg, nsl));
   }
   if (!is_training()) {
-    cs::Tensor w = cs::cast(cs::ne(labels, cs::full({}, -100, labels.dtype())), cs::DType::f32);
-    cs::Tensor safe = cs::where(cs::ne(labels, cs::full({}, -100, labels.dtype())), labels,
-                                cs::zeros({}, labels.dtype()));
+    cs::Tensor predicted = cs::ne(labels, cs::full({}, -100, labels.dtype()));
+    cs::Tensor w = cs::cast(predicted, cs::DType::f32);
+    cs::Tensor safe = cs::where(predicted, labels, cs::zeros({}, labels.dtype()));
     cs::Tensor sum_ce = cs::cross_entropy(flat_logits, flat_labels, -100, 0.0, cs::Reduction::Sum);
     mlm_ppl_->update(safe, sum_ce, w);
     mlm_acc_->update(safe, cs::cast(cs::argmax(lg, -1), labels.dtype()), w);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cstorch/runtime.h"
+#include "modelzoo/models/seq2seq/seq2seq.h"
 
 namespace modelzoo::gpt2 {
 
@@ -163,19 +164,10 @@ cs::Tensor GPT2Model::loss(const cs::Batch& b) {
   CS_CHECK(ids.dim() == 2 && mask.shape() == ids.shape() && labels.shape() == ids.shape(),
            "gpt2: input_ids {}, attention_mask {} and labels {} must all be [B, T]",
            cs::shape_str(ids.shape()), cs::shape_str(mask.shape()), cs::shape_str(labels.shape()));
-  const int64_t B = ids.size(0), T = ids.size(1);
-  cs::Tensor lg = logits(ids);
-  cs::Tensor w = cs::cast(mask, cs::DType::f32);
-  cs::Tensor ce = cs::cross_entropy(cs::reshape(lg, {B * T, c_.vocab_size}),
-                                    cs::reshape(labels, {B * T}), -100, 0.0, cs::Reduction::None);
-  cs::Tensor wf = cs::reshape(w, {B * T});
-  cs::Tensor total = cs::sum(cs::mul(ce, wf));
-  cs::Tensor loss = cs::div(total, cs::sum(wf));
-  if (!is_training()) {
-    perplexity_->update(labels, total, w);
-    accuracy_->update(labels, cs::cast(cs::argmax(lg, -1), labels.dtype()), w);
-  }
-  return loss;
+  const bool eval = !is_training();
+  return seq2seq::masked_token_loss(logits(ids), labels, mask, 0.0,
+                                    eval ? perplexity_.get() : nullptr,
+                                    eval ? accuracy_.get() : nullptr);
 }
 
 MODELZOO_REGISTER(models, "gpt2", [](const ConfigView& a) -> ModelPtr {

@@ -77,13 +77,14 @@ Seq2SeqBatch read_batch(const char* model, const cs::Batch& batch, const BatchLi
   return b;
 }
 
-cs::Tensor masked_token_loss(const cs::Tensor& logits, const Seq2SeqBatch& b,
-                             double label_smoothing, cs::metrics::PerplexityMetric* perplexity,
+cs::Tensor masked_token_loss(const cs::Tensor& logits, const cs::Tensor& labels_bt,
+                             const cs::Tensor& mask, double label_smoothing,
+                             cs::metrics::PerplexityMetric* perplexity,
                              cs::metrics::AccuracyMetric* accuracy) {
   const int64_t B = logits.size(0), T = logits.size(1), V = logits.size(2);
   cs::Tensor flat = cs::reshape(logits, {B * T, V});
-  cs::Tensor labels = cs::reshape(b.labels, {B * T});
-  cs::Tensor w = cs::cast(b.decoder_attention_mask, cs::DType::f32);
+  cs::Tensor labels = cs::reshape(labels_bt, {B * T});
+  cs::Tensor w = cs::cast(mask, cs::DType::f32);
   cs::Tensor wf = cs::reshape(w, {B * T});
   cs::Tensor ce = cs::cross_entropy(flat, labels, -100, label_smoothing, cs::Reduction::None);
   cs::Tensor total = cs::sum(cs::mul(ce, wf));
@@ -94,9 +95,9 @@ cs::Tensor masked_token_loss(const cs::Tensor& logits, const Seq2SeqBatch& b,
         label_smoothing > 0
             ? cs::sum(cs::mul(cs::cross_entropy(flat, labels, -100, 0.0, cs::Reduction::None), wf))
             : total;
-    perplexity->update(b.labels, nll, w);
+    perplexity->update(labels_bt, nll, w);
   }
-  if (accuracy) accuracy->update(b.labels, cs::cast(cs::argmax(logits, -1), b.labels.dtype()), w);
+  if (accuracy) accuracy->update(labels_bt, cs::cast(cs::argmax(logits, -1), labels_bt.dtype()), w);
   return loss;
 }
 

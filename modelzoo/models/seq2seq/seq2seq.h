@@ -37,12 +37,22 @@ struct BatchLimits {
 // -100, named with its [row, column].
 Seq2SeqBatch read_batch(const char* model, const cstorch::Batch& batch, const BatchLimits& lim);
 
-// The loss above from logits [B, T, V]. In eval mode (metrics given) it also updates the
-// perplexity and accuracy metrics over the counted tokens.
-cstorch::Tensor masked_token_loss(const cstorch::Tensor& logits, const Seq2SeqBatch& b,
-                                  double label_smoothing,
+// Masked token loss of any token model (the seq2seq models and GPT-2): logits [B, T, V],
+// labels [B, T] (-100 ignored), mask [B, T] (1 = counted); sum_t CE_t * mask_t / sum_t mask_t.
+// With metrics given (eval) it also updates perplexity (of the unsmoothed cross-entropy) and
+// accuracy over the counted tokens.
+cstorch::Tensor masked_token_loss(const cstorch::Tensor& logits, const cstorch::Tensor& labels,
+                                  const cstorch::Tensor& mask, double label_smoothing,
                                   cstorch::metrics::PerplexityMetric* perplexity = nullptr,
                                   cstorch::metrics::AccuracyMetric* accuracy = nullptr);
+// The loss above for a seq2seq batch (labels, decoder_attention_mask).
+inline cstorch::Tensor masked_token_loss(const cstorch::Tensor& logits, const Seq2SeqBatch& b,
+                                         double label_smoothing,
+                                         cstorch::metrics::PerplexityMetric* perplexity = nullptr,
+                                         cstorch::metrics::AccuracyMetric* accuracy = nullptr) {
+  return masked_token_loss(logits, b.labels, b.decoder_attention_mask, label_smoothing, perplexity,
+                           accuracy);
+}
 
 // An encoder-decoder model over the batch above: reads and checks the batch, and computes the
 // masked token loss (with the eval metrics "eval/lm_perplexity" and "eval/accuracy"). A model
