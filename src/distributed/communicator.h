@@ -10,17 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "cstorch/distributed.h"
+
 namespace cstorch::distributed::detail {
 
-// What a communicator measured: all-reduces started, f32 values reduced, seconds the
-// communication spent on them (start to completion), and seconds callers spent blocked in
-// wait() — the communication the compute did not hide.
-struct Stats {
-  int64_t allreduces = 0;
-  double values = 0;
-  double busy_seconds = 0;
-  double wait_seconds = 0;
-};
+// What a communicator measured (the public CommStats: all-reduces started, f32 values reduced,
+// seconds communicating, seconds callers were blocked in wait()).
+using Stats = CommStats;
 
 class Communicator {
  public:

@@ -340,8 +340,7 @@ CommStats comm_stats() {
   std::lock_guard<std::mutex> l(g_mu);
   world_locked();
   if (!g_group) return {};
-  auto s = g_group->stats();
-  return {s.allreduces, s.values, s.busy_seconds, s.wait_seconds};
+  return g_group->stats();
 }
 
 size_t bucket_bytes() {

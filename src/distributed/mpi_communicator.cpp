@@ -35,7 +35,7 @@ namespace cstorch::distributed::detail {
 
 std::shared_ptr<Communicator> LocalCommunicator::first(int n) {
   CS_CHECK(n >= 1, "replica group: need at least 1 replica, got {}", n);
-  return n >= 1 ? std::make_shared<LocalCommunicator>() : nullptr;
+  return std::make_shared<LocalCommunicator>();
 }
 
 void LocalCommunicator::abort(int code) {
