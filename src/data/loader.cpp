@@ -432,32 +432,25 @@ void DataLoader::run_worker(int id) {
   }
 }
 
-int64_t DataLoader::size() {
+int64_t DataLoader::batches_per_epoch() {
   start();
   int64_t sum = 0;
   for (auto& w : workers_) {
-    if (w.size < 0) {
-      sum = -1;
-      break;
-    }
+    if (w.size < 0) return -1;
     sum += w.size;
   }
+  return sum;
+}
+
+int64_t DataLoader::size() {
+  const int64_t sum = batches_per_epoch();
   if (steps_.steps_per_epoch)
     return sum < 0 ? *steps_.steps_per_epoch : std::min(sum, *steps_.steps_per_epoch);
   return sum;
 }
 
 int64_t DataLoader::num_steps() {
-  start();
-  int64_t sum = 0;
-  for (auto& w : workers_) {
-    if (w.size < 0) {
-      sum = -1;
-      break;
-    }
-    sum += w.size;
-  }
-  return compute_num_steps(steps_, sum);
+  return compute_num_steps(steps_, batches_per_epoch());
 }
 
 std::optional<Batch> DataLoader::next() {

@@ -177,6 +177,8 @@ class DataLoader {
   void record_step(int64_t step);
 
  private:
+  // Batches of one epoch summed over the workers (-1 when a worker's source is unsized).
+  int64_t batches_per_epoch();
   struct Item {
     enum Kind { Data, End, Failure } kind = Data;
     int64_t epoch = 0;
