@@ -155,7 +155,8 @@ void pack_panels(const float* x, int64_t rs, int64_t cs, int64_t m, int64_t kc, 
 // work per FMA of V = 2.
 template <int R, int V, bool kcontig>
 void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const float* __restrict b,
-                  int64_t bks, float* c, int64_t ldc, int cols, float alpha, float beta) {
+                  int64_t bks, float* c, int64_t ldc, int cols, float alpha, float beta,
+                  const float* bias) {
   __mmask16 mask[V];
 #pragma GCC unroll 2
   for (int v = 0; v < V; ++v) {
@@ -189,6 +190,10 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
     }
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  __m512 bias_v[V];
+#pragma GCC unroll 2
+  for (int v = 0; v < V; ++v)
+    bias_v[v] = bias ? _mm512_maskz_loadu_ps(mask[v], bias + 16 * v) : _mm512_setzero_ps();
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 2
@@ -199,13 +204,14 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
         x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], cr));
       else if (beta != 0.f)
         x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], cr), x);
+      if (bias) x = _mm512_add_ps(x, bias_v[v]);
       _mm512_mask_storeu_ps(cr, mask[v], x);
     }
   }
 }
 
 using MicroKernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
-                             int, float, float);
+                             int, float, float, const float*);
 using KernelRow = std::array<MicroKernel, kMr + 1>;  // indexed by the tile's row count
 template <int V, bool kcontig, size_t... R>
 constexpr KernelRow kernel_row(std::index_sequence<R...>) {
@@ -235,7 +241,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 
 bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                  int threads) {
+                  int threads, const float* bias) {
   if (M <= 0 || N <= 0) return true;
   // op(A)[i][k] = A[i * ars + k * acs], op(B)[k][j] = B[k * brs + j * bcs]. A is always read in
   // place (the kernel broadcasts its elements); B is read in place when its rows are
@@ -269,6 +275,7 @@ bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t pc = kb * kc_max, kc = std::max<int64_t>(0, std::min(kc_max, K - pc));
         const float beta_k = kb == 0 ? beta : 1.f;
+        const float* bias_k = kb == 0 && bias ? bias + jc : nullptr;  // added once, first block
         const float* bblk = B + pc * brs + jc * bcs;
         if (pack_b) pack_panels<kNr>(bblk, bcs, brs, nc, kc, bp, kNr * kc_max, j0, j1);
         // A-panel-major within the rectangle: the A micro-panel (12 x kc) stays in L1 while
@@ -279,9 +286,9 @@ bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
           for (int64_t jp = j0; jp < j1; ++jp) {
             const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - jp * kNr));
             const float* bt = pack_b ? bp + (jp - j0) * kNr * kc_max : bblk + jp * kNr;
-            kKernels[acs == 1][cols > 16][rows](kc, ablk, astride, bt, pack_b ? kNr : brs,
-                                                C + ip * kMr * ldc + jc + jp * kNr, ldc, cols,
-                                                alpha, beta_k);
+            kKernels[acs == 1][cols > 16][rows](
+                kc, ablk, astride, bt, pack_b ? kNr : brs, C + ip * kMr * ldc + jc + jp * kNr, ldc,
+                cols, alpha, beta_k, bias_k ? bias_k + jp * kNr : nullptr);
           }
         }
       }

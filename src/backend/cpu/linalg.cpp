@@ -63,18 +63,24 @@ constexpr double kOwnGemmMaxMacs = static_cast<double>(1 << 26);
 // Below this many multiply-adds a product runs on one thread: a fork/join costs more.
 constexpr double kParallelMinMacs = static_cast<double>(1 << 20);
 
+// Threads for one product: the whole team, or 1 below kParallelMinMacs or inside a parallel
+// region.
+int gemm_threads(double macs) {
+  const int threads = omp_get_max_threads();
+  return threads <= 1 || macs < kParallelMinMacs || omp_in_parallel() ? 1 : threads;
+}
+
 // One GEMM on the shared pool: small and medium products through gemm.cpp on the whole team;
 // large ones split into row (or column) blocks, one single-threaded OpenBLAS sgemm per thread.
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-  const int threads = omp_get_max_threads();
   const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  const bool serial = threads <= 1 || macs < kParallelMinMacs || omp_in_parallel();
+  const int threads = gemm_threads(macs);
   if (macs <= kOwnGemmMaxMacs &&
-      sgemm_avx512(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc, serial ? 1 : threads))
+      sgemm_avx512(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc, threads))
     return;
-  if (serial || (M < 32 && N < 32)) {
+  if (threads == 1 || (M < 32 && N < 32)) {
     sgemm1(TA, TB, M, N, K, A, lda, B, ldb, beta, C, ldc);
     return;
   }
@@ -194,11 +200,15 @@ void cpu_Matmul(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-// y[M, N] = x[M, K] @ W[N, K]^T (+ b[N]): the bias is copied into each row, then one GEMM
-// accumulates onto it (beta = 1).
+// y[M, N] = x[M, K] @ W[N, K]^T (+ b[N]). The own GEMM adds the bias in its epilogue; on the
+// OpenBLAS path the bias is copied into each row and one GEMM accumulates onto it (beta = 1).
 static void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, const float* w,
                        const float* bias, float* y) {
   if (M == 0 || N == 0) return;
+  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  if (K > 0 && macs <= kOwnGemmMaxMacs &&
+      sgemm_avx512(false, true, M, N, K, 1.f, x, K, w, K, 0.f, y, N, gemm_threads(macs), bias))
+    return;
   if (bias) {
     parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) std::memcpy(y + i * N, bias, sizeof(float) * N);
