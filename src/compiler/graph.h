@@ -66,11 +66,14 @@ std::unique_ptr<Pass> make_simplify_pass();
 std::unique_ptr<Pass> make_gradient_allreduce_pass(double weight, size_t bucket_bytes);
 // Groups chains of elementwise ops into Fused nodes (passes/fuse_elementwise.cpp).
 std::unique_ptr<Pass> make_fuse_elementwise_pass();
+// Folds relu(linear) and addcmul(matmul, C, s) into Gemm nodes (passes/fuse_gemm_epilogue.cpp).
+std::unique_ptr<Pass> make_fuse_gemm_epilogue_pass();
 
 // Runs the standard pipeline: verify, dce, cse, fold, simplify, cse, dce, then `before_fusion`
-// when given (the gradient all-reduce of data-parallel steps), then fuse_elementwise unless the
-// CSTORCH_FUSION environment variable is "0", verifying after each. If the CSTORCH_DUMP_GRAPHS
-// environment variable names a directory, the graph is written there before and after every pass
+// when given (the gradient all-reduce of data-parallel steps), then fuse_gemm_epilogue and
+// fuse_elementwise unless the CSTORCH_FUSION environment variable is "0", verifying after each. If
+// the CSTORCH_DUMP_GRAPHS environment variable names a directory, the graph is written there before
+// and after every pass
 // (`<prefix>-NN-<pass>.txt` and `.dot`).
 void optimize(Graph& g, const std::string& prefix, std::unique_ptr<Pass> before_fusion = nullptr);
 // A node's attributes as the graph dumps print them ("trans_a=true trans_b=false").

@@ -33,14 +33,19 @@ void optimize(Graph& g, const std::string& prefix, std::unique_ptr<Pass> before_
     dump(g, prefix, idx++, before_fusion->name());
     verify(g, before_fusion->name());
   }
-  // Fusion last: the other passes see the plain ops. CSTORCH_FUSION=0 turns it off (to compare
-  // speed, or to see every op in CSTORCH_PROFILE=nodes).
+  // Fusion last: the other passes see the plain ops. CSTORCH_FUSION=0 turns both fusions off
+  // (to compare speed, or to see every op in CSTORCH_PROFILE=nodes). GEMM epilogues first, so
+  // a relu or momentum update after a product joins the product rather than an elementwise
+  // group.
   const char* fusion = std::getenv("CSTORCH_FUSION");
   if (!(fusion && std::string(fusion) == "0")) {
-    auto p = make_fuse_elementwise_pass();
-    p->run(g);
-    dump(g, prefix, idx++, p->name());
-    verify(g, p->name());
+    std::unique_ptr<Pass> fusions[] = {make_fuse_gemm_epilogue_pass(),
+                                       make_fuse_elementwise_pass()};
+    for (auto& p : fusions) {
+      p->run(g);
+      dump(g, prefix, idx++, p->name());
+      verify(g, p->name());
+    }
   }
 }
 

@@ -30,6 +30,12 @@ double node_flops(const ir::Node& n) {
     int64_t k = a.trans_a ? s[s.size() - 2] : s.back();
     return 2.0 * static_cast<double>(n.numel()) * static_cast<double>(k);
   }
+  if (n.op == ir::OpCode::Gemm) {
+    const auto& a = n.attr<ir::GemmAttrs>();
+    const auto& s = n.inputs[0]->shape;
+    int64_t k = a.trans_a ? s[s.size() - 2] : s.back();
+    return 2.0 * static_cast<double>(n.numel()) * static_cast<double>(k);
+  }
   if (n.op == ir::OpCode::Linear)
     return 2.0 * static_cast<double>(n.numel()) * static_cast<double>(n.inputs[0]->shape.back());
   return static_cast<double>(n.numel());
@@ -143,10 +149,18 @@ void Program::plan() {
       size_t lu = last[r];
       if (lu > w) ok = false;
       if (ok && lu == w) {
-        // W reads the old value itself: safe only elementwise, element for element.
-        ok = has_trait(slot.write->op, ir::kElementwise);
-        for (auto& in : slot.write->inputs)
-          if (root[id.at(in.get())] == r && in->numel() != slot.write->numel()) ok = false;
+        // W reads the old value itself: safe only element for element: an elementwise op, or
+        // a Gemm reading it only as its addend (the kernel reads each addend element just
+        // before writing that element, and never stores partial sums when it has an addend).
+        const bool gemm_addend =
+            slot.write->op == ir::OpCode::Gemm && slot.write->attr<ir::GemmAttrs>().addend;
+        ok = has_trait(slot.write->op, ir::kElementwise) || gemm_addend;
+        const auto& ins = slot.write->inputs;
+        for (size_t i = 0; i < ins.size(); ++i) {
+          if (root[id.at(ins[i].get())] != r) continue;
+          if (ins[i]->numel() != slot.write->numel()) ok = false;
+          if (gemm_addend && i != ins.size() - 2) ok = false;  // A, B or bias: not in place
+        }
       }
     }
     if (ok) {

@@ -90,6 +90,16 @@ struct MatmulAttrs {
   bool operator==(const MatmulAttrs&) const = default;
   size_t hash() const { return trans_a * 2 + trans_b; }
 };
+// A Gemm node (made by src/compiler/passes/fuse_gemm_epilogue.cpp): out = act(op(A) @ op(B)
+// [+ bias] [+ C * s]). Inputs: A, B, then bias [N] when `bias`, then C (the output's shape) and
+// s (one element) when `addend`. A without trans_a may have leading dims (flattened into rows,
+// as Linear's input); with trans_a it is 2-d. B is 2-d.
+struct GemmAttrs {
+  bool trans_a = false, trans_b = false;
+  bool bias = false, addend = false, relu = false;
+  bool operator==(const GemmAttrs&) const = default;
+  size_t hash() const { return trans_a * 16 + trans_b * 8 + bias * 4 + addend * 2 + relu; }
+};
 struct DimAttrs {
   int64_t dim = 0;
   bool operator==(const DimAttrs&) const = default;
@@ -206,10 +216,11 @@ struct FusedAttrs {
   }
 };
 
-using Attrs = std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs,
-                           GeluAttrs, AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs,
-                           LossAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs, TriAttrs,
-                           AttentionAttrs, AllReduceAttrs, UnpackAttrs, RecomputeAttrs, FusedAttrs>;
+using Attrs =
+    std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs, GeluAttrs,
+                 AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs, LossAttrs, ShapeAttrs,
+                 PermuteAttrs, SliceAttrs, TriAttrs, AttentionAttrs, AllReduceAttrs, UnpackAttrs,
+                 RecomputeAttrs, FusedAttrs, GemmAttrs>;
 
 inline size_t hash_attrs(const Attrs& a) {
   return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));

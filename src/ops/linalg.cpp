@@ -119,6 +119,45 @@ std::vector<Tensor> vjp_Matmul(const VjpArgs& a) {
 }
 
 // dx = g @ W, dW = g^T @ x and db = sum of g over rows, with leading dims flattened into rows.
+// Gemm: made by the compiler after autodiff (fuse_gemm_epilogue), so it has no gradient rule.
+// f32 only: the pass creates it for f32 products.
+void infer_Gemm(ir::Node& n) {
+  const auto& at = n.attr<ir::GemmAttrs>();
+  const size_t want = 2 + (at.bias ? 1 : 0) + (at.addend ? 2 : 0);
+  CS_CHECK(n.inputs.size() == want, "gemm: expected {} inputs for its flags, got {}", want,
+           n.inputs.size());
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    CS_CHECK(n.inputs[i]->dtype == DType::f32, "gemm: input {} is {}; only f32 is supported", i,
+             dtype_name(n.inputs[i]->dtype));
+  const auto& A = n.inputs[0]->shape;
+  const auto& B = n.inputs[1]->shape;
+  CS_CHECK(B.size() == 2 && A.size() >= 2 && (!at.trans_a || A.size() == 2),
+           "gemm: expected a 2-d B and a 2-d (or, untransposed, batched) A, got {} and {}",
+           shape_str(A), shape_str(B));
+  const int64_t k = at.trans_a ? A[0] : A.back(), kb = at.trans_b ? B[1] : B[0];
+  const int64_t nn = at.trans_b ? B[0] : B[1];
+  CS_CHECK(k == kb, "gemm: inner dims differ ({} vs {}) for A {} and B {}", k, kb, shape_str(A),
+           shape_str(B));
+  Shape out = at.trans_a ? Shape{A[1], nn} : A;
+  out.back() = nn;
+  size_t next = 2;
+  if (at.bias) {
+    CS_CHECK(n.inputs[next]->shape == Shape{nn}, "gemm: bias shape {} must be [{}]",
+             shape_str(n.inputs[next]->shape), nn);
+    ++next;
+  }
+  if (at.addend) {
+    CS_CHECK(n.inputs[next]->shape == out, "gemm: addend shape {} must be the output's {}",
+             shape_str(n.inputs[next]->shape), shape_str(out));
+    CS_CHECK(n.inputs[next + 1]->numel() == 1, "gemm: addend scale must have one element, got {}",
+             shape_str(n.inputs[next + 1]->shape));
+  }
+  n.shape = std::move(out);
+  n.dtype = DType::f32;
+}
+
+CS_NO_VJP(Gemm)
+
 std::vector<Tensor> vjp_Linear(const VjpArgs& a) {
   const Tensor &x = a.inputs[0], &w = a.inputs[1];
   const int64_t out = w.size(0), in = w.size(1);

@@ -31,6 +31,11 @@
 namespace cstorch::cpu {
 
 #if defined(__AVX512F__)
+// GCC 12's unpack, shuffle and max intrinsics start from _mm512_undefined_ps(), which its
+// -Wuninitialized reports once inlined (a false positive); silenced for the AVX-512 code only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 namespace {
 
 constexpr int kMr = 12, kNr = 32;
@@ -39,11 +44,6 @@ constexpr int64_t kPfB = 8;  // rows of B prefetched ahead
 
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (rows, cols <= 16); lanes
 // rows..width-1 of each written dst row are zero (panel padding). width <= 16.
-// GCC 12's unpack and shuffle intrinsics start from _mm512_undefined_ps(), which its
-// -Wuninitialized reports once inlined (a false positive); the pragmas cover transpose16 only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // `full`: rows == cols == width == 16, known at compile time (no masks, no branches).
 template <bool full>
 inline void transpose16(const float* src, int64_t lds, int rows, int cols, float* dst, int64_t ldd,
@@ -100,8 +100,6 @@ inline void transpose16(const float* src, int64_t lds, int rows, int cols, float
   }
 }
 
-#pragma GCC diagnostic pop
-
 // Packs rows [0, m) x k-range [0, kc) of a strided matrix X (X[i][k] = x[i * rs + k * cs]) into
 // panels of P rows, k-major, for panels [panel_begin, panel_end): panel p at
 // out + (p - panel_begin) * pstride, element (r, k) at [k * P + r]; rows past m are zero.
@@ -153,10 +151,19 @@ void pack_panels(const float* x, int64_t rs, int64_t cs, int64_t m, int64_t kc, 
 // panel, bks = 32, or the matrix itself); columns past `cols` are never read or written.
 // V = 1 serves products with at most 16 columns (a classifier's logits) at twice the useful
 // work per FMA of V = 2.
+// The epilogue of one tile: pointers at the tile's first row / column.
+struct TileEpilogue {
+  const float* bias = nullptr;    // + bias[j]
+  const float* addend = nullptr;  // + addend[r * ld_addend + j] * scale
+  int64_t ld_addend = 0;
+  float scale = 0.f;
+  bool relu = false;
+};
+
 template <int R, int V, bool kcontig>
 void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const float* __restrict b,
                   int64_t bks, float* c, int64_t ldc, int cols, float alpha, float beta,
-                  const float* bias) {
+                  const TileEpilogue& e) {
   __mmask16 mask[V];
 #pragma GCC unroll 2
   for (int v = 0; v < V; ++v) {
@@ -190,10 +197,11 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
     }
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const __m512 vs = _mm512_set1_ps(e.scale), zero = _mm512_setzero_ps();
   __m512 bias_v[V];
 #pragma GCC unroll 2
   for (int v = 0; v < V; ++v)
-    bias_v[v] = bias ? _mm512_maskz_loadu_ps(mask[v], bias + 16 * v) : _mm512_setzero_ps();
+    bias_v[v] = e.bias ? _mm512_maskz_loadu_ps(mask[v], e.bias + 16 * v) : zero;
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 2
@@ -204,14 +212,19 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
         x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], cr));
       else if (beta != 0.f)
         x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], cr), x);
-      if (bias) x = _mm512_add_ps(x, bias_v[v]);
+      if (e.bias) x = _mm512_add_ps(x, bias_v[v]);
+      // x + addend * s as one FMA: bitwise the addcmul kernel's a + b * c on the stored product.
+      if (e.addend)
+        x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask[v], e.addend + r * e.ld_addend + 16 * v), vs,
+                            x);
+      if (e.relu) x = _mm512_max_ps(zero, x);  // second operand on NaN: x < 0 ? 0 : x exactly
       _mm512_mask_storeu_ps(cr, mask[v], x);
     }
   }
 }
 
 using MicroKernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
-                             int, float, float, const float*);
+                             int, float, float, const TileEpilogue&);
 using KernelRow = std::array<MicroKernel, kMr + 1>;  // indexed by the tile's row count
 template <int V, bool kcontig, size_t... R>
 constexpr KernelRow kernel_row(std::index_sequence<R...>) {
@@ -237,11 +250,23 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_t i, int64_t j) {
+  TileEpilogue t;
+  if (first && ep.bias) t.bias = ep.bias + j;
+  if (last && ep.addend) {
+    t.addend = ep.addend + i * ep.ld_addend + j;
+    t.ld_addend = ep.ld_addend;
+    t.scale = ep.addend_scale;
+  }
+  t.relu = last && ep.relu;
+  return t;
+}
+
 }  // namespace
 
 bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                  int threads, const float* bias) {
+                  int threads, const GemmEpilogue& ep) {
   if (M <= 0 || N <= 0) return true;
   // op(A)[i][k] = A[i * ars + k * acs], op(B)[k][j] = B[k * brs + j * bcs]. A is always read in
   // place (the kernel broadcasts its elements); B is read in place when its rows are
@@ -251,53 +276,74 @@ bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
   const bool pack_b = bcs != 1;
   const int64_t astride = acs == 1 ? ars : acs;
   // K blocks of equal size (at most kKc), so no block is a sliver.
-  const int64_t kblocks = std::max<int64_t>(1, ceil_div(K, kKc));
+  // With an addend, one K block: C may be the addend's own storage (the planner writes a
+  // momentum update in place), so no partial sum may be stored before the addend is read.
+  const int64_t kblocks = ep.addend ? 1 : std::max<int64_t>(1, ceil_div(K, kKc));
   const int64_t kc_max = ceil_div(K, kblocks);
   threads = std::max(1, threads);
   // Each thread packs the B panels it reads into its own area (panel stride kNr * kc_max).
   const int64_t area = ceil_div(std::min(N, kNc), kNr) * kNr * kc_max;
   float* bp_all = pack_b ? pack_scratch(static_cast<size_t>(area * threads)) : nullptr;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
+  auto body = [&](int t, int nt) {
     // Each thread owns a fixed rectangle of C: a range of 32-column panels (or, when there are
     // fewer panels than threads, a range of 12-row panels), the same one on every call. It
     // packs only the B panels it uses, into its own part of the buffer, so no thread waits for
     // another and no packed line moves between cores (measured on 2 cores: packing into panels
     // that the other core had read cost 6x the single-thread time).
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t nap = ceil_div(M, kMr);
     float* bp = pack_b ? bp_all + t * area : nullptr;  // panel jp at bp + (jp - j0) * kNr * kc_max
     for (int64_t jc = 0; jc < N; jc += kNc) {
       const int64_t nc = std::min(kNc, N - jc), nbp = ceil_div(nc, kNr);
-      const bool split_cols = nbp >= nt;
-      const int64_t j0 = split_cols ? nbp * t / nt : 0, j1 = split_cols ? nbp * (t + 1) / nt : nbp;
-      const int64_t i0 = split_cols ? 0 : nap * t / nt, i1 = split_cols ? nap : nap * (t + 1) / nt;
+      // Rows [r0, r1) x column panels [j0, j1) of this thread. Rows in contiguous equal ranges
+      // (the split the elementwise kernels use, so the optimizer update that reads this
+      // product finds its half in its own core's cache) unless B is packed: then columns, so
+      // no thread packs panels another also packs. Too few column panels: rows again.
+      const bool split_rows = pack_b ? nbp < nt : M >= nt * kMr || nbp < nt;
+      const int64_t r0 = split_rows ? M * t / nt : 0, r1 = split_rows ? M * (t + 1) / nt : M;
+      const int64_t j0 = split_rows ? 0 : nbp * t / nt, j1 = split_rows ? nbp : nbp * (t + 1) / nt;
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t pc = kb * kc_max, kc = std::max<int64_t>(0, std::min(kc_max, K - pc));
         const float beta_k = kb == 0 ? beta : 1.f;
-        const float* bias_k = kb == 0 && bias ? bias + jc : nullptr;  // added once, first block
+        // The bias is added in the first K block, the addend and relu in the last, so that the
+        // result is bitwise that of the unfused ops on the finished product.
+        const bool first = kb == 0, last = kb + 1 == kblocks;
         const float* bblk = B + pc * brs + jc * bcs;
         if (pack_b) pack_panels<kNr>(bblk, bcs, brs, nc, kc, bp, kNr * kc_max, j0, j1);
         // A-panel-major within the rectangle: the A micro-panel (12 x kc) stays in L1 while
         // the thread's B panels stream from L2.
-        for (int64_t ip = i0; ip < i1; ++ip) {
-          const int rows = static_cast<int>(std::min<int64_t>(kMr, M - ip * kMr));
-          const float* ablk = A + ip * kMr * ars + pc * acs;
+        for (int64_t i = r0; i < r1; i += kMr) {
+          const int rows = static_cast<int>(std::min<int64_t>(kMr, r1 - i));
+          const float* ablk = A + i * ars + pc * acs;
           for (int64_t jp = j0; jp < j1; ++jp) {
             const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - jp * kNr));
             const float* bt = pack_b ? bp + (jp - j0) * kNr * kc_max : bblk + jp * kNr;
             kKernels[acs == 1][cols > 16][rows](
-                kc, ablk, astride, bt, pack_b ? kNr : brs, C + ip * kMr * ldc + jc + jp * kNr, ldc,
-                cols, alpha, beta_k, bias_k ? bias_k + jp * kNr : nullptr);
+                kc, ablk, astride, bt, pack_b ? kNr : brs, C + i * ldc + jc + jp * kNr, ldc, cols,
+                alpha, beta_k, tile_epilogue(ep, first, last, i, jc + jp * kNr));
           }
         }
       }
     }
+  };
+  if (threads == 1) {
+    body(0, 1);  // no parallel region: its entry costs more than a small product
+  } else {
+#pragma omp parallel num_threads(threads)
+    body(omp_get_thread_num(), omp_get_num_threads());
   }
   return true;
 }
+#pragma GCC diagnostic pop
+
+bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb) {
+  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  return macs <= static_cast<double>(1 << 26) && K >= 16 && M >= 8 && (M >= 16 || !tb);
+}
 
 #else
+
+bool own_gemm_applies(int64_t, int64_t, int64_t, bool) {
+  return false;
+}
 
 bool sgemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                   int64_t, float, float*, int64_t, int) {

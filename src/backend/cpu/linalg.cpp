@@ -54,12 +54,6 @@ void sgemm1(CBLAS_TRANSPOSE TA, CBLAS_TRANSPOSE TB, int64_t M, int64_t N, int64_
   if (outside && saved != 1) omp_set_num_threads(saved);
 }
 
-// Products up to this many multiply-adds go to cstorch's own AVX-512 GEMM (gemm.cpp), which
-// reads its operands in place and so wins where packing dominates; larger ones go to OpenBLAS,
-// whose cache blocking wins there. Measured on 2 cores (Sapphire Rapids): 128 x 256 x 784
-// and 256 x 784 x 128 run at 200-210 GFLOP/s here against 160-165 for OpenBLAS's own
-// threading; 2048^3 runs at 144 against 243.
-constexpr double kOwnGemmMaxMacs = static_cast<double>(1 << 26);
 // Below this many multiply-adds a product runs on one thread: a fork/join costs more.
 constexpr double kParallelMinMacs = static_cast<double>(1 << 20);
 
@@ -77,7 +71,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
   const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
   const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   const int threads = gemm_threads(macs);
-  if (macs <= kOwnGemmMaxMacs &&
+  if (own_gemm_applies(M, N, K, tb) &&
       sgemm_avx512(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc, threads))
     return;
   if (threads == 1 || (M < 32 && N < 32)) {
@@ -206,8 +200,9 @@ static void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, const fl
                        const float* bias, float* y) {
   if (M == 0 || N == 0) return;
   const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  if (K > 0 && macs <= kOwnGemmMaxMacs &&
-      sgemm_avx512(false, true, M, N, K, 1.f, x, K, w, K, 0.f, y, N, gemm_threads(macs), bias))
+  if (own_gemm_applies(M, N, K, true) &&
+      sgemm_avx512(false, true, M, N, K, 1.f, x, K, w, K, 0.f, y, N, gemm_threads(macs),
+                   GemmEpilogue{.bias = bias}))
     return;
   if (bias) {
     parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
@@ -247,10 +242,66 @@ void cpu_Linear(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
+// Gemm (the compiler's fused product, GemmAttrs): out = relu?(op(A) @ op(B) [+ bias] [+ C * s]).
+// The own GEMM applies the additions in its epilogue; otherwise (no AVX-512, or a product above
+// use_own_gemm) the product runs as a plain GEMM and the same additions follow in one pass,
+// with the same formulas (bias first; then x + C * s, contracted to one FMA as in addcmul).
+void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
+  const auto& at = n.attr<ir::GemmAttrs>();
+  const Shape& sa = n.inputs[0]->shape;
+  const Shape& sb = n.inputs[1]->shape;
+  const int64_t N = n.shape.back(), M = n.numel() / std::max<int64_t>(N, 1);
+  const int64_t K = at.trans_a ? sa[0] : sa.back();
+  if (M == 0 || N == 0) return;
+  const float* A = static_cast<const float*>(in[0]);
+  const float* B = static_cast<const float*>(in[1]);
+  float* C = static_cast<float*>(out);
+  const int64_t lda = at.trans_a ? M : K, ldb = sb[1];
+  size_t next = 2;
+  GemmEpilogue ep;
+  if (at.bias) ep.bias = static_cast<const float*>(in[next++]);
+  if (at.addend) {
+    ep.addend = static_cast<const float*>(in[next]);
+    ep.ld_addend = N;
+    ep.addend_scale = *static_cast<const float*>(in[next + 1]);
+  }
+  ep.relu = at.relu;
+  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  if (own_gemm_applies(M, N, K, at.trans_b) &&
+      sgemm_avx512(at.trans_a, at.trans_b, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, N,
+                   gemm_threads(macs), ep))
+    return;
+  // The output may be the addend's storage (an in-place state write): then the product goes to
+  // scratch first.
+  float* P = ep.addend == C ? scratch(static_cast<size_t>(M * N)) : C;
+  gemm(at.trans_a, at.trans_b, M, N, K, A, lda, B, ldb, 0.f, P, N);
+  const float scale = ep.addend_scale;
+  parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float* row = C + i * N;  // may be prod or the addend: same-index reads only
+      const float* prod = P + i * N;
+      if (ep.bias) {
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) row[j] = prod[j] + ep.bias[j];
+        prod = row;
+      }
+      if (ep.addend) {
+        const float* add = ep.addend + i * N;
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) row[j] = prod[j] + add[j] * scale;
+        prod = row;
+      }
+      if (ep.relu) {
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) row[j] = prod[j] < 0.f ? 0.f : prod[j];
+      }
+    }
+  });
+}
+
 void sgemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  if (macs <= kOwnGemmMaxMacs &&
+  if (own_gemm_applies(M, N, K, tb) &&
       sgemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1))
     return;
   sgemm1(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, A, lda, B, ldb,

@@ -34,8 +34,9 @@ int check(const Case& c, std::mt19937& rng) {
   const std::vector<float> C0 = C;
   std::vector<float> bias(c.N);
   for (auto& x : bias) x = u(rng);
-  if (!cstorch::cpu::sgemm_avx512(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb,
-                                  c.beta, C.data(), ldc, c.threads, c.bias ? bias.data() : nullptr))
+  if (!cstorch::cpu::sgemm_avx512(
+          c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc,
+          c.threads, cstorch::cpu::GemmEpilogue{.bias = c.bias ? bias.data() : nullptr}))
     return -1;  // no AVX-512 in this build
   int bad = 0;
   for (int64_t i = 0; i < c.M; ++i) {
