@@ -90,15 +90,18 @@ struct MatmulAttrs {
   bool operator==(const MatmulAttrs&) const = default;
   size_t hash() const { return trans_a * 2 + trans_b; }
 };
-// A Gemm node (made by src/compiler/passes/fuse_gemm_epilogue.cpp): out = act(op(A) @ op(B)
-// [+ bias] [+ C * s]). Inputs: A, B, then bias [N] when `bias`, then C (the output's shape) and
-// s (one element) when `addend`. A without trans_a may have leading dims (flattened into rows,
-// as Linear's input); with trans_a it is 2-d. B is 2-d.
+// A Gemm node (made by src/compiler/passes/fuse_gemm_epilogue.cpp): out = op(A) @ op(B)
+// [+ bias] [+ C * s], then [relu], then [zeroed where y <= 0 (relu's gradient)]. Inputs: A, B,
+// then bias [N] when `bias`, then C (the output's shape) and s (one element) when `addend`, then
+// y (the output's shape) when `relu_grad`. A without trans_a may have leading dims (flattened
+// into rows, as Linear's input); with trans_a it is 2-d. B is 2-d.
 struct GemmAttrs {
   bool trans_a = false, trans_b = false;
-  bool bias = false, addend = false, relu = false;
+  bool bias = false, addend = false, relu = false, relu_grad = false;
   bool operator==(const GemmAttrs&) const = default;
-  size_t hash() const { return trans_a * 16 + trans_b * 8 + bias * 4 + addend * 2 + relu; }
+  size_t hash() const {
+    return trans_a * 32 + trans_b * 16 + bias * 8 + addend * 4 + relu * 2 + relu_grad;
+  }
 };
 struct DimAttrs {
   int64_t dim = 0;

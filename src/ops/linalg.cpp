@@ -123,7 +123,7 @@ std::vector<Tensor> vjp_Matmul(const VjpArgs& a) {
 // f32 only: the pass creates it for f32 products.
 void infer_Gemm(ir::Node& n) {
   const auto& at = n.attr<ir::GemmAttrs>();
-  const size_t want = 2 + (at.bias ? 1 : 0) + (at.addend ? 2 : 0);
+  const size_t want = 2 + (at.bias ? 1 : 0) + (at.addend ? 2 : 0) + (at.relu_grad ? 1 : 0);
   CS_CHECK(n.inputs.size() == want, "gemm: expected {} inputs for its flags, got {}", want,
            n.inputs.size());
   for (size_t i = 0; i < n.inputs.size(); ++i)
@@ -152,6 +152,9 @@ void infer_Gemm(ir::Node& n) {
     CS_CHECK(n.inputs[next + 1]->numel() == 1, "gemm: addend scale must have one element, got {}",
              shape_str(n.inputs[next + 1]->shape));
   }
+  if (at.relu_grad)
+    CS_CHECK(n.inputs.back()->shape == out, "gemm: relu output shape {} must be the output's {}",
+             shape_str(n.inputs.back()->shape), shape_str(out));
   n.shape = std::move(out);
   n.dtype = DType::f32;
 }

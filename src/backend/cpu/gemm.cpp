@@ -158,6 +158,8 @@ struct TileEpilogue {
   int64_t ld_addend = 0;
   float scale = 0.f;
   bool relu = false;
+  const float* gate = nullptr;  // result zeroed where gate[r * ld_gate + j] <= 0
+  int64_t ld_gate = 0;
 };
 
 template <int R, int V, bool kcontig>
@@ -218,6 +220,10 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
         x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask[v], e.addend + r * e.ld_addend + 16 * v), vs,
                             x);
       if (e.relu) x = _mm512_max_ps(zero, x);  // second operand on NaN: x < 0 ? 0 : x exactly
+      if (e.gate) {  // relu_grad_f: y <= 0 ? 0 : x (an unordered compare: NaN y keeps x)
+        const __m512 y = _mm512_maskz_loadu_ps(mask[v], e.gate + r * e.ld_gate + 16 * v);
+        x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(y, zero, _CMP_LE_OQ), zero);
+      }
       _mm512_mask_storeu_ps(cr, mask[v], x);
     }
   }
@@ -259,6 +265,10 @@ TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_
     t.scale = ep.addend_scale;
   }
   t.relu = last && ep.relu;
+  if (last && ep.gate) {
+    t.gate = ep.gate + i * ep.ld_gate + j;
+    t.ld_gate = ep.ld_gate;
+  }
   return t;
 }
 

@@ -20,7 +20,9 @@ struct GemmEpilogue {
   const float* addend = nullptr;  // + addend[i * ld_addend + j] * addend_scale (one FMA)
   int64_t ld_addend = 0;
   float addend_scale = 0.f;
-  bool relu = false;  // x < 0 ? 0 : x (NaN kept)
+  bool relu = false;            // x < 0 ? 0 : x (NaN kept)
+  const float* gate = nullptr;  // relu's gradient: gate[i * ld_gate + j] <= 0 ? 0 : x
+  int64_t ld_gate = 0;
 };
 
 // C[M, N] = epilogue(alpha * op(A)[M, K] @ op(B)[K, N] + beta * C), row-major (op = transpose

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/blas.h"
 #include "backend/cpu/dtype_dispatch.h"
+#include "backend/cpu/elementwise_math.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
@@ -266,6 +267,10 @@ void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
     ep.addend_scale = *static_cast<const float*>(in[next + 1]);
   }
   ep.relu = at.relu;
+  if (at.relu_grad) {
+    ep.gate = static_cast<const float*>(in[n.inputs.size() - 1]);
+    ep.ld_gate = N;
+  }
   const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   if (own_gemm_applies(M, N, K, at.trans_b) &&
       sgemm_avx512(at.trans_a, at.trans_b, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, N,
@@ -294,6 +299,12 @@ void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
       if (ep.relu) {
 #pragma omp simd
         for (int64_t j = 0; j < N; ++j) row[j] = prod[j] < 0.f ? 0.f : prod[j];
+        prod = row;
+      }
+      if (ep.gate) {
+        const float* y = ep.gate + i * N;
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) row[j] = relu_grad_f(prod[j], y[j]);
       }
     }
   });

@@ -3,10 +3,12 @@
 // of written, read back and written again:
 //   relu(linear(x, W[, b]))                  -> gemm{trans_b, bias, relu}(x, W[, b])
 //   addcmul(matmul(A, B), C, s), s one value -> gemm{trans flags, addend}(A, B, C, s)
+//   relu_grad(matmul(A, B), y)               -> gemm{trans flags, relu_grad}(A, B, y)
 // The second is SGD's momentum update, grad + buf * momentum, with the weight gradient as the
 // product: the new momentum comes out of the weight-gradient GEMM, and the gradient itself is
-// never stored. The planner may write it in place over the old momentum (the kernel reads each
-// addend element just before writing that element).
+// never stored. The third is the backward of a hidden layer: the input gradient of the next
+// layer, masked by where this layer's relu was positive. The planner may write it in place over the
+// old momentum (the kernel reads each addend element just before writing that element).
 //
 // Conditions: the CPU backend runs the product through its own GEMM, which applies epilogues
 // for free (cpu::own_gemm_applies; elsewhere the Gemm kernel would add a pass of its own and
@@ -65,6 +67,19 @@ class FuseGemmEpilogue : public Pass {
         n->op = OpCode::Gemm;
         n->attrs = ir::GemmAttrs{.trans_b = true, .bias = lin.inputs.size() == 3, .relu = true};
         n->inputs = lin.inputs;
+        changed = true;
+      } else if (n->op == OpCode::ReluGrad && f32(*n)) {
+        const auto& mm = *n->inputs[0];
+        const auto& y = n->inputs[1];
+        if (mm.op != OpCode::Matmul || !f32(mm) || !sole_use(mm) ||
+            mm.inputs[0]->shape.size() != 2 || mm.inputs[1]->shape.size() != 2 ||
+            mm.shape != n->shape || y->shape != n->shape || !epilogue_is_free(mm))
+          continue;
+        const auto& ma = mm.attr<ir::MatmulAttrs>();
+        std::vector<ir::NodePtr> inputs = {mm.inputs[0], mm.inputs[1], y};
+        n->op = OpCode::Gemm;
+        n->attrs = ir::GemmAttrs{.trans_a = ma.trans_a, .trans_b = ma.trans_b, .relu_grad = true};
+        n->inputs = std::move(inputs);
         changed = true;
       } else if (n->op == OpCode::Addcmul && f32(*n)) {
         const auto& mm = *n->inputs[0];

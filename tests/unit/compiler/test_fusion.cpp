@@ -305,7 +305,8 @@ Tensor fc_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x, 
 }
 
 // An FC network trained with SGD + momentum, traced twice: with fusion on (relu into the linear
-// GEMMs, the momentum update or the weight decay into the weight-gradient GEMMs) and off.
+// GEMMs, relu's gradient into an input-gradient GEMM, the momentum update or the weight decay
+// into the weight-gradient GEMMs) and off.
 // Losses and parameters must stay bitwise equal.
 void expect_fc_sgd_bitwise(double weight_decay) {
   auto m1 = fc_net();
@@ -333,7 +334,7 @@ void expect_fc_sgd_bitwise(double weight_decay) {
 
 }  // namespace
 
-TEST(GemmEpilogue, ReluAndMomentumJoinTheProductsAndMomentumStaysInPlace) {
+TEST(GemmEpilogue, ReluReluGradAndMomentumJoinTheProductsAndMomentumStaysInPlace) {
   if (!cs::cpu::own_gemm_applies(32, 24, 40, true))
     GTEST_SKIP() << "built without AVX-512: products run on OpenBLAS, epilogues are not fused";
   auto m = fc_net();
@@ -354,12 +355,17 @@ TEST(GemmEpilogue, ReluAndMomentumJoinTheProductsAndMomentumStaysInPlace) {
     g.batch_inputs = ctx.batch_inputs();
   }
   cc::optimize(g, "gemm_epilogue");
-  size_t relu = 0, addend = 0;
+  size_t relu = 0, addend = 0, relu_grad = 0;
   for (auto& n : g.nodes) {
     if (n->op != OpCode::Gemm) continue;
     relu += n->attr<cs::ir::GemmAttrs>().relu;
     addend += n->attr<cs::ir::GemmAttrs>().addend;
+    relu_grad += n->attr<cs::ir::GemmAttrs>().relu_grad;
   }
+  // The second hidden layer's input gradient (32 x 24 x 24) carries the first's relu mask; the
+  // classifier's (K = 10 < 16: OpenBLAS) stays a matmul and a separate relu_grad.
+  EXPECT_EQ(relu_grad, 1u) << g.dump();
+  EXPECT_EQ(count(g, OpCode::ReluGrad), 1u) << g.dump();
   EXPECT_EQ(relu, 2u) << g.dump();    // both hidden layers
   EXPECT_EQ(addend, 3u) << g.dump();  // each weight's momentum (the biases' grads are sums)
   // The classifier's 10 x 24 weight gradient (M = 10 >= 8) is fused; a batch of 4 would not be
