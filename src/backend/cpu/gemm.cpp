@@ -344,9 +344,10 @@ bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
 }
 #pragma GCC diagnostic pop
 
-bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb) {
+bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb, bool epilogue) {
   const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  return macs <= static_cast<double>(1 << 26) && K >= 16 && M >= 8 && (M >= 16 || !tb);
+  return macs <= static_cast<double>(1 << 26) && K >= (epilogue ? 8 : 16) && M >= 8 &&
+         (M >= 16 || !tb);
 }
 
 #else

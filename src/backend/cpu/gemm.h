@@ -11,8 +11,10 @@ namespace cstorch::cpu {
 // 256 x 784 x 128 run at 200-210 GFLOP/s against 160-165 for OpenBLAS's own threading;
 // 4 x 50 x 784 (B^T) takes 13.7 us against 3.5, and 50 x 784 x 4 takes 9.7 against 6.3.
 // The compiler also asks it before fusing an epilogue into a product (only this path applies
-// epilogues for free).
-bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb);
+// epilogues for free), with `epilogue` set: then K >= 8 suffices, since the fused op's own pass
+// costs more than the slower product (128 x 256 x 10 plus relu's gradient: 11 us fused against
+// 7 + 11 apart).
+bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb, bool epilogue = false);
 
 // What the GEMM applies to each result before storing it, in this order.
 struct GemmEpilogue {

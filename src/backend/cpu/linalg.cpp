@@ -272,7 +272,8 @@ void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
     ep.ld_gate = N;
   }
   const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  if (own_gemm_applies(M, N, K, at.trans_b) &&
+  const bool fused = at.bias || at.addend || at.relu || at.relu_grad;
+  if (own_gemm_applies(M, N, K, at.trans_b, fused) &&
       sgemm_avx512(at.trans_a, at.trans_b, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, N,
                    gemm_threads(macs), ep))
     return;

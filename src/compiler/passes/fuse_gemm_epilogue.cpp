@@ -31,9 +31,9 @@ using ir::OpCode;
 bool epilogue_is_free(const ir::Node& p) {
   const auto& a = p.inputs[0]->shape;
   const int64_t N = p.shape.back(), M = p.numel() / std::max<int64_t>(N, 1);
-  if (p.op == OpCode::Linear) return cpu::own_gemm_applies(M, N, a.back(), true);
+  if (p.op == OpCode::Linear) return cpu::own_gemm_applies(M, N, a.back(), true, true);
   const auto& at = p.attr<ir::MatmulAttrs>();
-  return cpu::own_gemm_applies(M, N, at.trans_a ? a[0] : a[1], at.trans_b);
+  return cpu::own_gemm_applies(M, N, at.trans_a ? a[0] : a[1], at.trans_b, true);
 }
 
 bool f32(const ir::Node& n) {
