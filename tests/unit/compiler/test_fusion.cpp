@@ -13,6 +13,7 @@
 #include "compiler/program.h"
 #include "ir/fused.h"
 #include "runtime/trace_context.h"
+#include "unit/compiler/record_step.h"
 
 namespace cs = cstorch;
 using cs::Tensor;
@@ -253,6 +254,34 @@ TEST(FusedKernel, MalformedProgramIsRejected) {
   EXPECT_THROW(cs::ir::op_info(OpCode::Fused).infer(*g), cs::Error);
 }
 
+namespace {
+
+// Trains with `fused` (compiled at its first call, fusion on) and `plain` (compiled with
+// CSTORCH_FUSION=0) on the same random batches of shape `x_shape` and labels i % classes, for
+// `steps` steps: every loss, then every parameter (p1 of fused, p2 of plain) is bitwise equal.
+template <class F, class P>
+void expect_training_bitwise(F fused_body, P plain_body, const cs::Shape& x_shape, int64_t classes,
+                             int steps, const std::vector<Tensor>& p1,
+                             const std::vector<Tensor>& p2) {
+  auto fused = cs::trace(fused_body);
+  auto plain = cs::trace(plain_body);
+  std::vector<int64_t> labels(static_cast<size_t>(x_shape[0]));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i) % classes;
+  Tensor y = cs::from_vector(labels, {x_shape[0]});
+  for (int i = 0; i < steps; ++i) {
+    Tensor x = cs::randn(x_shape);
+    Tensor lf = fused(x, y);  // compiled at the first call: fusion on
+    setenv("CSTORCH_FUSION", "0", 1);
+    Tensor lp = plain(x, y);  // compiled here: fusion off
+    unsetenv("CSTORCH_FUSION");
+    EXPECT_EQ(lf.item<float>(), lp.item<float>()) << "step " << i;
+  }
+  for (size_t i = 0; i < p1.size(); ++i)
+    EXPECT_EQ(p1[i].to_vector<float>(), p2[i].to_vector<float>()) << "param " << i;
+}
+
+}  // namespace
+
 TEST(FusedKernel, TracedAdamWStepsAreBitwiseEqualWithFusionOnAndOff) {
   // A whole training step (layer norm, gelu, cross entropy, AdamW updating its state in place)
   // compiled with and without fusion: losses and parameters stay bitwise equal.
@@ -272,21 +301,10 @@ TEST(FusedKernel, TracedAdamWStepsAreBitwiseEqualWithFusionOnAndOff) {
     o.zero_grad();
     return loss;
   };
-  auto fused = cs::trace([&](const Tensor& x, const Tensor& y) { return body(m1, o1, x, y); });
-  auto plain = cs::trace([&](const Tensor& x, const Tensor& y) { return body(m2, o2, x, y); });
   cs::manual_seed(11);
-  Tensor y = cs::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2}, {8});
-  for (int i = 0; i < 4; ++i) {
-    Tensor x = cs::randn({8, 12});
-    float lf = fused(x, y).item<float>();  // compiled at the first call: fusion on
-    setenv("CSTORCH_FUSION", "0", 1);
-    float lp = plain(x, y).item<float>();  // compiled here: fusion off
-    unsetenv("CSTORCH_FUSION");
-    EXPECT_EQ(lf, lp) << "step " << i;
-  }
-  auto p1 = m1->parameters(), p2 = m2->parameters();
-  for (size_t i = 0; i < p1.size(); ++i)
-    EXPECT_EQ(p1[i].to_vector<float>(), p2[i].to_vector<float>()) << "param " << i;
+  expect_training_bitwise([&](const Tensor& x, const Tensor& y) { return body(m1, o1, x, y); },
+                          [&](const Tensor& x, const Tensor& y) { return body(m2, o2, x, y); },
+                          {8, 12}, 5, 4, m1->parameters(), m2->parameters());
 }
 
 namespace {
@@ -313,23 +331,10 @@ void expect_fc_sgd_bitwise(double weight_decay) {
   auto m2 = fc_net();
   cs::optim::SGD o1(m1->parameters(), 0.05, 0.9, 0.0, weight_decay);
   cs::optim::SGD o2(m2->parameters(), 0.05, 0.9, 0.0, weight_decay);
-  auto fused = cs::trace([&](const Tensor& x, const Tensor& y) { return fc_step(m1, o1, x, y); });
-  auto plain = cs::trace([&](const Tensor& x, const Tensor& y) { return fc_step(m2, o2, x, y); });
   cs::manual_seed(12);
-  std::vector<int64_t> labels(32);
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 10);
-  Tensor y = cs::from_vector(labels, {32});
-  for (int i = 0; i < 6; ++i) {
-    Tensor x = cs::randn({32, 40});
-    float lf = fused(x, y).item<float>();  // compiled at the first call: fusion on
-    setenv("CSTORCH_FUSION", "0", 1);
-    float lp = plain(x, y).item<float>();  // compiled here: fusion off
-    unsetenv("CSTORCH_FUSION");
-    EXPECT_EQ(lf, lp) << "step " << i;
-  }
-  auto p1 = m1->parameters(), p2 = m2->parameters();
-  for (size_t i = 0; i < p1.size(); ++i)
-    EXPECT_EQ(p1[i].to_vector<float>(), p2[i].to_vector<float>()) << "param " << i;
+  expect_training_bitwise([&](const Tensor& x, const Tensor& y) { return fc_step(m1, o1, x, y); },
+                          [&](const Tensor& x, const Tensor& y) { return fc_step(m2, o2, x, y); },
+                          {32, 40}, 10, 6, m1->parameters(), m2->parameters());
 }
 
 }  // namespace
@@ -339,21 +344,9 @@ TEST(GemmEpilogue, ReluReluGradAndMomentumJoinTheProductsAndMomentumStaysInPlace
     GTEST_SKIP() << "built without AVX-512: products run on OpenBLAS, epilogues are not fused";
   auto m = fc_net();
   cs::optim::SGD opt(m->parameters(), 0.05, 0.9);
-  cc::Graph g;
-  {
-    cs::runtime::TraceContext ctx;
-    auto x = ctx.add_batch_input({32, 40}, cs::DType::f32);
-    auto y = cs::from_vector(std::vector<int64_t>(32, 1), {32});
-    g.outputs.push_back(ctx.resolve(fc_step(m, opt, x, y).impl_ptr()));
-    for (auto& c : ctx.captures()) {
-      cc::StateSlot s{c.impl, c.input_node, nullptr, c.original->shape, c.original->dtype};
-      if (c.impl->node != c.original && c.impl->node != c.input_node) s.write = c.impl->node;
-      g.state.push_back(s);
-      c.impl->node = c.original;
-    }
-    g.nodes = ctx.nodes();
-    g.batch_inputs = ctx.batch_inputs();
-  }
+  cc::Graph g = cs::testing::record_step({32, 40}, [&](const Tensor& x) {
+    return fc_step(m, opt, x, cs::from_vector(std::vector<int64_t>(32, 1), {32}));
+  });
   cc::optimize(g, "gemm_epilogue");
   size_t relu = 0, addend = 0, relu_grad = 0;
   for (auto& n : g.nodes) {

@@ -10,6 +10,7 @@
 #include "compiler/graph.h"
 #include "compiler/program.h"
 #include "runtime/trace_context.h"
+#include "unit/compiler/record_step.h"
 
 namespace cs = cstorch;
 using cs::Tensor;
@@ -134,25 +135,13 @@ TEST(MemoryPlan, ArenaReusesMemoryAndStateUpdatesInPlace) {
                        cs::nn::ReLU(), cs::nn::Linear(64, 64), cs::nn::ReLU(),
                        cs::nn::Linear(64, 10));
   cs::optim::SGD opt(m->parameters(), 0.01, 0.9);
-  cc::Graph g;
-  {
-    cs::runtime::TraceContext ctx;
-    auto x = ctx.add_batch_input({16, 32}, cs::DType::f32);
-    auto y = cs::from_vector(std::vector<int64_t>(16, 3), {16});
-    auto loss = cs::cross_entropy(m(x), y);
+  cc::Graph g = cs::testing::record_step({16, 32}, [&](const Tensor& x) {
+    auto loss = cs::cross_entropy(m(x), cs::from_vector(std::vector<int64_t>(16, 3), {16}));
     loss.backward();
     opt.step();
     opt.zero_grad();
-    g.outputs.push_back(ctx.resolve(loss.impl_ptr()));
-    for (auto& c : ctx.captures()) {
-      cc::StateSlot s{c.impl, c.input_node, nullptr, c.original->shape, c.original->dtype};
-      if (c.impl->node != c.original && c.impl->node != c.input_node) s.write = c.impl->node;
-      g.state.push_back(s);
-      c.impl->node = c.original;
-    }
-    g.nodes = ctx.nodes();
-    g.batch_inputs = ctx.batch_inputs();
-  }
+    return loss;
+  });
   // The planner on the plain ops (fusion leaves fewer intermediates to reuse memory between;
   // tests/unit/compiler/test_fusion.cpp checks the fused step's in-place writes).
   setenv("CSTORCH_FUSION", "0", 1);
