@@ -350,14 +350,20 @@ bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb, bool epilogue) {
          (M >= 16 || !tb);
 }
 
-#else
-
-bool own_gemm_applies(int64_t, int64_t, int64_t, bool) {
-  return false;
+bool own_gemm_one_k_block(int64_t K) {
+  return K <= kKc;
 }
 
+#else
+
+bool own_gemm_applies(int64_t, int64_t, int64_t, bool, bool) {
+  return false;
+}
+bool own_gemm_one_k_block(int64_t) {
+  return false;
+}
 bool sgemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                  int64_t, float, float*, int64_t, int) {
+                  int64_t, float, float*, int64_t, int, const GemmEpilogue&) {
   return false;
 }
 

@@ -16,6 +16,12 @@ namespace cstorch::cpu {
 // 7 + 11 apart).
 bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb, bool epilogue = false);
 
+// Whether sgemm_avx512 computes a product of inner size K in one K block (K <= 384): then an
+// addend epilogue is bitwise the separate addcmul on the stored product. With more blocks the
+// plain product stores partial sums between blocks, while a product with an addend does not
+// (C may be the addend's storage), so the two round differently in the last bits.
+bool own_gemm_one_k_block(int64_t K);
+
 // What the GEMM applies to each result before storing it, in this order.
 struct GemmEpilogue {
   const float* bias = nullptr;    // + bias[j] on every row

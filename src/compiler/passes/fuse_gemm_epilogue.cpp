@@ -14,8 +14,10 @@
 // for free (cpu::own_gemm_applies; elsewhere the Gemm kernel would add a pass of its own and
 // gain nothing); f32 throughout; the product has no other consumer and is not a step output, state
 // write or kept root; a matmul is 2-d on both sides (no batch); the addcmul's other operand has
-// the output's shape. The Gemm kernel applies the same per-element float operations in the same
-// order as the separate kernels, so results are bitwise equal (tests/unit/compiler).
+// the output's shape, and its product is one K block (K <= 384, a batch of at most 384 for a
+// weight gradient: see cpu::own_gemm_one_k_block). The Gemm kernel applies the same per-element
+// float operations in the same order as the separate kernels, so results are bitwise equal
+// (tests/unit/compiler).
 #include <algorithm>
 #include <unordered_map>
 
@@ -27,13 +29,18 @@ namespace {
 
 using ir::OpCode;
 
-// M, N, K of a Linear or 2-d Matmul node's product, and whether B is read transposed.
-bool epilogue_is_free(const ir::Node& p) {
+// K of a Linear or 2-d Matmul node's product.
+int64_t inner_size(const ir::Node& p) {
   const auto& a = p.inputs[0]->shape;
+  if (p.op == OpCode::Linear) return a.back();
+  return p.attr<ir::MatmulAttrs>().trans_a ? a[0] : a[1];
+}
+
+// Whether the CPU backend's own GEMM runs this product (and so applies an epilogue for free).
+bool epilogue_is_free(const ir::Node& p) {
   const int64_t N = p.shape.back(), M = p.numel() / std::max<int64_t>(N, 1);
-  if (p.op == OpCode::Linear) return cpu::own_gemm_applies(M, N, a.back(), true, true);
-  const auto& at = p.attr<ir::MatmulAttrs>();
-  return cpu::own_gemm_applies(M, N, at.trans_a ? a[0] : a[1], at.trans_b, true);
+  const bool tb = p.op == OpCode::Linear || p.attr<ir::MatmulAttrs>().trans_b;
+  return cpu::own_gemm_applies(M, N, inner_size(p), tb, true);
 }
 
 bool f32(const ir::Node& n) {
@@ -88,7 +95,7 @@ class FuseGemmEpilogue : public Pass {
         if (mm.op != OpCode::Matmul || !f32(mm) || !sole_use(mm) ||
             mm.inputs[0]->shape.size() != 2 || mm.inputs[1]->shape.size() != 2 ||
             mm.shape != n->shape || addend->shape != n->shape || scale->numel() != 1 ||
-            !epilogue_is_free(mm))
+            !epilogue_is_free(mm) || !cpu::own_gemm_one_k_block(inner_size(mm)))
           continue;
         const auto& ma = mm.attr<ir::MatmulAttrs>();
         std::vector<ir::NodePtr> inputs = {mm.inputs[0], mm.inputs[1], addend, scale};

@@ -1,9 +1,9 @@
-// Unit tests of cstorch's own AVX-512 GEMM (src/backend/cpu/gemm.cpp) against a double-precision
-// host reference: every transpose combination, leading dimensions wider than the matrix, alpha
-// and beta (0, 1, other), K of 0 and K spanning several blocks, row and column remainders of
-// every size, a bias row added once over several K blocks, and teams of 1-4 threads (each thread
-// packs its own panels; a shared buffer raced here before). The padding columns of C must never be
-// written.
+// Unit tests of cstorch's own AVX-512 GEMM (and of the Gemm node's kernel, below)
+// (src/backend/cpu/gemm.cpp) against a double-precision host reference: every transpose
+// combination, leading dimensions wider than the matrix, alpha and beta (0, 1, other), K of 0 and K
+// spanning several blocks, row and column remainders of every size, a bias row added once over
+// several K blocks, and teams of 1-4 threads (each thread packs its own panels; a shared buffer
+// raced here before). The padding columns of C must never be written.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/kernels.h"
+#include "ir/node.h"
 
 namespace {
 
@@ -106,6 +108,102 @@ TEST(OwnGemm, TrainingShapesAndEdges) {
     if (bad < 0) GTEST_SKIP() << "built without AVX-512";
     EXPECT_EQ(bad, 0) << "M" << c.M << " N" << c.N << " K" << c.K;
   }
+}
+
+}  // namespace
+
+// ---- the Gemm node's kernel against the separate kernels it replaces ----------------------
+
+namespace {
+
+namespace ir = cstorch::ir;
+namespace cpu = cstorch::cpu;
+
+ir::NodePtr leaf(const cstorch::Shape& s) {
+  auto n = ir::Node::make(ir::OpCode::Constant, ir::NoAttrs{}, {});
+  n->shape = s;
+  n->dtype = cstorch::DType::f32;
+  return n;
+}
+ir::NodePtr op(ir::OpCode code, ir::Attrs attrs, std::vector<ir::NodePtr> in) {
+  auto n = ir::Node::make(code, std::move(attrs), std::move(in));
+  ir::op_info(code).infer(*n);
+  return n;
+}
+std::vector<float> random_vec(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// For one product shape: relu(linear), relu_grad(matmul, y) and addcmul(matmul, C, s) (also
+// written in place over C, as the planner places a momentum update) through cpu_Gemm, and the
+// same through the separate kernels: bitwise equal (an addend over several K blocks, which the
+// fusion pass never creates, within 1e-4). M, N, K pick the own GEMM (K >= 8 with an
+// epilogue) or its OpenBLAS fallback (K < 8), so both paths of cpu_Gemm run.
+void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
+  std::mt19937 rng(static_cast<uint32_t>(M * 131 + N * 7 + K));
+  const cstorch::Shape sa = ta ? cstorch::Shape{K, M} : cstorch::Shape{M, K};
+  auto A = leaf(sa), W = leaf({N, K}), Bm = leaf({K, N}), b = leaf({N}), C = leaf({M, N}),
+       s = leaf({}), y = leaf({M, N});
+  auto a = random_vec(M * K, rng), w = random_vec(N * K, rng), bm = random_vec(K * N, rng),
+       bias = random_vec(N, rng), c = random_vec(M * N, rng), yv = random_vec(M * N, rng);
+  const float sv = 0.9f;
+  std::vector<float> want(M * N), tmp(M * N), got(M * N);
+  // relu(linear(x, W, b)) (only untransposed x: a Linear's input)
+  if (!ta) {
+    auto lin = op(ir::OpCode::Linear, ir::NoAttrs{}, {A, W, b});
+    auto relu = op(ir::OpCode::Relu, ir::NoAttrs{}, {lin});
+    const void* in_lin[] = {a.data(), w.data(), bias.data()};
+    cpu::cpu_Linear(*lin, in_lin, tmp.data());
+    const void* in_relu[] = {tmp.data()};
+    cpu::cpu_Relu(*relu, in_relu, want.data());
+    auto g =
+        op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_b = true, .bias = true, .relu = true}, {A, W, b});
+    cpu::cpu_Gemm(*g, in_lin, got.data());
+    EXPECT_EQ(got, want) << "relu(linear) M" << M << " N" << N << " K" << K;
+  }
+  auto mm = op(ir::OpCode::Matmul, ir::MatmulAttrs{.trans_a = ta}, {A, Bm});
+  const void* in_mm[] = {a.data(), bm.data()};
+  cpu::cpu_Matmul(*mm, in_mm, tmp.data());
+  // relu_grad(matmul, y)
+  {
+    auto rg = op(ir::OpCode::ReluGrad, ir::NoAttrs{}, {mm, y});
+    const void* in_rg[] = {tmp.data(), yv.data()};
+    cpu::cpu_ReluGrad(*rg, in_rg, want.data());
+    auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .relu_grad = true}, {A, Bm, y});
+    const void* in_g[] = {a.data(), bm.data(), yv.data()};
+    cpu::cpu_Gemm(*g, in_g, got.data());
+    EXPECT_EQ(got, want) << "relu_grad(matmul) M" << M << " N" << N << " K" << K;
+  }
+  // addcmul(matmul, C, s), into a fresh buffer and in place over C
+  {
+    auto ac = op(ir::OpCode::Addcmul, ir::NoAttrs{}, {mm, C, s});
+    const void* in_ac[] = {tmp.data(), c.data(), &sv};
+    cpu::cpu_Addcmul(*ac, in_ac, want.data());
+    auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .addend = true}, {A, Bm, C, s});
+    const void* in_g[] = {a.data(), bm.data(), c.data(), &sv};
+    cpu::cpu_Gemm(*g, in_g, got.data());
+    std::vector<float> inplace = c;
+    const void* in_gi[] = {a.data(), bm.data(), inplace.data(), &sv};
+    cpu::cpu_Gemm(*g, in_gi, inplace.data());
+    EXPECT_EQ(inplace, got) << "in place, M" << M << " N" << N << " K" << K;
+    if (K < 8 || cpu::own_gemm_one_k_block(K)) {  // what the fusion pass creates
+      EXPECT_EQ(got, want) << "addcmul(matmul) M" << M << " N" << N << " K" << K;
+    } else {  // several K blocks: the same sums, rounded in another order
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-4 * (1.0 + std::fabs(want[i]))) << i;
+    }
+  }
+}
+
+TEST(GemmKernel, EqualsTheSeparateKernelsOnBothPaths) {
+  expect_gemm_node_matches(48, 40, 64, false);   // own GEMM
+  expect_gemm_node_matches(48, 40, 64, true);    // own GEMM, transposed A (weight gradient)
+  expect_gemm_node_matches(64, 70, 900, false);  // own GEMM, bias over several K blocks
+  expect_gemm_node_matches(20, 30, 4, true);     // K < 8: OpenBLAS and an epilogue pass
+  expect_gemm_node_matches(20, 30, 4, false);
 }
 
 }  // namespace
