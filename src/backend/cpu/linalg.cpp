@@ -243,10 +243,11 @@ void cpu_Linear(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-// Gemm (the compiler's fused product, GemmAttrs): out = relu?(op(A) @ op(B) [+ bias] [+ C * s]).
-// The own GEMM applies the additions in its epilogue; otherwise (no AVX-512, or a product above
-// use_own_gemm) the product runs as a plain GEMM and the same additions follow in one pass,
-// with the same formulas (bias first; then x + C * s, contracted to one FMA as in addcmul).
+// Gemm (the compiler's fused product, GemmAttrs): out = op(A) @ op(B) [+ bias] [+ C * s], then
+// [relu], then [relu_grad by y]. The own GEMM applies these in its epilogue. Otherwise (a build
+// without AVX-512, or a product own_gemm_applies turns down; the fusion pass creates neither,
+// but the node stays valid) the product runs as the unfused op would (a bias copied in first,
+// as linear_f32 does) and the rest follows in one pass with the separate kernels' formulas.
 void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
   const auto& at = n.attr<ir::GemmAttrs>();
   const Shape& sa = n.inputs[0]->shape;
@@ -280,17 +281,17 @@ void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
   // The output may be the addend's storage (an in-place state write): then the product goes to
   // scratch first.
   float* P = ep.addend == C ? scratch(static_cast<size_t>(M * N)) : C;
-  gemm(at.trans_a, at.trans_b, M, N, K, A, lda, B, ldb, 0.f, P, N);
+  if (ep.bias) {  // as linear_f32's OpenBLAS path: the bias rows first, accumulated onto (beta 1)
+    parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) std::memcpy(P + i * N, ep.bias, sizeof(float) * N);
+    });
+  }
+  gemm(at.trans_a, at.trans_b, M, N, K, A, lda, B, ldb, ep.bias ? 1.f : 0.f, P, N);
   const float scale = ep.addend_scale;
   parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       float* row = C + i * N;  // may be prod or the addend: same-index reads only
       const float* prod = P + i * N;
-      if (ep.bias) {
-#pragma omp simd
-        for (int64_t j = 0; j < N; ++j) row[j] = prod[j] + ep.bias[j];
-        prod = row;
-      }
       if (ep.addend) {
         const float* add = ep.addend + i * N;
 #pragma omp simd
