@@ -213,12 +213,15 @@ int main(int argc, char** argv) {
                  "traced_forward_backward, traced_zero_first")
       ->delimiter(',');
   app.add_option("--lookahead", lookahead, "cs::set_lookahead(N) before running (0: the default)");
+  bool flush_denormal = false;
+  app.add_flag("--flush-denormal", flush_denormal, "cs::set_flush_denormal(true) before running");
   app.add_flag("--serve", serve,
                "Warm up, then run timed repeats on command from stdin (bench/run)");
   CLI11_PARSE(app, argc, argv);
 
   try {
     cs::set_num_threads(threads);
+    if (flush_denormal) cs::set_flush_denormal(true);
     if (lookahead > 0) cs::set_lookahead(lookahead);
     auto backend = cs::backend("CPU");
 

@@ -81,10 +81,13 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--modes", default="eager")
     ap.add_argument("--serve", action="store_true")
+    ap.add_argument("--flush-denormal", action="store_true", help="torch.set_flush_denormal(True)")
     a = ap.parse_args()
     a.hidden = [int(h) for h in a.hidden.split(",") if h]
 
     torch.set_num_threads(a.threads)
+    if a.flush_denormal:
+        torch.set_flush_denormal(True)
     x_all = torch.from_numpy(np.fromfile(a.data + ".x.f32", dtype="<f4").reshape(a.batches, a.batch, 784).copy())
     y_all = torch.from_numpy(np.fromfile(a.data + ".y.i64", dtype="<i8").reshape(a.batches, a.batch).copy())
     X = [x_all[b] for b in range(a.batches)]

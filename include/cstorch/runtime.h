@@ -173,6 +173,12 @@ void set_lookahead(int steps);
 // Threads of the shared compute pool (OpenMP and OpenBLAS).
 void set_num_threads(int n);
 int get_num_threads();
+// As torch.set_flush_denormal: when on, f32/f64 denormal inputs read as zero and denormal
+// results are flushed to zero (x86 DAZ and FTZ modes), in eager ops and compiled steps alike.
+// Off by default, as in PyTorch: results then match PyTorch's exactly, at the cost of slow
+// arithmetic once values become denormal (e.g. vanishing gradients in a deep narrow network).
+// Returns false, changing nothing, on CPUs without these modes.
+bool set_flush_denormal(bool on);
 // The step number attached to the next execution (DataExecutor sets it; else a counter).
 void set_current_step(int64_t step);
 int64_t current_step();

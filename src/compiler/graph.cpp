@@ -83,8 +83,9 @@ std::string attrs_str(const ir::Node& n) {
         else if constexpr (std::is_same_v<A, ir::MatmulAttrs>)
           return fmt::format("trans_a={} trans_b={}", a.trans_a, a.trans_b);
         else if constexpr (std::is_same_v<A, ir::GemmAttrs>)
-          return fmt::format("trans_a={} trans_b={} bias={} addend={} relu={} relu_grad={}",
-                             a.trans_a, a.trans_b, a.bias, a.addend, a.relu, a.relu_grad);
+          return fmt::format(
+              "trans_a={} trans_b={} bias={} addend={} relu={} relu_grad={} update={}", a.trans_a,
+              a.trans_b, a.bias, a.addend, a.relu, a.relu_grad, a.update);
         else if constexpr (std::is_same_v<A, ir::DimAttrs>)
           return fmt::format("dim={}", a.dim);
         else if constexpr (std::is_same_v<A, ir::ShapeAttrs>)

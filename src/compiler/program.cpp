@@ -159,13 +159,19 @@ void Program::plan() {
         for (size_t i = 0; i < ins.size(); ++i) {
           if (root[id.at(ins[i].get())] != r) continue;
           if (ins[i]->numel() != slot.write->numel()) ok = false;
-          if (gemm_addend && i != ins.size() - 2) ok = false;  // A, B or bias: not in place
+          if (gemm_addend && i != slot.write->attr<ir::GemmAttrs>().addend_index())
+            ok = false;  // read as A, B or another operand: not in place
         }
       }
     }
     if (ok) {
       places_[w] = {Loc::State, static_cast<int64_t>(s), nullptr};
       placed[w] = true;
+      stats_.inplace_state_writes++;
+    } else if (slot.input && root[w] == id.at(slot.input.get())) {
+      // The new value is an alias of the old storage (After: a Gemm updated it in place):
+      // nothing to place or copy.
+      last[root[w]] = end;
       stats_.inplace_state_writes++;
     } else {
       finals.push_back({w, Loc::State, static_cast<int64_t>(s)});

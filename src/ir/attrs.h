@@ -93,15 +93,20 @@ struct MatmulAttrs {
 // A Gemm node (made by src/compiler/passes/fuse_gemm_epilogue.cpp): out = op(A) @ op(B)
 // [+ bias] [+ C * s], then [relu], then [zeroed where y <= 0 (relu's gradient)]. Inputs: A, B,
 // then bias [N] when `bias`, then C (the output's shape) and s (one element) when `addend`, then
-// y (the output's shape) when `relu_grad`. A without trans_a may have leading dims (flattened
-// into rows, as Linear's input); with trans_a it is 2-d. B is 2-d.
+// y (the output's shape) when `relu_grad`, then P (the output's shape) and r (one element) when
+// `update`: then the kernel also writes P <- P + out * r in place (SGD's parameter update from
+// the new momentum; the graph holds P's new value as an After node). A without trans_a may have
+// leading dims (flattened into rows, as Linear's input); with trans_a it is 2-d. B is 2-d.
 struct GemmAttrs {
   bool trans_a = false, trans_b = false;
-  bool bias = false, addend = false, relu = false, relu_grad = false;
+  bool bias = false, addend = false, relu = false, relu_grad = false, update = false;
   bool operator==(const GemmAttrs&) const = default;
   size_t hash() const {
-    return trans_a * 32 + trans_b * 16 + bias * 8 + addend * 4 + relu * 2 + relu_grad;
+    return trans_a * 64 + trans_b * 32 + bias * 16 + addend * 8 + relu * 4 + relu_grad * 2 + update;
   }
+  // Input positions of the optional operands.
+  size_t addend_index() const { return 2 + bias; }
+  size_t update_index() const { return 2 + bias + 2 * addend + relu_grad; }
 };
 struct DimAttrs {
   int64_t dim = 0;

@@ -123,7 +123,8 @@ std::vector<Tensor> vjp_Matmul(const VjpArgs& a) {
 // f32 only: the pass creates it for f32 products.
 void infer_Gemm(ir::Node& n) {
   const auto& at = n.attr<ir::GemmAttrs>();
-  const size_t want = 2 + (at.bias ? 1 : 0) + (at.addend ? 2 : 0) + (at.relu_grad ? 1 : 0);
+  const size_t want =
+      2 + (at.bias ? 1 : 0) + (at.addend ? 2 : 0) + (at.relu_grad ? 1 : 0) + (at.update ? 2 : 0);
   CS_CHECK(n.inputs.size() == want, "gemm: expected {} inputs for its flags, got {}", want,
            n.inputs.size());
   for (size_t i = 0; i < n.inputs.size(); ++i)
@@ -152,14 +153,33 @@ void infer_Gemm(ir::Node& n) {
     CS_CHECK(n.inputs[next + 1]->numel() == 1, "gemm: addend scale must have one element, got {}",
              shape_str(n.inputs[next + 1]->shape));
   }
-  if (at.relu_grad)
-    CS_CHECK(n.inputs.back()->shape == out, "gemm: relu output shape {} must be the output's {}",
-             shape_str(n.inputs.back()->shape), shape_str(out));
+  if (at.relu_grad) {
+    const auto& y = *n.inputs[at.update_index() - 1];
+    CS_CHECK(y.shape == out, "gemm: relu output shape {} must be the output's {}",
+             shape_str(y.shape), shape_str(out));
+  }
+  if (at.update) {
+    const auto& p = *n.inputs[at.update_index()];
+    CS_CHECK(p.shape == out, "gemm: updated tensor shape {} must be the output's {}",
+             shape_str(p.shape), shape_str(out));
+    CS_CHECK(n.inputs[at.update_index() + 1]->numel() == 1,
+             "gemm: update rate must have one element, got {}",
+             shape_str(n.inputs[at.update_index() + 1]->shape));
+  }
   n.shape = std::move(out);
   n.dtype = DType::f32;
 }
 
 CS_NO_VJP(Gemm)
+
+void infer_After(ir::Node& n) {
+  CS_CHECK(n.inputs.size() == 2, "after: expected (value, predecessor), got {} inputs",
+           n.inputs.size());
+  n.shape = n.inputs[0]->shape;
+  n.dtype = n.inputs[0]->dtype;
+}
+
+CS_NO_VJP(After)
 
 std::vector<Tensor> vjp_Linear(const VjpArgs& a) {
   const Tensor &x = a.inputs[0], &w = a.inputs[1];

@@ -180,6 +180,16 @@ void set_num_threads(int n) {
 int get_num_threads() {
   return cpu::get_num_threads();
 }
+bool set_flush_denormal(bool on) {
+  // Per thread, as the thread count: here (eager ops) and on the executor thread (compiled
+  // steps), each with its OpenMP team.
+  auto& ex = runtime::Executor::get();
+  ex.synchronize();
+  const bool ok = cpu::set_flush_denormal(on);
+  ex.enqueue([on] { cpu::set_flush_denormal(on); }, false, current_step(), "set_flush_denormal");
+  ex.synchronize();
+  return ok;
+}
 void set_current_step(int64_t step) {
   g_step = step;
   g_step_set = true;

@@ -160,6 +160,9 @@ struct TileEpilogue {
   bool relu = false;
   const float* gate = nullptr;  // result zeroed where gate[r * ld_gate + j] <= 0
   int64_t ld_gate = 0;
+  float* update = nullptr;  // then update[r * ld_update + j] += result * update_scale
+  int64_t ld_update = 0;
+  float update_scale = 0.f;
 };
 
 template <int R, int V, bool kcontig>
@@ -225,6 +228,12 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
         x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(y, zero, _CMP_LE_OQ), zero);
       }
       _mm512_mask_storeu_ps(cr, mask[v], x);
+      if (e.update) {  // addcmul(p, x, r) = p + x * r, contracted: bitwise the separate kernel
+        float* pr = e.update + r * e.ld_update + 16 * v;
+        _mm512_mask_storeu_ps(
+            pr, mask[v],
+            _mm512_fmadd_ps(x, _mm512_set1_ps(e.update_scale), _mm512_maskz_loadu_ps(mask[v], pr)));
+      }
     }
   }
 }
@@ -268,6 +277,11 @@ TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_
   if (last && ep.gate) {
     t.gate = ep.gate + i * ep.ld_gate + j;
     t.ld_gate = ep.ld_gate;
+  }
+  if (last && ep.update) {
+    t.update = ep.update + i * ep.ld_update + j;
+    t.ld_update = ep.ld_update;
+    t.update_scale = ep.update_scale;
   }
   return t;
 }

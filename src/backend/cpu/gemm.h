@@ -31,6 +31,10 @@ struct GemmEpilogue {
   bool relu = false;            // x < 0 ? 0 : x (NaN kept)
   const float* gate = nullptr;  // relu's gradient: gate[i * ld_gate + j] <= 0 ? 0 : x
   int64_t ld_gate = 0;
+  // After storing x: update[i * ld_update + j] += x * update_scale (one FMA, in place).
+  float* update = nullptr;
+  int64_t ld_update = 0;
+  float update_scale = 0.f;
 };
 
 // C[M, N] = epilogue(alpha * op(A)[M, K] @ op(B)[K, N] + beta * C), row-major (op = transpose

@@ -269,8 +269,15 @@ void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
   }
   ep.relu = at.relu;
   if (at.relu_grad) {
-    ep.gate = static_cast<const float*>(in[n.inputs.size() - 1]);
+    ep.gate = static_cast<const float*>(in[at.update_index() - 1]);
     ep.ld_gate = N;
+  }
+  if (at.update) {
+    // The one kernel that writes an input: the planner's After node makes this buffer the
+    // tensor's new value, and the fusion pass checks that nothing reads the old value later.
+    ep.update = static_cast<float*>(const_cast<void*>(in[at.update_index()]));
+    ep.ld_update = N;
+    ep.update_scale = *static_cast<const float*>(in[at.update_index() + 1]);
   }
   const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   const bool fused = at.bias || at.addend || at.relu || at.relu_grad;
@@ -307,6 +314,11 @@ void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
         const float* y = ep.gate + i * N;
 #pragma omp simd
         for (int64_t j = 0; j < N; ++j) row[j] = relu_grad_f(prod[j], y[j]);
+      }
+      if (ep.update) {
+        float* p = ep.update + i * N;
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) p[j] = p[j] + row[j] * ep.update_scale;
       }
     }
   });

@@ -33,4 +33,9 @@ inline constexpr int64_t kElementwiseGrain = 32768;
 void set_num_threads(int n);
 int get_num_threads();
 
+// Denormal f32/f64 handling of the calling thread and of its OpenMP team (the CPU's DAZ and FTZ
+// modes; threads created later inherit it). Returns false, changing nothing, where the CPU has
+// no such modes.
+bool set_flush_denormal(bool on);
+
 }  // namespace cstorch::cpu

@@ -1,5 +1,5 @@
-// Kernels of the recomputation ops. Both are aliases (eager mode and the memory planner share
-// the input's storage), so these copies only serve a program whose planner cannot alias.
+// Kernels of the recomputation ops and of After. All are aliases (eager mode and the memory planner
+// share the input's storage), so these copies only serve a program whose planner cannot alias.
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
@@ -11,6 +11,10 @@ void cpu_RecomputeBarrier(const ir::Node& n, const void* const* in, void* out) {
 }
 void cpu_Recompute(const ir::Node& n, const void* const* in, void* out) {
   std::memcpy(out, in[0], n.nbytes());
+}
+// After (fuse_gemm_epilogue's ordering alias) is an alias in the same way.
+void cpu_After(const ir::Node& n, const void* const* in, void* out) {
+  if (out != in[0]) std::memcpy(out, in[0], n.nbytes());
 }
 
 }  // namespace cstorch::cpu

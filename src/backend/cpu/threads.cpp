@@ -1,6 +1,10 @@
 // Thread-count control for the shared OpenMP/OpenBLAS pool.
 #include "backend/cpu/parallel.h"
 
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
 namespace cstorch::cpu {
 
 // OpenBLAS is always called single-threaded from inside our OpenMP team (linalg.cpp splits
@@ -11,6 +15,23 @@ void set_num_threads(int n) {
 }
 int get_num_threads() {
   return omp_get_max_threads();
+}
+
+bool set_flush_denormal(bool on) {
+#if defined(__SSE2__)
+  // MXCSR is per thread: set it on this thread and on every thread of its team.
+  auto apply = [on] {
+    const unsigned bits = 0x8040;  // FTZ (bit 15) | DAZ (bit 6)
+    _mm_setcsr(on ? (_mm_getcsr() | bits) : (_mm_getcsr() & ~bits));
+  };
+  apply();
+#pragma omp parallel
+  apply();
+  return true;
+#else
+  (void)on;
+  return false;
+#endif
 }
 
 }  // namespace cstorch::cpu

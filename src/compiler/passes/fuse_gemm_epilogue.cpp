@@ -4,6 +4,8 @@
 //   relu(linear(x, W[, b]))                  -> gemm{trans_b, bias, relu}(x, W[, b])
 //   addcmul(matmul(A, B), C, s), s one value -> gemm{trans flags, addend}(A, B, C, s)
 //   relu_grad(matmul(A, B), y)               -> gemm{trans flags, relu_grad}(A, B, y)
+//   then addcmul(p, that momentum gemm, r)   -> the same gemm also writes p <- p + m * r in
+//                                               place, and p's new value is After(p, gemm)
 // The second is SGD's momentum update, grad + buf * momentum, with the weight gradient as the
 // product: the new momentum comes out of the weight-gradient GEMM, and the gradient itself is
 // never stored. The third is the backward of a hidden layer: the input gradient of the next
@@ -50,18 +52,70 @@ bool f32(const ir::Node& n) {
   return true;
 }
 
+// SGD's parameter update after a momentum Gemm: u = addcmul(p, m, r) with m a Gemm{addend} (the
+// new momentum, a state write read by nothing but u) and u the state write of p read by
+// nothing. The Gemm then also writes p <- p + m * r in place (GemmAttrs::update) and u becomes
+// After(p, m): p's storage, holding its new value once m has run. Safe only if nothing reads
+// p's old value after m: every other reader of p comes before m in the node order (which is
+// the execution order), and p is not a root (a root is read after every kernel).
+bool fold_parameter_updates(Graph& g, std::unordered_map<const ir::Node*, int>& uses) {
+  std::unordered_map<const ir::Node*, size_t> pos;
+  for (size_t i = 0; i < g.nodes.size(); ++i) pos[g.nodes[i].get()] = i;
+  std::unordered_map<const ir::Node*, const StateSlot*> slot_of_write;
+  for (auto& s : g.state)
+    if (s.write) slot_of_write[s.write.get()] = &s;
+  bool changed = false;
+  for (auto& u : g.nodes) {
+    if (u->op != OpCode::Addcmul || !f32(*u)) continue;
+    const ir::NodePtr p = u->inputs[0], m = u->inputs[1], r = u->inputs[2];
+    if (m->op != OpCode::Gemm || m->shape != u->shape || p->shape != u->shape || r->numel() != 1)
+      continue;
+    auto at = m->attr<ir::GemmAttrs>();
+    auto us = slot_of_write.find(u.get());
+    if (!at.addend || at.update || !slot_of_write.count(m.get()) || uses[m.get()] != 3 ||
+        us == slot_of_write.end() || us->second->input != p || uses[u.get()] != 2)
+      continue;
+    // p is read by nodes only (uses[p] counts them all), none of them after m, and not by m.
+    int readers = 0;
+    bool late = false;
+    for (auto& v : g.nodes) {
+      if (v == u) continue;
+      for (auto& in : v->inputs) {
+        if (in != p) continue;
+        ++readers;
+        late |= v == m || pos[v.get()] > pos[m.get()];
+      }
+    }
+    if (late || readers + 1 != uses[p.get()]) continue;
+    at.update = true;
+    m->attrs = at;
+    m->inputs.push_back(p);
+    m->inputs.push_back(r);
+    u->op = OpCode::After;
+    u->attrs = ir::NoAttrs{};
+    u->inputs = {p, m};
+    uses[p.get()]++;  // now also read by m
+    changed = true;
+  }
+  return changed;
+}
+
 class FuseGemmEpilogue : public Pass {
  public:
   const char* name() const override { return "fuse_gemm_epilogue"; }
   bool run(Graph& g) override {
-    // Consumers of every node; roots count as an extra (outside) consumer.
+    // Consumers of every node; roots count as two (outside) consumers.
     std::unordered_map<const ir::Node*, int> uses;
-    for (auto& n : g.nodes)
-      for (auto& in : n->inputs) uses[in.get()]++;
-    for (auto& o : g.outputs) uses[o.get()] += 2;
-    for (auto& s : g.state)
-      if (s.write) uses[s.write.get()] += 2;
-    for (auto& k : g.keep) uses[k.get()] += 2;
+    auto count_uses = [&] {
+      uses.clear();
+      for (auto& n : g.nodes)
+        for (auto& in : n->inputs) uses[in.get()]++;
+      for (auto& o : g.outputs) uses[o.get()] += 2;
+      for (auto& s : g.state)
+        if (s.write) uses[s.write.get()] += 2;
+      for (auto& k : g.keep) uses[k.get()] += 2;
+    };
+    count_uses();
     auto sole_use = [&](const ir::Node& p) { return uses[&p] == 1; };
 
     bool changed = false;
@@ -105,8 +159,11 @@ class FuseGemmEpilogue : public Pass {
         changed = true;
       }
     }
-    if (changed) g.prune();
-    return changed;
+    if (changed) {
+      g.prune();
+      count_uses();
+    }
+    return fold_parameter_updates(g, uses) || changed;
   }
 };
 

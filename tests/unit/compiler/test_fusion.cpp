@@ -339,7 +339,7 @@ void expect_fc_sgd_bitwise(double weight_decay) {
 
 }  // namespace
 
-TEST(GemmEpilogue, ReluReluGradAndMomentumJoinTheProductsAndMomentumStaysInPlace) {
+TEST(GemmEpilogue, ReluReluGradMomentumAndUpdateJoinTheProductsInPlace) {
   if (!cs::cpu::own_gemm_applies(32, 24, 40, true))
     GTEST_SKIP() << "built without AVX-512: products run on OpenBLAS, epilogues are not fused";
   auto m = fc_net();
@@ -348,13 +348,19 @@ TEST(GemmEpilogue, ReluReluGradAndMomentumJoinTheProductsAndMomentumStaysInPlace
     return fc_step(m, opt, x, cs::from_vector(std::vector<int64_t>(32, 1), {32}));
   });
   cc::optimize(g, "gemm_epilogue");
-  size_t relu = 0, addend = 0, relu_grad = 0;
+  size_t relu = 0, addend = 0, relu_grad = 0, update = 0;
   for (auto& n : g.nodes) {
     if (n->op != OpCode::Gemm) continue;
     relu += n->attr<cs::ir::GemmAttrs>().relu;
     addend += n->attr<cs::ir::GemmAttrs>().addend;
     relu_grad += n->attr<cs::ir::GemmAttrs>().relu_grad;
+    update += n->attr<cs::ir::GemmAttrs>().update;
   }
+  // Each weight's update p + m * (-lr) is written by its momentum GEMM (After nodes hold the new
+  // values); the biases' updates stay addcmuls.
+  EXPECT_EQ(update, 3u) << g.dump();
+  EXPECT_EQ(count(g, OpCode::After), 3u) << g.dump();
+  EXPECT_EQ(count(g, OpCode::Addcmul), 6u) << g.dump();  // 3 bias momenta + 3 bias updates
   // Both hidden layers' input gradients carry the relu mask (the classifier's has K = 10: the
   // own GEMM takes K >= 8 when an epilogue rides along).
   EXPECT_EQ(relu_grad, 2u) << g.dump();

@@ -138,7 +138,8 @@ std::vector<float> random_vec(size_t n, std::mt19937& rng) {
 }
 
 // For one product shape: relu(linear), relu_grad(matmul, y) and addcmul(matmul, C, s) (also
-// written in place over C, as the planner places a momentum update) through cpu_Gemm, and the
+// written in place over C, as the planner places a momentum update, and with the parameter
+// update P + out * r written in place into P) through cpu_Gemm, and the
 // same through the separate kernels: bitwise equal (an addend over several K blocks, which the
 // fusion pass never creates, within 1e-4). M, N, K pick the own GEMM (K >= 8 with an
 // epilogue) or its OpenBLAS fallback (K < 8), so both paths of cpu_Gemm run.
@@ -194,6 +195,23 @@ void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
     } else {  // several K blocks: the same sums, rounded in another order
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(got[i], want[i], 1e-4 * (1.0 + std::fabs(want[i]))) << i;
+    }
+    // ... and also updating P <- P + out * r in place (SGD's parameter update), against
+    // addcmul(P, want, r).
+    if (K < 8 || cpu::own_gemm_one_k_block(K)) {
+      auto P = leaf({M, N}), r = leaf({});
+      const float rv = -0.01f;
+      std::vector<float> p = random_vec(M * N, rng), p_want(M * N);
+      auto up = op(ir::OpCode::Addcmul, ir::NoAttrs{}, {P, C, r});
+      const void* in_up[] = {p.data(), want.data(), &rv};
+      cpu::cpu_Addcmul(*up, in_up, p_want.data());
+      auto gu = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .addend = true, .update = true},
+                   {A, Bm, C, s, P, r});
+      std::vector<float> mom = c;
+      const void* in_gu[] = {a.data(), bm.data(), mom.data(), &sv, p.data(), &rv};
+      cpu::cpu_Gemm(*gu, in_gu, mom.data());
+      EXPECT_EQ(mom, want) << "momentum with update, M" << M << " N" << N << " K" << K;
+      EXPECT_EQ(p, p_want) << "parameter update, M" << M << " N" << N << " K" << K;
     }
   }
 }

@@ -208,6 +208,26 @@ TEST(Runtime, ThreadCountReachesTheExecutorThread) {
   EXPECT_EQ(cs::get_num_threads(), 2);
 }
 
+TEST(Runtime, FlushDenormalReachesEagerOpsCompiledStepsAndTheirTeams) {
+  cs::set_num_threads(2);
+  // 1e-20 * 1e-20 = 1e-40, a denormal f32. 200,000 elements: the kernel runs on the team.
+  const int64_t n = 200000;
+  auto x = cs::full({n}, 1e-20);
+  auto product = cs::trace([](const Tensor& a) { return a * a; });
+  auto nonzero = [&](const Tensor& t) {
+    int64_t c = 0;
+    for (float v : t.to_vector<float>()) c += v != 0.f;
+    return c;
+  };
+  ASSERT_TRUE(cs::set_flush_denormal(true));
+  EXPECT_EQ(nonzero(x * x), 0);       // eager
+  EXPECT_EQ(nonzero(product(x)), 0);  // compiled, on the executor thread's team
+  cs::set_flush_denormal(false);      // PyTorch's default
+  EXPECT_EQ(nonzero(x * x), n);
+  EXPECT_EQ(nonzero(product(x)), n);
+  EXPECT_GT((x * x).to_vector<float>()[n - 1], 0.f);
+}
+
 // PyTorch's usual order (zero_grad first): gradients exist between calls but the body drops
 // them before use, so one extra variant is traced at most, not one per call.
 TEST(Trace, ZeroGradFirstBodyIsNotRetracedEveryCall) {
