@@ -259,13 +259,12 @@ void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
   const float* B = static_cast<const float*>(in[1]);
   float* C = static_cast<float*>(out);
   const int64_t lda = at.trans_a ? M : K, ldb = sb[1];
-  size_t next = 2;
   GemmEpilogue ep;
-  if (at.bias) ep.bias = static_cast<const float*>(in[next++]);
+  if (at.bias) ep.bias = static_cast<const float*>(in[2]);
   if (at.addend) {
-    ep.addend = static_cast<const float*>(in[next]);
+    ep.addend = static_cast<const float*>(in[at.addend_index()]);
     ep.ld_addend = N;
-    ep.addend_scale = *static_cast<const float*>(in[next + 1]);
+    ep.addend_scale = *static_cast<const float*>(in[at.addend_index() + 1]);
   }
   ep.relu = at.relu;
   if (at.relu_grad) {
