@@ -43,6 +43,19 @@ Tensor i32_tensor(const Shape& s, int32_t** p) {
   return detail::host_tensor(s, DType::i32, p);
 }
 
+// The five i32 tensors of an encoder-decoder batch ([b, S] source, [b, T] target) and pointers
+// to their data, which the loaders fill.
+struct Seq2SeqOut {
+  int32_t *ids, *mask, *dec_ids, *dec_mask, *labels;
+  Batch batch;
+  Seq2SeqOut(int64_t b, int64_t S, int64_t T)
+      : batch{{"input_ids", i32_tensor({b, S}, &ids)},
+              {"attention_mask", i32_tensor({b, S}, &mask)},
+              {"decoder_input_ids", i32_tensor({b, T}, &dec_ids)},
+              {"decoder_attention_mask", i32_tensor({b, T}, &dec_mask)},
+              {"labels", i32_tensor({b, T}, &labels)}} {}
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -627,12 +640,9 @@ std::shared_ptr<utils::data::Loader> make_t5_loader(const T5DataOptions& d,
   auto make = [file, d, S, T, tokens_len, first_sentinel](const std::vector<int64_t>& idx,
                                                           int64_t epoch) {
     auto b = static_cast<int64_t>(idx.size());
-    int32_t *ii, *am, *di, *dm, *lb;
-    Batch out{{"input_ids", i32_tensor({b, S}, &ii)},
-              {"attention_mask", i32_tensor({b, S}, &am)},
-              {"decoder_input_ids", i32_tensor({b, T}, &di)},
-              {"decoder_attention_mask", i32_tensor({b, T}, &dm)},
-              {"labels", i32_tensor({b, T}, &lb)}};
+    Seq2SeqOut o(b, S, T);
+    int32_t *ii = o.ids, *am = o.mask, *di = o.dec_ids, *dm = o.dec_mask, *lb = o.labels;
+    Batch& out = o.batch;
     uint64_t ekey = h(d.noise_seed, static_cast<uint64_t>(epoch));
     std::vector<int64_t> raw;
     for (int64_t j = 0; j < b; ++j) {
@@ -664,7 +674,7 @@ std::shared_ptr<utils::data::Loader> make_t5_loader(const T5DataOptions& d,
                                      : static_cast<int32_t>(d.pad_id);
       }
     }
-    return out;
+    return std::move(out);  // out refers to o.batch
   };
   return std::make_shared<IndexBatchLoader>(n, o, make);
 }
@@ -756,12 +766,9 @@ std::shared_ptr<utils::data::Loader> make_parallel_loader(std::shared_ptr<const 
     const auto& d = c->opts;
     int64_t S = d.max_sequence_length, T = d.max_target_length;
     auto b = static_cast<int64_t>(idx.size());
-    int32_t *ii, *am, *di, *dm, *lb;
-    Batch out{{"input_ids", i32_tensor({b, S}, &ii)},
-              {"attention_mask", i32_tensor({b, S}, &am)},
-              {"decoder_input_ids", i32_tensor({b, T}, &di)},
-              {"decoder_attention_mask", i32_tensor({b, T}, &dm)},
-              {"labels", i32_tensor({b, T}, &lb)}};
+    Seq2SeqOut o(b, S, T);
+    int32_t *ii = o.ids, *am = o.mask, *di = o.dec_ids, *dm = o.dec_mask, *lb = o.labels;
+    Batch& out = o.batch;
     auto pad = static_cast<int32_t>(d.pad_id), eos = static_cast<int32_t>(d.eos_id);
     for (int64_t j = 0; j < b; ++j) {
       const auto& s = c->src[static_cast<size_t>(idx[static_cast<size_t>(j)])];
@@ -779,7 +786,7 @@ std::shared_ptr<utils::data::Loader> make_parallel_loader(std::shared_ptr<const 
                                   : pad;
       }
     }
-    return out;
+    return std::move(out);  // out refers to o.batch
   };
   return std::make_shared<IndexBatchLoader>(parallel_corpus_size(*c), o, make);
 }

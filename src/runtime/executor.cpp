@@ -167,27 +167,27 @@ void synchronize() {
 void set_lookahead(int steps) {
   runtime::Executor::get().set_lookahead(steps);
 }
-void set_num_threads(int n) {
-  CS_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got {}", n);
-  // OpenMP thread counts are per calling thread: set it here (eager ops) and on the executor
-  // thread (compiled steps).
+// Per-thread settings (OpenMP thread count, denormal modes) are applied here (eager ops) and on
+// the executor thread (compiled steps), between executions.
+template <class F>
+static void on_caller_and_executor(const char* what, F apply) {
   auto& ex = runtime::Executor::get();
   ex.synchronize();
-  cpu::set_num_threads(n);
-  ex.enqueue([n] { cpu::set_num_threads(n); }, false, current_step(), "set_num_threads");
+  apply();
+  ex.enqueue([apply] { apply(); }, false, current_step(), what);
   ex.synchronize();
+}
+
+void set_num_threads(int n) {
+  CS_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got {}", n);
+  on_caller_and_executor("set_num_threads", [n] { cpu::set_num_threads(n); });
 }
 int get_num_threads() {
   return cpu::get_num_threads();
 }
 bool set_flush_denormal(bool on) {
-  // Per thread, as the thread count: here (eager ops) and on the executor thread (compiled
-  // steps), each with its OpenMP team.
-  auto& ex = runtime::Executor::get();
-  ex.synchronize();
-  const bool ok = cpu::set_flush_denormal(on);
-  ex.enqueue([on] { cpu::set_flush_denormal(on); }, false, current_step(), "set_flush_denormal");
-  ex.synchronize();
+  bool ok = false;  // the same answer on both threads: a property of the CPU
+  on_caller_and_executor("set_flush_denormal", [on, &ok] { ok = cpu::set_flush_denormal(on); });
   return ok;
 }
 void set_current_step(int64_t step) {

@@ -358,10 +358,9 @@ bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
 }
 #pragma GCC diagnostic pop
 
-bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb, bool epilogue) {
+bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb) {
   const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  return macs <= static_cast<double>(1 << 26) && K >= (epilogue ? 8 : 16) && M >= 8 &&
-         (M >= 16 || !tb);
+  return macs <= static_cast<double>(1 << 26) && K >= 8 && M >= 8 && (M >= 16 || !tb);
 }
 
 bool own_gemm_one_k_block(int64_t K) {
@@ -370,7 +369,7 @@ bool own_gemm_one_k_block(int64_t K) {
 
 #else
 
-bool own_gemm_applies(int64_t, int64_t, int64_t, bool, bool) {
+bool own_gemm_applies(int64_t, int64_t, int64_t, bool) {
   return false;
 }
 bool own_gemm_one_k_block(int64_t) {

@@ -65,16 +65,17 @@ int gemm_threads(double macs) {
   return threads <= 1 || macs < kParallelMinMacs || omp_in_parallel() ? 1 : threads;
 }
 
-// One GEMM on the shared pool: small and medium products through gemm.cpp on the whole team;
-// large ones split into row (or column) blocks, one single-threaded OpenBLAS sgemm per thread.
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  const int threads = gemm_threads(macs);
-  if (own_gemm_applies(M, N, K, tb) &&
-      sgemm_avx512(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc, threads))
+// C = op(A) @ op(B) + beta * C through OpenBLAS on `threads` threads of our team: split into
+// row (or column) blocks, one single-threaded sgemm per thread. K = 0 scales C by beta (BLAS
+// rejects a leading dimension of 0).
+void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads) {
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
     return;
+  }
+  const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
   if (threads == 1 || (M < 32 && N < 32)) {
     sgemm1(TA, TB, M, N, K, A, lda, B, ldb, beta, C, ldc);
     return;
@@ -97,6 +98,69 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
       sgemm1(TA, TB, M, e - b, K, A, lda, tb ? B + b * ldb : B + b, ldb, beta, C + b, ldc);
     }
   }
+}
+
+// The epilogue of an OpenBLAS product, as one pass over the finished product P (into C; P is C
+// unless C is the addend's storage). The bias was accumulated into P already. Same formulas as
+// the separate kernels: x + addend * s (contracted to one FMA, as addcmul), relu, relu_grad,
+// then the update p + x * r.
+void epilogue_pass(int64_t M, int64_t N, const float* P, float* C, int64_t ldc,
+                   const GemmEpilogue& ep) {
+  parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float* row = C + i * ldc;  // may be prod or the addend: same-index reads only
+      const float* prod = P + i * ldc;
+      if (ep.addend) {
+        const float* add = ep.addend + i * ep.ld_addend;
+        const float s = ep.addend_scale;
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) row[j] = prod[j] + add[j] * s;
+        prod = row;
+      }
+      if (ep.relu) {
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) row[j] = prod[j] < 0.f ? 0.f : prod[j];
+        prod = row;
+      }
+      if (ep.gate) {
+        const float* y = ep.gate + i * ep.ld_gate;
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) row[j] = relu_grad_f(prod[j], y[j]);
+      }
+      if (ep.update) {
+        float* p = ep.update + i * ep.ld_update;
+        const float r = ep.update_scale;
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) p[j] = p[j] + row[j] * r;
+      }
+    }
+  });
+}
+
+// C = epilogue(op(A) @ op(B) + beta * C) on the shared pool. Products own_gemm_applies accepts
+// run through gemm.cpp on the whole team, the epilogue inside. Others run on OpenBLAS: a bias is
+// copied into C first and accumulated onto (beta 1; beta must then be 0), large products are
+// split into row (or column) blocks, one single-threaded sgemm per thread, and the rest of the
+// epilogue follows in one pass. K = 0 gives beta * C (+ epilogue).
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+          const GemmEpilogue& ep = {}) {
+  if (M == 0 || N == 0) return;
+  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  const int threads = gemm_threads(macs);
+  if (own_gemm_applies(M, N, K, tb) &&
+      sgemm_avx512(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc, threads, ep))
+    return;
+  // C may be the addend's storage (an in-place state write): the product goes to scratch first.
+  float* P = ep.addend == C ? scratch(static_cast<size_t>(M * ldc)) : C;
+  if (ep.bias) {
+    parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) std::memcpy(P + i * ldc, ep.bias, sizeof(float) * N);
+    });
+    beta = 1.f;
+  }
+  blas_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, P, ldc, threads);
+  if (ep.addend || ep.relu || ep.gate || ep.update) epilogue_pass(M, N, P, C, ldc, ep);
 }
 
 struct MatmulGeom {
@@ -195,25 +259,10 @@ void cpu_Matmul(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-// y[M, N] = x[M, K] @ W[N, K]^T (+ b[N]). The own GEMM adds the bias in its epilogue; on the
-// OpenBLAS path the bias is copied into each row and one GEMM accumulates onto it (beta = 1).
+// y[M, N] = x[M, K] @ W[N, K]^T (+ b[N]), the bias as gemm's epilogue.
 static void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, const float* w,
                        const float* bias, float* y) {
-  if (M == 0 || N == 0) return;
-  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  if (own_gemm_applies(M, N, K, true) &&
-      sgemm_avx512(false, true, M, N, K, 1.f, x, K, w, K, 0.f, y, N, gemm_threads(macs),
-                   GemmEpilogue{.bias = bias}))
-    return;
-  if (bias) {
-    parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) std::memcpy(y + i * N, bias, sizeof(float) * N);
-    });
-  } else if (K == 0) {
-    std::memset(y, 0, sizeof(float) * M * N);
-  }
-  if (K == 0) return;
-  gemm(false, true, M, N, K, x, K, w, K, bias ? 1.f : 0.f, y, N);
+  gemm(false, true, M, N, K, x, K, w, K, 0.f, y, N, GemmEpilogue{.bias = bias});
 }
 
 void cpu_Linear(const ir::Node& n, const void* const* in, void* out) {
@@ -244,21 +293,12 @@ void cpu_Linear(const ir::Node& n, const void* const* in, void* out) {
 }
 
 // Gemm (the compiler's fused product, GemmAttrs): out = op(A) @ op(B) [+ bias] [+ C * s], then
-// [relu], then [relu_grad by y]. The own GEMM applies these in its epilogue. Otherwise (a build
-// without AVX-512, or a product own_gemm_applies turns down; the fusion pass creates neither,
-// but the node stays valid) the product runs as the unfused op would (a bias copied in first,
-// as linear_f32 does) and the rest follows in one pass with the separate kernels' formulas.
+// [relu], then [relu_grad by y], then [P += out * r in place]: gemm with its epilogue.
 void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
   const auto& at = n.attr<ir::GemmAttrs>();
   const Shape& sa = n.inputs[0]->shape;
-  const Shape& sb = n.inputs[1]->shape;
   const int64_t N = n.shape.back(), M = n.numel() / std::max<int64_t>(N, 1);
   const int64_t K = at.trans_a ? sa[0] : sa.back();
-  if (M == 0 || N == 0) return;
-  const float* A = static_cast<const float*>(in[0]);
-  const float* B = static_cast<const float*>(in[1]);
-  float* C = static_cast<float*>(out);
-  const int64_t lda = at.trans_a ? M : K, ldb = sb[1];
   GemmEpilogue ep;
   if (at.bias) ep.bias = static_cast<const float*>(in[2]);
   if (at.addend) {
@@ -278,49 +318,9 @@ void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
     ep.ld_update = N;
     ep.update_scale = *static_cast<const float*>(in[at.update_index() + 1]);
   }
-  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  const bool fused = at.bias || at.addend || at.relu || at.relu_grad;
-  if (own_gemm_applies(M, N, K, at.trans_b, fused) &&
-      sgemm_avx512(at.trans_a, at.trans_b, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, N,
-                   gemm_threads(macs), ep))
-    return;
-  // The output may be the addend's storage (an in-place state write): then the product goes to
-  // scratch first.
-  float* P = ep.addend == C ? scratch(static_cast<size_t>(M * N)) : C;
-  if (ep.bias) {  // as linear_f32's OpenBLAS path: the bias rows first, accumulated onto (beta 1)
-    parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) std::memcpy(P + i * N, ep.bias, sizeof(float) * N);
-    });
-  }
-  gemm(at.trans_a, at.trans_b, M, N, K, A, lda, B, ldb, ep.bias ? 1.f : 0.f, P, N);
-  const float scale = ep.addend_scale;
-  parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      float* row = C + i * N;  // may be prod or the addend: same-index reads only
-      const float* prod = P + i * N;
-      if (ep.addend) {
-        const float* add = ep.addend + i * N;
-#pragma omp simd
-        for (int64_t j = 0; j < N; ++j) row[j] = prod[j] + add[j] * scale;
-        prod = row;
-      }
-      if (ep.relu) {
-#pragma omp simd
-        for (int64_t j = 0; j < N; ++j) row[j] = prod[j] < 0.f ? 0.f : prod[j];
-        prod = row;
-      }
-      if (ep.gate) {
-        const float* y = ep.gate + i * N;
-#pragma omp simd
-        for (int64_t j = 0; j < N; ++j) row[j] = relu_grad_f(prod[j], y[j]);
-      }
-      if (ep.update) {
-        float* p = ep.update + i * N;
-#pragma omp simd
-        for (int64_t j = 0; j < N; ++j) p[j] = p[j] + row[j] * ep.update_scale;
-      }
-    }
-  });
+  gemm(at.trans_a, at.trans_b, M, N, K, static_cast<const float*>(in[0]), at.trans_a ? M : K,
+       static_cast<const float*>(in[1]), n.inputs[1]->shape[1], 0.f, static_cast<float*>(out), N,
+       ep);
 }
 
 void sgemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -42,7 +42,7 @@ int64_t inner_size(const ir::Node& p) {
 bool epilogue_is_free(const ir::Node& p) {
   const int64_t N = p.shape.back(), M = p.numel() / std::max<int64_t>(N, 1);
   const bool tb = p.op == OpCode::Linear || p.attr<ir::MatmulAttrs>().trans_b;
-  return cpu::own_gemm_applies(M, N, inner_size(p), tb, true);
+  return cpu::own_gemm_applies(M, N, inner_size(p), tb);
 }
 
 bool f32(const ir::Node& n) {
@@ -61,6 +61,10 @@ bool f32(const ir::Node& n) {
 bool fold_parameter_updates(Graph& g, std::unordered_map<const ir::Node*, int>& uses) {
   std::unordered_map<const ir::Node*, size_t> pos;
   for (size_t i = 0; i < g.nodes.size(); ++i) pos[g.nodes[i].get()] = i;
+  // Where each node is read: positions of the nodes reading it (once per input slot).
+  std::unordered_map<const ir::Node*, std::vector<size_t>> readers;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (auto& in : g.nodes[i]->inputs) readers[in.get()].push_back(i);
   std::unordered_map<const ir::Node*, const StateSlot*> slot_of_write;
   for (auto& s : g.state)
     if (s.write) slot_of_write[s.write.get()] = &s;
@@ -75,18 +79,13 @@ bool fold_parameter_updates(Graph& g, std::unordered_map<const ir::Node*, int>& 
     if (!at.addend || at.update || !slot_of_write.count(m.get()) || uses[m.get()] != 3 ||
         us == slot_of_write.end() || us->second->input != p || uses[u.get()] != 2)
       continue;
-    // p is read by nodes only (uses[p] counts them all), none of them after m, and not by m.
-    int readers = 0;
-    bool late = false;
-    for (auto& v : g.nodes) {
-      if (v == u) continue;
-      for (auto& in : v->inputs) {
-        if (in != p) continue;
-        ++readers;
-        late |= v == m || pos[v.get()] > pos[m.get()];
-      }
-    }
-    if (late || readers + 1 != uses[p.get()]) continue;
+    // p is read by nodes only (not a root: uses[p] counts node readers alone), and every reader
+    // but u comes before m (so also m itself does not read it).
+    const auto& rp = readers[p.get()];
+    const size_t at_m = pos[m.get()], at_u = pos[u.get()];
+    if (static_cast<int>(rp.size()) != uses[p.get()] ||
+        std::any_of(rp.begin(), rp.end(), [&](size_t r) { return r != at_u && r >= at_m; }))
+      continue;
     at.update = true;
     m->attrs = at;
     m->inputs.push_back(p);
@@ -94,7 +93,6 @@ bool fold_parameter_updates(Graph& g, std::unordered_map<const ir::Node*, int>& 
     u->op = OpCode::After;
     u->attrs = ir::NoAttrs{};
     u->inputs = {p, m};
-    uses[p.get()]++;  // now also read by m
     changed = true;
   }
   return changed;

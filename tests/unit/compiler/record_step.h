@@ -1,5 +1,5 @@
-// Shared by the compiler tests: one training step recorded into a Graph as a traced step would
-// be, with its state writes (what the memory planner and the fusion passes see).
+// Shared by the compiler tests: a body recorded into a Graph as a traced step would be, with its
+// outputs and its state (reads, and writes where the body wrote).
 #pragma once
 #include <cstorch/cstorch.h>
 
@@ -8,16 +8,22 @@
 
 namespace cstorch::testing {
 
-// Runs `body(x)` on a batch placeholder x of `shape` inside a trace context and returns the
-// graph: the loss it returns as the output, every captured state tensor as a slot, with its new
-// value as the slot's write where the step wrote one.
+struct RecordInput {
+  Shape shape;
+  DType dtype = DType::f32;
+};
+
+// Runs `body(inputs)` on batch placeholders of the given shapes and dtypes inside a trace
+// context and returns the graph: the tensors it returns as outputs, every captured state tensor
+// as a slot, with its new value as the slot's write where the body wrote one.
 template <class F>
-compiler::Graph record_step(const Shape& shape, F body) {
+compiler::Graph record(const std::vector<RecordInput>& ins, F body) {
   compiler::Graph g;
   runtime::TraceContext ctx;
-  auto x = ctx.add_batch_input(shape, DType::f32);
-  Tensor loss = body(x);
-  g.outputs.push_back(ctx.resolve(loss.impl_ptr()));
+  std::vector<Tensor> in;
+  for (auto& s : ins) in.push_back(ctx.add_batch_input(s.shape, s.dtype));
+  std::vector<Tensor> outs = body(in);
+  for (auto& o : outs) g.outputs.push_back(ctx.resolve(o.impl_ptr()));
   for (auto& c : ctx.captures()) {
     compiler::StateSlot s{c.impl, c.input_node, nullptr, c.original->shape, c.original->dtype};
     if (c.impl->node != c.original && c.impl->node != c.input_node) s.write = c.impl->node;
@@ -27,6 +33,13 @@ compiler::Graph record_step(const Shape& shape, F body) {
   g.nodes = ctx.nodes();
   g.batch_inputs = ctx.batch_inputs();
   return g;
+}
+
+// One training step: `body(x)` on an f32 batch of `shape`, its loss as the output.
+template <class F>
+compiler::Graph record_step(const Shape& shape, F body) {
+  return record({{shape}},
+                [&](std::vector<Tensor>& in) { return std::vector<Tensor>{body(in[0])}; });
 }
 
 }  // namespace cstorch::testing

@@ -22,27 +22,8 @@ using cs::ir::OpCode;
 
 namespace {
 
-struct In {
-  cs::Shape shape;
-  cs::DType dtype = cs::DType::f32;
-};
-
-template <class F>
-cc::Graph record(const std::vector<In>& ins, F body) {
-  cc::Graph g;
-  cs::runtime::TraceContext ctx;
-  std::vector<Tensor> in;
-  for (auto& s : ins) in.push_back(ctx.add_batch_input(s.shape, s.dtype));
-  std::vector<Tensor> outs = body(in);
-  for (auto& o : outs) g.outputs.push_back(ctx.resolve(o.impl_ptr()));
-  for (auto& c : ctx.captures()) {
-    g.state.push_back({c.impl, c.input_node, nullptr, c.original->shape, c.original->dtype});
-    c.impl->node = c.original;
-  }
-  g.nodes = ctx.nodes();
-  g.batch_inputs = ctx.batch_inputs();
-  return g;
-}
+using In = cs::testing::RecordInput;
+using cs::testing::record;
 
 size_t count(const cc::Graph& g, OpCode op) {
   size_t c = 0;
@@ -362,7 +343,7 @@ TEST(GemmEpilogue, ReluReluGradMomentumAndUpdateJoinTheProductsInPlace) {
   EXPECT_EQ(count(g, OpCode::After), 3u) << g.dump();
   EXPECT_EQ(count(g, OpCode::Addcmul), 6u) << g.dump();  // 3 bias momenta + 3 bias updates
   // Both hidden layers' input gradients carry the relu mask (the classifier's has K = 10: the
-  // own GEMM takes K >= 8 when an epilogue rides along).
+  // own GEMM takes K >= 8).
   EXPECT_EQ(relu_grad, 2u) << g.dump();
   EXPECT_EQ(count(g, OpCode::ReluGrad), 0u) << g.dump();
   EXPECT_EQ(relu, 2u) << g.dump();    // both hidden layers

@@ -17,22 +17,12 @@ using cs::Tensor;
 namespace cc = cstorch::compiler;
 
 namespace {
-// Records `body` on placeholders of the given shapes into a Graph with its outputs.
+// Records `body` on f32 placeholders of the given shapes (cs::testing::record).
 template <class F>
-cc::Graph record(std::vector<cs::Shape> shapes, F body) {
-  cc::Graph g;
-  cs::runtime::TraceContext ctx;
-  std::vector<Tensor> in;
-  for (auto& s : shapes) in.push_back(ctx.add_batch_input(s, cs::DType::f32));
-  std::vector<Tensor> outs = body(in);
-  for (auto& o : outs) g.outputs.push_back(ctx.resolve(o.impl_ptr()));
-  for (auto& c : ctx.captures()) {
-    g.state.push_back({c.impl, c.input_node, nullptr, c.original->shape, c.original->dtype});
-    c.impl->node = c.original;
-  }
-  g.nodes = ctx.nodes();
-  g.batch_inputs = ctx.batch_inputs();
-  return g;
+cc::Graph record(const std::vector<cs::Shape>& shapes, F body) {
+  std::vector<cs::testing::RecordInput> ins;
+  for (auto& s : shapes) ins.push_back({s});
+  return cs::testing::record(ins, body);
 }
 size_t count(const cc::Graph& g, cs::ir::OpCode op) {
   size_t c = 0;

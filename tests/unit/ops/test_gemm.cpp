@@ -141,8 +141,8 @@ std::vector<float> random_vec(size_t n, std::mt19937& rng) {
 // written in place over C, as the planner places a momentum update, and with the parameter
 // update P + out * r written in place into P) through cpu_Gemm, and the
 // same through the separate kernels: bitwise equal (an addend over several K blocks, which the
-// fusion pass never creates, within 1e-4). M, N, K pick the own GEMM (K >= 8 with an
-// epilogue) or its OpenBLAS fallback (K < 8), so both paths of cpu_Gemm run.
+// fusion pass never creates, within 1e-4). M, N, K pick the own GEMM (K >= 8) or
+// the OpenBLAS path with its epilogue pass (K < 8), so both paths of cpu_Gemm run.
 void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
   std::mt19937 rng(static_cast<uint32_t>(M * 131 + N * 7 + K));
   const cstorch::Shape sa = ta ? cstorch::Shape{K, M} : cstorch::Shape{M, K};
