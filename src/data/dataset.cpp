@@ -266,16 +266,26 @@ std::vector<int64_t> epoch_indices(int64_t n, bool shuffle, uint64_t seed, int64
 }
 
 DatasetLoader::DatasetLoader(std::shared_ptr<Dataset> ds, LoaderOptions o)
-    : ds_(std::move(ds)), o_(std::move(o)) {
-  CS_CHECK(ds_ != nullptr, "DatasetLoader: dataset is null");
-  CS_CHECK(o_.batch_size > 0, "DatasetLoader: batch_size must be positive, got {}", o_.batch_size);
-  order_ = epoch_indices(ds_->size(), o_.shuffle, o_.seed, 0, o_.worker);
+    : DatasetLoader(ds ? ds->size() : 0, std::move(o), "DatasetLoader") {
+  CS_CHECK(ds != nullptr, "DatasetLoader: dataset is null");
+  ds_ = std::move(ds);
+}
+
+DatasetLoader::DatasetLoader(int64_t n, LoaderOptions o, const char* name)
+    : n_(n), o_(std::move(o)), name_(name) {
+  CS_CHECK(o_.batch_size > 0, "{}: batch_size must be positive, got {}", name_, o_.batch_size);
+  CS_CHECK(n_ >= 0, "{}: negative sample count {}", name_, n_);
+  order_ = epoch_indices(n_, o_.shuffle, o_.seed, 0, o_.worker);
+}
+
+Batch DatasetLoader::fetch(const std::vector<int64_t>& indices, int64_t) const {
+  return ds_->get_batch(indices);
 }
 
 void DatasetLoader::reset() {
   ++epoch_;
   pos_ = 0;
-  order_ = epoch_indices(ds_->size(), o_.shuffle, o_.seed, epoch_, o_.worker);
+  order_ = epoch_indices(n_, o_.shuffle, o_.seed, epoch_, o_.worker);
 }
 
 int64_t DatasetLoader::size() const {
@@ -288,7 +298,7 @@ std::optional<Batch> DatasetLoader::next() {
   if (pos_ >= n || (o_.drop_last && pos_ + o_.batch_size > n)) return std::nullopt;
   int64_t b = std::min(o_.batch_size, n - pos_);
   std::vector<int64_t> idx(order_.begin() + pos_, order_.begin() + pos_ + b);
-  Batch batch = ds_->get_batch(idx);
+  Batch batch = fetch(idx, epoch_);
   if (o_.batch_transform) batch = o_.batch_transform(std::move(batch));
   pos_ += b;
   samples_ += b;
@@ -299,25 +309,25 @@ State DatasetLoader::state_dict() const {
   return State::map({{"epoch", epoch_},
                      {"position", pos_},
                      {"samples_streamed", samples_},
-                     {"num_samples", ds_->size()},
+                     {"num_samples", n_},
                      {"batch_size", o_.batch_size}});
 }
 
 void DatasetLoader::load_state_dict(const State& s) {
-  const char* what = "DatasetLoader.load_state_dict";
-  int64_t n = st_int(s, "num_samples", what), b = st_int(s, "batch_size", what);
-  CS_CHECK(n == ds_->size() && b == o_.batch_size,
+  const std::string what = fmt::format("{}.load_state_dict", name_);
+  int64_t n = st_int(s, "num_samples", what.c_str()), b = st_int(s, "batch_size", what.c_str());
+  CS_CHECK(n == n_ && b == o_.batch_size,
            "{}: the state is of a loader over {} samples in batches of {}, this one has {} "
            "samples in batches of {}",
-           what, n, b, ds_->size(), o_.batch_size);
-  int64_t e = st_int(s, "epoch", what), p = st_int(s, "position", what);
+           what, n, b, n_, o_.batch_size);
+  int64_t e = st_int(s, "epoch", what.c_str()), p = st_int(s, "position", what.c_str());
   CS_CHECK(e >= 0, "{}: 'epoch' must be >= 0, got {}", what, e);
   epoch_ = e;
-  order_ = epoch_indices(ds_->size(), o_.shuffle, o_.seed, epoch_, o_.worker);
+  order_ = epoch_indices(n_, o_.shuffle, o_.seed, epoch_, o_.worker);
   CS_CHECK(p >= 0 && p <= static_cast<int64_t>(order_.size()), "{}: 'position' {} is outside 0..{}",
            what, p, order_.size());
   pos_ = p;
-  samples_ = st_int(s, "samples_streamed", what);
+  samples_ = st_int(s, "samples_streamed", what.c_str());
 }
 
 IterableLoader::IterableLoader(std::shared_ptr<IterableDataset> stream, LoaderOptions o)

@@ -31,14 +31,6 @@ double unit(uint64_t x) {
   return static_cast<double>(x >> 11) * 0x1.0p-53;
 }
 
-int64_t st_int(const State& s, const char* key, const char* what) {
-  CS_CHECK(s.is_map() && s.contains(key), "{}: the state has no '{}' (got {})", what, key,
-           s.repr());
-  const State& v = s.at(key);
-  CS_CHECK(v.is_int(), "{}: '{}' must be an integer, got {}", what, key, v.repr());
-  return v.as_int();
-}
-
 Tensor i32_tensor(const Shape& s, int32_t** p) {
   return detail::host_tensor(s, DType::i32, p);
 }
@@ -62,59 +54,10 @@ struct Seq2SeqOut {
 // IndexBatchLoader
 
 IndexBatchLoader::IndexBatchLoader(int64_t n, LoaderOptions o, MakeBatch make)
-    : n_(n), o_(std::move(o)), make_(std::move(make)) {
-  CS_CHECK(o_.batch_size > 0, "IndexBatchLoader: batch_size must be positive, got {}",
-           o_.batch_size);
-  CS_CHECK(n_ >= 0, "IndexBatchLoader: negative sample count {}", n_);
-  order_ = epoch_indices(n_, o_.shuffle, o_.seed, 0, o_.worker);
-}
+    : DatasetLoader(n, std::move(o), "IndexBatchLoader"), make_(std::move(make)) {}
 
-void IndexBatchLoader::reset() {
-  ++epoch_;
-  pos_ = 0;
-  order_ = epoch_indices(n_, o_.shuffle, o_.seed, epoch_, o_.worker);
-}
-
-int64_t IndexBatchLoader::size() const {
-  auto n = static_cast<int64_t>(order_.size());
-  return o_.drop_last ? n / o_.batch_size : (n + o_.batch_size - 1) / o_.batch_size;
-}
-
-std::optional<Batch> IndexBatchLoader::next() {
-  auto n = static_cast<int64_t>(order_.size());
-  if (pos_ >= n || (o_.drop_last && pos_ + o_.batch_size > n)) return std::nullopt;
-  int64_t b = std::min(o_.batch_size, n - pos_);
-  std::vector<int64_t> idx(order_.begin() + pos_, order_.begin() + pos_ + b);
-  Batch batch = make_(idx, epoch_);
-  if (o_.batch_transform) batch = o_.batch_transform(std::move(batch));
-  pos_ += b;
-  samples_ += b;
-  return batch;
-}
-
-State IndexBatchLoader::state_dict() const {
-  return State::map({{"epoch", epoch_},
-                     {"position", pos_},
-                     {"samples_streamed", samples_},
-                     {"num_samples", n_},
-                     {"batch_size", o_.batch_size}});
-}
-
-void IndexBatchLoader::load_state_dict(const State& s) {
-  const char* what = "text loader load_state_dict";
-  int64_t n = st_int(s, "num_samples", what), b = st_int(s, "batch_size", what);
-  CS_CHECK(n == n_ && b == o_.batch_size,
-           "{}: the state is of a loader over {} samples in batches of {}, this one has {} "
-           "samples in batches of {}",
-           what, n, b, n_, o_.batch_size);
-  int64_t e = st_int(s, "epoch", what), p = st_int(s, "position", what);
-  CS_CHECK(e >= 0, "{}: 'epoch' must be >= 0, got {}", what, e);
-  epoch_ = e;
-  order_ = epoch_indices(n_, o_.shuffle, o_.seed, epoch_, o_.worker);
-  CS_CHECK(p >= 0 && p <= static_cast<int64_t>(order_.size()), "{}: 'position' {} is outside 0..{}",
-           what, p, order_.size());
-  pos_ = p;
-  samples_ = st_int(s, "samples_streamed", what);
+Batch IndexBatchLoader::fetch(const std::vector<int64_t>& indices, int64_t epoch) const {
+  return make_(indices, epoch);
 }
 
 // ---------------------------------------------------------------------------------------------

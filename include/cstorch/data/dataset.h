@@ -113,9 +113,19 @@ class DatasetLoader : public utils::data::Loader {
   State state_dict() const override;
   void load_state_dict(const State& state) override;
 
+ protected:
+  // For loaders that make their batches themselves (override fetch): `num_samples` samples,
+  // `name` in error messages.
+  DatasetLoader(int64_t num_samples, LoaderOptions opts, const char* name);
+  // The batch of samples `indices` in epoch `epoch` (before batch_transform). The default reads
+  // the dataset (the epoch is not needed: a dataset is the same every epoch).
+  virtual Batch fetch(const std::vector<int64_t>& indices, int64_t epoch) const;
+
  private:
   std::shared_ptr<Dataset> ds_;
+  int64_t n_;
   LoaderOptions o_;
+  const char* name_;
   int64_t epoch_ = 0, pos_ = 0, samples_ = 0;
   std::vector<int64_t> order_;
 };

@@ -79,23 +79,16 @@ void write_synthetic_translation_data(const std::string& dir, const SyntheticTex
 // A restartable loader whose batches are built by `make(indices, epoch)` from sample indices
 // drawn as DatasetLoader draws them (options: batch_size, shuffle, seed, drop_last, worker;
 // batch_transform is applied to each batch).
-class IndexBatchLoader : public utils::data::Loader {
+class IndexBatchLoader : public DatasetLoader {
  public:
   using MakeBatch = std::function<Batch(const std::vector<int64_t>& indices, int64_t epoch)>;
   IndexBatchLoader(int64_t num_samples, LoaderOptions opts, MakeBatch make);
-  std::optional<Batch> next() override;
-  void reset() override;
-  int64_t size() const override;
-  bool restartable() const override { return true; }
-  State state_dict() const override;
-  void load_state_dict(const State& state) override;
+
+ protected:
+  Batch fetch(const std::vector<int64_t>& indices, int64_t epoch) const override;
 
  private:
-  int64_t n_;
-  LoaderOptions o_;
   MakeBatch make_;
-  int64_t epoch_ = 0, pos_ = 0, samples_ = 0;
-  std::vector<int64_t> order_;
 };
 
 // GPT language modelling: HDF5 (N, 3, msl) files (`hdf5`: a directory or file list) or one flat
