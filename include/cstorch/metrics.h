@@ -79,7 +79,10 @@ class Metric {
   void check_floating(const char* arg, const Tensor& t) const;
   void check_defined(const char* arg, const Tensor& t) const;
   // Weights as f32 with `like`'s shape: ones when undefined, else shape-checked.
+  // Also moves the states to `like`'s device (they are made on the CPU; an update with data on
+  // another device moves them there once).
   Tensor weights_or_ones(const Tensor& weights, const Tensor& like, const char* like_name) const;
+  void place_states(Device d) const;
   // Fails when an "invalid ids" state tensor is non-zero.
   void check_no_invalid(const Tensor& invalid, const char* what) const;
 

@@ -47,12 +47,14 @@ class Tensor {
   void backward(const Tensor& grad = Tensor()) const;
   Tensor detach() const;
 
-  // Host reads: wait for pending steps; an error inside a traced step.
+  // Host reads: wait for pending steps; an error inside a traced step. On a device whose memory
+  // the host cannot read, item() and to_vector() copy through the device's transfer function.
   template <class T>
   T item() const;
   template <class T>
   std::vector<T> to_vector() const;
-  // Pointer to host data (contiguous, row-major). Waits for pending steps.
+  // Pointer to host data (contiguous, row-major). Waits for pending steps. An error for a
+  // tensor on a device whose memory the host cannot read (copy it with .to(Device{}) first).
   const void* data_ptr() const;
 
   // In-place ops: update this tensor's value (a state write inside a traced step).
@@ -77,6 +79,10 @@ class Tensor {
   Tensor squeeze(std::optional<int64_t> d = std::nullopt) const;
   Tensor expand(const Shape& s) const;
   Tensor to(DType t) const;
+  // The value on device `d` (this tensor when it is there already). Differentiable: the
+  // gradient goes back to this tensor's device. Errors: a device this binary was built without
+  // (GPU without the CUDA backend) or that no plugin registered.
+  Tensor to(Device d) const;
   Tensor sum(std::vector<int64_t> dims = {}, bool keepdim = false) const;
   Tensor mean(std::vector<int64_t> dims = {}, bool keepdim = false) const;
 
@@ -93,10 +99,11 @@ class Tensor {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Creation. `dtype` defaults to f32.
-Tensor zeros(const Shape& s, DType dtype = DType::f32);
-Tensor ones(const Shape& s, DType dtype = DType::f32);
-Tensor full(const Shape& s, double value, DType dtype = DType::f32);
+// Creation. `dtype` defaults to f32, `device` to the CPU; the *_like functions keep the
+// tensor's shape, dtype and device.
+Tensor zeros(const Shape& s, DType dtype = DType::f32, Device device = {});
+Tensor ones(const Shape& s, DType dtype = DType::f32, Device device = {});
+Tensor full(const Shape& s, double value, DType dtype = DType::f32, Device device = {});
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, double value);
@@ -113,13 +120,17 @@ Tensor from_blob(const void* data, const Shape& shape, DType dtype);
 
 // Random numbers from the global counter-based (Philox 4x32-10) generator. Values depend only
 // on the seed and the number of draws before, never on the thread count. The generator state
-// is a tensor, so a replayed traced step draws fresh numbers.
+// is a tensor, so a replayed traced step draws fresh numbers. `device`: where the draw is made
+// (the same numbers on every device).
 void manual_seed(uint64_t seed);
-Tensor rand(const Shape& s, DType dtype = DType::f32);   // U[0, 1)
-Tensor randn(const Shape& s, DType dtype = DType::f32);  // N(0, 1)
-Tensor uniform(const Shape& s, double low, double high, DType dtype = DType::f32);
-Tensor normal(const Shape& s, double mean, double std, DType dtype = DType::f32);
-Tensor bernoulli(const Shape& s, double p, DType dtype = DType::f32);  // 1 with probability p
+Tensor rand(const Shape& s, DType dtype = DType::f32, Device device = {});   // U[0, 1)
+Tensor randn(const Shape& s, DType dtype = DType::f32, Device device = {});  // N(0, 1)
+Tensor uniform(const Shape& s, double low, double high, DType dtype = DType::f32,
+               Device device = {});
+Tensor normal(const Shape& s, double mean, double std, DType dtype = DType::f32,
+              Device device = {});
+Tensor bernoulli(const Shape& s, double p, DType dtype = DType::f32,
+                 Device device = {});  // 1 with probability p
 // The generator's state (i64 [2]: seed, offset); save and restore it for exact resume.
 Tensor rng_state();
 void set_rng_state(const Tensor& state);

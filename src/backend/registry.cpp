@@ -1,20 +1,61 @@
-// The kernel tables of the backends built into this binary. The core reaches kernels only
-// through kernels_for(); it never includes a backend header.
-#include "backend/cpu/kernels.h"
+// The device backends of this process: the ones built into this binary (the CPU) and the ones
+// registered at run time (a plugin, such as the tests' checking device). The core reaches
+// backends only through ir::device_backend(); this is the one file that includes a backend's
+// header.
+#include <mutex>
+
+#include "backend/cpu/device.h"
+#include "cstorch/config.h"
 #include "cstorch/core/error.h"
+#include "ir/device.h"
 
 namespace cstorch::ir {
 
-static const KernelTable kCpuTable = {{
-#define OP(Name, str, Attr, tr) &cpu::cpu_##Name,
-#include "ir/ops.def"
-#undef OP
-}};
+namespace {
+std::mutex g_mu;
+std::shared_ptr<const DeviceBackend> g_registered[4];  // by DeviceType
+// The plugin's name, kept for device_type_name's const char* (registration happens at start-up,
+// before devices are named).
+std::string* g_plugin_name = new std::string("PLUGIN");
 
-const KernelTable& kernels_for(DeviceType t) {
-  if (t == DeviceType::CPU || t == DeviceType::CSX) return kCpuTable;
-  fail("device type {} has no kernels in this build (the CUDA backend is not built)",
-       device_type_name(t));
+std::shared_ptr<const DeviceBackend> registered(DeviceType t) {
+  std::lock_guard<std::mutex> l(g_mu);
+  return g_registered[static_cast<int>(t)];
+}
+}  // namespace
+
+const DeviceBackend* find_device_backend(Device d) {
+  if (d.type == DeviceType::CPU || d.type == DeviceType::CSX) return &cpu::backend();
+  // Registered backends live until the process ends (or are replaced by a test that owns
+  // every buffer of the old one), so the raw pointer stays valid for the caller.
+  return registered(d.type).get();
+}
+
+const DeviceBackend& device_backend(Device d) {
+  if (const DeviceBackend* b = find_device_backend(d)) return *b;
+  if (d.type == DeviceType::GPU)
+    fail(
+        "device GPU: this binary was built without the CUDA backend; configure with "
+        "-DCSTORCH_CUDA=ON on a machine with the CUDA toolkit (nvcc) to build it, or use the CPU");
+  fail("device {}: no backend is registered for it", device_str(d));
+}
+
+void register_device_backend(DeviceType t, std::shared_ptr<const DeviceBackend> b) {
+  CS_CHECK(t != DeviceType::CPU && t != DeviceType::CSX,
+           "register_device_backend: the {} backend is built in and cannot be replaced",
+           device_type_name(t));
+  std::lock_guard<std::mutex> l(g_mu);
+  if (t == DeviceType::Plugin) *g_plugin_name = b ? b->name() : "PLUGIN";
+  g_registered[static_cast<int>(t)] = std::move(b);
+}
+
+const char* plugin_name() {
+  return g_plugin_name->c_str();
+}
+
+bool plugin_named(const std::string& name) {
+  auto b = registered(DeviceType::Plugin);
+  return b && ascii_lower(b->name()) == ascii_lower(name);
 }
 
 }  // namespace cstorch::ir

@@ -3,6 +3,7 @@
 #include "checkpoint/common.h"
 
 #include "cstorch/config.h"
+#include "ir/device.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -41,9 +42,10 @@ Tensor make_host_tensor(const Shape& shape, DType dtype, const std::function<voi
   return make_tensor(n);
 }
 
-const void* tensor_bytes(const Tensor& t, const std::string& path, const std::string& key) {
+cstorch::detail::HostBytes tensor_bytes(const Tensor& t, const std::string& path,
+                                        const std::string& key) {
   CS_CHECK(t.defined(), "save {}: the tensor at key '{}' is undefined", path, show_key(key));
-  return t.data_ptr();
+  return cstorch::detail::host_bytes(t, "save");
 }
 
 const void* tensor_identity(const Tensor& t) {
@@ -442,33 +444,45 @@ void maybe_pause_save(const std::string& temp_path) {
 // ---------------------------------------------------------------------------------------------
 // Loading.
 
+// Tensors are read into host memory and then moved to `map_location` (CSX weights live in host
+// memory on this implementation, as CPU tensors). A device this build or process lacks is an
+// error before anything is read.
 void check_map_location(const std::optional<Device>& d, const std::string& path) {
   if (!d) return;
-  // CSX weights live in host memory on this implementation (as CPU tensors).
-  CS_CHECK(d->type != DeviceType::GPU,
-           "load {}: map_location GPU: the GPU backend is not built (use CPU)", path);
+  try {
+    ir::device_backend(*d);
+  } catch (const Error& e) {
+    fail("load {}: map_location {}: {}", path, device_str(*d), e.what());
+  }
 }
 
 namespace {
-State materialize_rec(FormatReader& r, const SNode& n, std::map<int64_t, Tensor>& cache) {
+Tensor place(const Tensor& t, const std::optional<Device>& d) {
+  return d ? t.to(*d) : t;
+}
+}  // namespace
+
+namespace {
+State materialize_rec(FormatReader& r, const SNode& n, std::map<int64_t, Tensor>& cache,
+                      const std::optional<Device>& d) {
   switch (n.kind) {
     case State::Kind::Tensor: {
       const Entry& e = r.entries[static_cast<size_t>(n.tensor)];
       auto it = cache.find(e.storage);
       if (it != cache.end()) return State(it->second);
-      Tensor t = r.read(e);
+      Tensor t = place(r.read(e), d);
       cache.emplace(e.storage, t);
       return State(t);
     }
     case State::Kind::List: {
       State s = State::list();
-      for (auto& c : n.items) s.push_back(materialize_rec(r, c, cache));
+      for (auto& c : n.items) s.push_back(materialize_rec(r, c, cache, d));
       return s;
     }
     case State::Kind::Map: {
       State s = State::map();
       for (size_t i = 0; i < n.keys.size(); ++i)
-        s.set(n.keys[i], materialize_rec(r, n.items[i], cache));
+        s.set(n.keys[i], materialize_rec(r, n.items[i], cache, d));
       return s;
     }
     default:
@@ -480,7 +494,7 @@ State materialize_rec(FormatReader& r, const SNode& n, std::map<int64_t, Tensor>
 State materialize(FormatReader& r, std::optional<Device> map_location) {
   check_map_location(map_location, r.path);
   std::map<int64_t, Tensor> cache;
-  return materialize_rec(r, r.root, cache);
+  return materialize_rec(r, r.root, cache, map_location);
 }
 
 std::unique_ptr<FormatReader> open_any(const std::string& path, bool lazy) {
@@ -641,9 +655,9 @@ const CheckpointTensorInfo& CheckpointReader::info(const std::string& key) const
 Tensor CheckpointReader::read(const std::string& key, std::optional<Device> map_location) const {
   ckpt::check_map_location(map_location, impl_->r->path);
   if (!impl_->indexed)
-    if (auto t = impl_->r->read_direct(key)) return *t;
+    if (auto t = impl_->r->read_direct(key)) return ckpt::place(*t, map_location);
   info(key);  // error for an unknown key
-  return impl_->r->read(impl_->r->entries[impl_->index.at(key)]);
+  return ckpt::place(impl_->r->read(impl_->r->entries[impl_->index.at(key)]), map_location);
 }
 
 State CheckpointReader::read_all(std::optional<Device> map_location) const {
@@ -680,7 +694,8 @@ void leaves(const ckpt::SNode& n, const std::string& key,
 }
 
 std::vector<double> as_doubles(const Tensor& t) {
-  const void* p = t.data_ptr();
+  const auto bytes = cstorch::detail::host_bytes(t, "checkpoint diff");
+  const void* p = bytes.data();
   size_t n = static_cast<size_t>(t.numel());
   std::vector<double> v(n);
   for (size_t i = 0; i < n; ++i) {

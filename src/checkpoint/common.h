@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/internal.h"
 #include "cstorch/checkpoint.h"
 
 namespace cstorch::ckpt {
@@ -75,7 +76,9 @@ std::string show_key(const std::string& key);
 // A host tensor whose buffer is filled by `fill(dst)` (nbytes = numel * itemsize).
 Tensor make_host_tensor(const Shape& shape, DType dtype, const std::function<void(void*)>& fill);
 // Host data of a tensor being saved; an undefined tensor is an error naming the key.
-const void* tensor_bytes(const Tensor& t, const std::string& path, const std::string& key);
+// The tensor's bytes as host memory (a copy for a device the host cannot read), for writers.
+cstorch::detail::HostBytes tensor_bytes(const Tensor& t, const std::string& path,
+                                        const std::string& key);
 // Identity of a tensor's storage, for tied-weight detection on save.
 const void* tensor_identity(const Tensor& t);
 

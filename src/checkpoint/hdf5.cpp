@@ -195,7 +195,8 @@ std::optional<int64_t> read_int_attr(hid_t obj, const char* name, const std::str
 
 void write_dataset(hid_t file, const std::string& name, const Tensor& t, const std::string& path,
                    const std::string& key) {
-  const void* data = tensor_bytes(t, path, key);
+  const auto held = tensor_bytes(t, path, key);
+  const void* data = held.data();
   const Shape& s = t.shape();
   Hid space;
   if (s.empty()) {

@@ -1106,7 +1106,7 @@ void save_pt(const State& state, const std::string& path) {
     ZipWriter zip(out.temp_path(), path);
     zip.add("archive/data.pkl", pw.out.data(), pw.out.size());
     for (auto& s : pw.storages)
-      zip.add("archive/data/" + s.key, tensor_bytes(s.t, path, s.key),
+      zip.add("archive/data/" + s.key, tensor_bytes(s.t, path, s.key).data(),
               static_cast<uint64_t>(s.t.numel()) * itemsize(s.t.dtype()));
     const char version[] = "3\n";
     zip.add("archive/version", version, 2);

@@ -220,7 +220,7 @@ void save_safetensors(const State& state, const std::string& path) {
     w.write(&n, 8);
     w.write(h.data(), h.size());
     for (auto& it : items)
-      w.write(tensor_bytes(it.t, path, it.name),
+      w.write(tensor_bytes(it.t, path, it.name).data(),
               static_cast<size_t>(it.t.numel()) * itemsize(it.t.dtype()));
     w.close();
   }

@@ -17,6 +17,7 @@ struct StateSlot {
   ir::NodePtr write;                 // its new value (null: read-only)
   Shape shape;
   DType dtype = DType::f32;
+  Device device;  // where the persistent buffer lives
 };
 
 struct Graph {

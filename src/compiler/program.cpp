@@ -42,7 +42,7 @@ double node_flops(const ir::Node& n) {
 }
 }  // namespace
 
-Program::Program(Graph g, DeviceType device, ProgramStats traced)
+Program::Program(Graph g, Device device, ProgramStats traced)
     : g_(std::move(g)), device_(device), stats_(traced) {
   plan();
   const char* p = std::getenv("CSTORCH_PROFILE");
@@ -81,7 +81,6 @@ Program::~Program() {
 }
 
 void Program::plan() {
-  const auto& kernels = ir::kernels_for(device_);
   const size_t n = g_.nodes.size();
   std::unordered_map<const ir::Node*, uint32_t> id;
   for (size_t i = 0; i < n; ++i) id[g_.nodes[i].get()] = static_cast<uint32_t>(i);
@@ -100,6 +99,14 @@ void Program::plan() {
       placed[i] = true;
     } else if (node.op == ir::OpCode::Constant) {
       places_[i] = {Loc::Constant, 0, node.buffer->data};
+      if (node.buffer->device != node.device) {
+        // A constant read on another device than it was made on: upload it once.
+        auto up = ir::Buffer::alloc(node.nbytes(), node.device);
+        ir::copy_between(node.device, up->data, node.buffer->device, node.buffer->data,
+                         node.nbytes());
+        places_[i].constant = up->data;
+        uploaded_.push_back(std::move(up));
+      }
       placed[i] = true;
     } else if (has_trait(node.op, ir::kAlias)) {
       is_alias[i] = true;
@@ -182,18 +189,54 @@ void Program::plan() {
   // Old state values read by final copies must not be overwritten in place: handled above by
   // `last` (a final copy of an Input(State) value extends its life to `end`).
 
-  // Arena: greedy by size over liveness intervals.
+  // Kernels and their workspaces (scratch live only during the node's own step).
   struct Item {
-    uint32_t v;
+    uint32_t v;  // value id, or n + step index for a workspace
     size_t size;
     size_t first, last;
+    uint32_t arena;
     size_t offset;
   };
   std::vector<Item> items;
+  auto arena_of = [&](Device d) {
+    for (size_t a = 0; a < arena_devices_.size(); ++a)
+      if (arena_devices_[a] == d) return static_cast<uint32_t>(a);
+    arena_devices_.push_back(d);
+    return static_cast<uint32_t>(arena_devices_.size() - 1);
+  };
+  size_t max_in = 1;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& node = *g_.nodes[i];
+    if (node.op == ir::OpCode::Input || node.op == ir::OpCode::Constant || is_alias[i]) continue;
+    const ir::Kernel k = ir::kernel_for(node);  // error names the op and the device
+    const auto& backend = ir::device_backend(node.device);
+    Step st{k,
+            &node,
+            static_cast<uint32_t>(input_ids_.size()),
+            static_cast<uint32_t>(node.inputs.size()),
+            static_cast<uint32_t>(i),
+            {},
+            -1};
+    st.ctx.backend = &backend;
+    st.ctx.stream = backend.stream();
+    if (node.op != ir::OpCode::ToDevice) {
+      if (size_t ws = backend.workspace_bytes(node)) {
+        st.ctx.workspace_bytes = ws;
+        items.push_back({static_cast<uint32_t>(n + steps_.size()), align_up(ws), i, i,
+                         arena_of(node.device), 0});
+      }
+    }
+    for (auto& in : node.inputs) input_ids_.push_back(id.at(in.get()));
+    max_in = std::max(max_in, node.inputs.size());
+    steps_.push_back(st);
+    stats_.flops += node_flops(node);
+  }
+
+  // Arenas: greedy by size over liveness intervals, one per device.
   for (size_t i = 0; i < n; ++i) {
     if (placed[i]) continue;
     size_t sz = align_up(g_.nodes[i]->nbytes());
-    items.push_back({static_cast<uint32_t>(i), sz, i, last[i], 0});
+    items.push_back({static_cast<uint32_t>(i), sz, i, last[i], arena_of(g_.nodes[i]->device), 0});
     stats_.naive_bytes += sz;
   }
   std::vector<size_t> order(items.size());
@@ -201,14 +244,15 @@ void Program::plan() {
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return items[a].size > items[b].size; });
   std::vector<size_t> done;
-  size_t arena = 0;
+  std::vector<size_t> arena_size(arena_devices_.size(), 0);
   for (size_t k : order) {
     auto& it = items[k];
     // Collect conflicting ranges, sorted by offset; take the lowest gap that fits.
     std::vector<std::pair<size_t, size_t>> busy;
     for (size_t d : done) {
       const auto& o = items[d];
-      if (o.first <= it.last && it.first <= o.last) busy.push_back({o.offset, o.offset + o.size});
+      if (o.arena == it.arena && o.first <= it.last && it.first <= o.last)
+        busy.push_back({o.offset, o.offset + o.size});
     }
     std::sort(busy.begin(), busy.end());
     size_t off = 0;
@@ -217,34 +261,63 @@ void Program::plan() {
       off = std::max(off, e);
     }
     it.offset = off;
-    arena = std::max(arena, off + it.size);
+    arena_size[it.arena] = std::max(arena_size[it.arena], off + it.size);
     done.push_back(k);
-    places_[it.v] = {Loc::Arena, static_cast<int64_t>(off), nullptr};
+    if (it.v < n)
+      places_[it.v] = {Loc::Arena, static_cast<int64_t>(off), nullptr, it.arena};
+    else
+      steps_[it.v - n].workspace_offset = static_cast<int64_t>(off);
   }
-  stats_.arena_bytes = arena;
-  arena_ = ir::Buffer::alloc(std::max<size_t>(arena, 1));
+  stats_.arena_bytes = 0;
+  for (size_t a = 0; a < arena_devices_.size(); ++a) {
+    stats_.arena_bytes += arena_size[a];
+    arenas_.push_back(ir::Buffer::alloc(std::max<size_t>(arena_size[a], 1), arena_devices_[a]));
+  }
+  for (auto& st : steps_)
+    if (st.workspace_offset >= 0) {
+      uint32_t a = arena_of(st.node->device);
+      st.ctx.workspace = static_cast<char*>(arenas_[a]->data) + st.workspace_offset;
+    }
 
-  // Steps.
-  size_t max_in = 1;
-  for (size_t i = 0; i < n; ++i) {
-    const auto& node = *g_.nodes[i];
-    if (node.op == ir::OpCode::Input || node.op == ir::OpCode::Constant || is_alias[i]) continue;
-    auto k = kernels.kernels[static_cast<int>(node.op)];
-    CS_CHECK(k != nullptr, "compile: op '{}' has no kernel for {}", node.name(),
-             device_type_name(device_));
-    Step st{k, &node, static_cast<uint32_t>(input_ids_.size()),
-            static_cast<uint32_t>(node.inputs.size()), static_cast<uint32_t>(i)};
-    for (auto& in : node.inputs) input_ids_.push_back(id.at(in.get()));
-    max_in = std::max(max_in, node.inputs.size());
-    steps_.push_back(st);
-    stats_.flops += node_flops(node);
+  // Collectives: a host-side request handle per all_reduce_start, shared with its unpacks; on
+  // a device the host cannot read, a host buffer the bucket is reduced through.
+  {
+    std::unordered_map<const ir::Node*, size_t> slot;
+    std::unordered_map<const ir::Node*, void*> staging;
+    for (auto& st : steps_)
+      if (st.node->op == ir::OpCode::AllReduceStart) slot[st.node] = slot.size();
+    requests_.assign(slot.size(), 0);
+    for (auto& st : steps_) {
+      const ir::Node* start = st.node->op == ir::OpCode::AllReduceStart ? st.node
+                              : st.node->op == ir::OpCode::AllReduceUnpack
+                                  ? st.node->inputs[0].get()
+                                  : nullptr;
+      if (!start) continue;
+      st.ctx.request = &requests_[slot.at(start)];
+      if (!ir::device_backend(start->device).host_accessible()) {
+        auto [it, fresh] = staging.try_emplace(start, nullptr);
+        if (fresh) {
+          host_staging_.push_back(ir::Buffer::alloc(start->nbytes()));
+          it->second = host_staging_.back()->data;
+        }
+        st.ctx.host_staging = it->second;
+      }
+    }
   }
+
+  // Batch inputs read on the step's device; one living elsewhere is copied into a staging
+  // buffer there first.
+  staging_.assign(g_.batch_inputs.size(), nullptr);
+  host_batch_ = std::vector<ir::Buffer>(g_.batch_inputs.size());
+  for (auto& b : host_batch_) b.owned = false;
+  for (auto& b : host_batch_) host_batch_ptrs_.push_back(&b);
+
   stats_.nodes_compiled = steps_.size() + finals.size();
   in_scratch_.assign(max_in, nullptr);
   ptrs_.assign(n + 1, nullptr);
   for (size_t i = 0; i < n; ++i) {
     if (places_[i].loc == Loc::Arena && !is_alias[i])
-      ptrs_[i] = static_cast<char*>(arena_->data) + places_[i].index;
+      ptrs_[i] = static_cast<char*>(arenas_[places_[i].arena]->data) + places_[i].index;
     if (places_[i].loc == Loc::Constant) ptrs_[i] = const_cast<void*>(places_[i].constant);
   }
   alias_ids_.clear();
@@ -272,6 +345,14 @@ void Program::plan() {
 }
 
 void Program::run(const void* const* batch, void* const* outputs) {
+  for (size_t i = 0; i < host_batch_.size(); ++i) {
+    host_batch_[i].data = const_cast<void*>(batch[i]);
+    host_batch_[i].nbytes = g_.batch_inputs[i]->nbytes();
+  }
+  run(host_batch_ptrs_.data(), outputs);
+}
+
+void Program::run(const ir::Buffer* const* batch, void* const* outputs) {
   // Bind this execution's buffers.
   for (size_t s = 0; s < g_.state.size(); ++s) {
     const auto& slot = g_.state[s];
@@ -286,9 +367,27 @@ void Program::run(const void* const* batch, void* const* outputs) {
           "parameter or buffer with another shape or dtype needs a new trace",
           s, slot.impl->name, dtype_name(node->dtype), shape_str(node->shape),
           dtype_name(slot.dtype), shape_str(slot.shape));
+    if (node->buffer->device != slot.device)
+      fail(
+          "state tensor {} '{}' is on device {} but the step was compiled for it on {}; moving "
+          "a parameter or buffer to another device needs a new trace",
+          s, slot.impl->name, device_str(node->buffer->device), device_str(slot.device));
     state_ptrs_[s] = node->buffer->data;
   }
-  for (auto& [v, b] : batch_ids_) ptrs_[v] = const_cast<void*>(batch[b]);
+  for (auto& [v, b] : batch_ids_) {
+    const ir::Buffer& in = *batch[b];
+    const Device want = g_.nodes[v]->device;
+    if (in.device == want) {
+      ptrs_[v] = in.data;
+      continue;
+    }
+    // The batch lives elsewhere (a host batch for a device step): stage it. The buffer is the
+    // program's, made at the first execution, so steady-state steps do not allocate.
+    auto& st = staging_[b];
+    if (!st) st = ir::Buffer::alloc(g_.nodes[v]->nbytes(), want);
+    ir::copy_between(want, st->data, in.device, in.data, g_.nodes[v]->nbytes());
+    ptrs_[v] = st->data;
+  }
   for (auto& [v, s] : state_ids_) ptrs_[v] = state_ptrs_[s];
   for (auto& [v, o] : output_ids_) ptrs_[v] = outputs[o];
   for (auto& [v, src] : alias_ids_) ptrs_[v] = ptrs_[src];
@@ -302,20 +401,25 @@ void Program::run(const void* const* batch, void* const* outputs) {
     try {
       if (profile_) {
         auto t0 = std::chrono::steady_clock::now();
-        st.kernel(*st.node, ins, ptrs_[st.out]);
+        st.kernel(st.ctx, *st.node, ins, ptrs_[st.out]);
         step_seconds_[si] +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       } else {
-        st.kernel(*st.node, ins, ptrs_[st.out]);
+        st.kernel(st.ctx, *st.node, ins, ptrs_[st.out]);
       }
     } catch (const std::exception& e) {
       fail("op '{}' (node %{}, output {}{}): {}", st.node->name(), st.node->id,
            dtype_name(st.node->dtype), shape_str(st.node->shape), e.what());
     }
   }
-  for (auto& [v, o] : final_outputs_) std::memcpy(outputs[o], ptrs_[v], g_.nodes[v]->nbytes());
+  for (auto& [v, o] : final_outputs_) {
+    const Device d = g_.nodes[v]->device;
+    ir::copy_between(d, outputs[o], d, ptrs_[v], g_.nodes[v]->nbytes());
+  }
   for (auto& [v, s] : state_copies_) {
-    if (ptrs_[v] != state_ptrs_[s]) std::memcpy(state_ptrs_[s], ptrs_[v], g_.nodes[v]->nbytes());
+    if (ptrs_[v] != state_ptrs_[s])
+      ir::copy_between(g_.state[s].device, state_ptrs_[s], g_.nodes[v]->device, ptrs_[v],
+                       g_.nodes[v]->nbytes());
   }
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compiler/graph.h"
+#include "ir/device.h"
 
 namespace cstorch::compiler {
 
@@ -16,6 +17,7 @@ struct ValuePlace {
   Loc loc = Loc::Arena;
   int64_t index = 0;  // arena byte offset, or batch / state / output index
   const void* constant = nullptr;
+  uint32_t arena = 0;  // which device's arena (Loc::Arena)
 };
 
 struct ProgramStats {
@@ -29,17 +31,24 @@ struct ProgramStats {
   double flops = 0;  // per execution (matmul/linear 2*M*N*K, others 1 per element)
 };
 
+// Every node runs on its own device (Node::device) with that device's kernel; values are placed
+// in one arena per device. `device` is the step's device: batch inputs are read there (a batch
+// that lives elsewhere is copied into a staging buffer of the program first).
 class Program {
  public:
-  // Builds from an optimised graph: plans memory and resolves kernels for `device`.
-  Program(Graph g, DeviceType device, ProgramStats traced_stats);
+  // Builds from an optimised graph: plans memory and resolves kernels.
+  Program(Graph g, Device device, ProgramStats traced_stats);
   // With CSTORCH_PROFILE set, prints the time spent per op kind over all executions.
   ~Program();
 
-  // Executes once. `batch[i]` points at batch input i, `outputs[i]` at a buffer of output i's
-  // size. State buffers are read from (and written into) the slots' tensors. Errors are
-  // cstorch::Error naming the op and node. No heap allocation on success.
+  // Executes once. `batch[i]` is batch input i (on any device), `outputs[i]` a buffer of output
+  // i's size on that output's device. State buffers are read from (and written into) the
+  // slots' tensors. Errors are cstorch::Error naming the op and node. No heap allocation on
+  // success.
+  void run(const ir::Buffer* const* batch, void* const* outputs);
+  // The same with every batch input in host (CPU) memory at `batch[i]`.
   void run(const void* const* batch, void* const* outputs);
+  Device device() const { return device_; }
 
   const Graph& graph() const { return g_; }
   const ProgramStats& stats() const { return stats_; }
@@ -53,18 +62,27 @@ class Program {
     uint32_t first_input;  // into input_ids_
     uint32_t num_inputs;
     uint32_t out;  // value id
+    ir::KernelContext ctx;
+    int64_t workspace_offset = -1;  // in the node's device arena
   };
   void plan();
 
   Graph g_;
-  DeviceType device_;
+  Device device_;
   ProgramStats stats_;
   std::vector<Step> steps_;
   std::vector<uint32_t> input_ids_;
   std::vector<ValuePlace> places_;       // per value id
   std::vector<void*> ptrs_;              // per value id, filled per execution
   std::vector<const void*> in_scratch_;  // kernel input pointer array
-  std::shared_ptr<ir::Buffer> arena_;
+  std::vector<Device> arena_devices_;
+  std::vector<std::shared_ptr<ir::Buffer>> arenas_;        // one per device used
+  std::vector<std::shared_ptr<ir::Buffer>> staging_;       // per batch input (null: read in place)
+  std::vector<std::shared_ptr<ir::Buffer>> host_staging_;  // collectives' host buffers
+  std::vector<std::shared_ptr<ir::Buffer>> uploaded_;      // constants copied to their users
+  std::vector<uint64_t> requests_;                         // collectives' request handles
+  std::vector<ir::Buffer> host_batch_;                     // run(const void*...)'s wrappers
+  std::vector<const ir::Buffer*> host_batch_ptrs_;
   using Pairs = std::vector<std::pair<uint32_t, uint32_t>>;
   Pairs batch_ids_, state_ids_, output_ids_;  // (value id, batch / state / output index)
   Pairs alias_ids_;                           // (alias value id, its input's value id)

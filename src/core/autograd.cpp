@@ -6,6 +6,7 @@
 
 #include "amp/autocast_state.h"
 #include "core/internal.h"
+#include "ir/device.h"
 #include "ops/vjp.h"
 #include "runtime/trace_context.h"
 
@@ -24,8 +25,10 @@ void accumulate_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g_in
     } else {
       // Own storage: the same gradient node may flow to several leaves.
       auto n = g.node();
-      auto buf = ir::Buffer::alloc(n->nbytes());
-      std::memcpy(buf->data, detail::host_data(g, "backward"), n->nbytes());
+      const ir::Node& src = detail::value_node(g, "backward");
+      auto buf = ir::Buffer::alloc(n->nbytes(), src.buffer->device);
+      ir::copy_between(src.buffer->device, buf->data, src.buffer->device, src.buffer->data,
+                       n->nbytes());
       leaf->grad = make_tensor(detail::make_constant_node(buf, n->shape, n->dtype)).impl_ptr();
     }
     return;
@@ -164,7 +167,7 @@ void Tensor::backward(const Tensor& grad_in) const {
     CS_CHECK(numel() == 1,
              "backward(): a gradient must be given for a non-scalar tensor of shape {}",
              shape_str(shape()));
-    root_grad = ones(shape(), dtype());
+    root_grad = ones(shape(), dtype(), device());
   } else {
     CS_CHECK(root_grad.shape() == shape(), "backward(): gradient shape {} does not match {}",
              shape_str(root_grad.shape()), shape_str(shape()));

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/internal.h"
+#include "ir/device.h"
 #include "runtime/sync.h"
 #include "runtime/trace_context.h"
 
@@ -47,67 +48,6 @@ uint32_t next_node_id() {
 
 namespace ir {
 
-namespace {
-// A cache of freed host blocks by rounded size. Eager training loops allocate the same sizes
-// every step; reusing blocks avoids malloc and, for large tensors, the fresh pages (faults and
-// zeroing) of an mmap per allocation. Bounded: beyond kCacheLimit freed blocks go back to libc.
-constexpr size_t kCacheLimit = size_t{256} << 20;
-struct BlockCache {
-  std::mutex mu;
-  std::unordered_map<size_t, std::vector<void*>> free;
-  size_t bytes = 0;
-};
-BlockCache& block_cache() {
-  static BlockCache* c = new BlockCache();  // never destroyed: buffers may outlive statics
-  return *c;
-}
-size_t block_size(size_t nbytes) {
-  size_t n = nbytes < 4096 ? (nbytes + 63) / 64 * 64 : (nbytes + 4095) / 4096 * 4096;
-  return n == 0 ? 64 : n;
-}
-}  // namespace
-
-std::shared_ptr<Buffer> Buffer::alloc(size_t nbytes) {
-  auto b = std::make_shared<Buffer>();
-  size_t n = block_size(nbytes);
-  {
-    auto& c = block_cache();
-    std::lock_guard<std::mutex> l(c.mu);
-    auto it = c.free.find(n);
-    if (it != c.free.end() && !it->second.empty()) {
-      b->data = it->second.back();
-      it->second.pop_back();
-      c.bytes -= n;
-    }
-  }
-  if (!b->data) b->data = std::aligned_alloc(64, n);
-  if (!b->data) fail("out of host memory allocating {} bytes", nbytes);
-  b->nbytes = nbytes;
-  b->owned = true;
-  return b;
-}
-std::shared_ptr<Buffer> Buffer::wrap(void* data, size_t nbytes) {
-  auto b = std::make_shared<Buffer>();
-  b->data = data;
-  b->nbytes = nbytes;
-  b->owned = false;
-  return b;
-}
-Buffer::~Buffer() {
-  if (!owned || !data) return;
-  size_t n = block_size(nbytes);
-  auto& c = block_cache();
-  {
-    std::lock_guard<std::mutex> l(c.mu);
-    if (c.bytes + n <= kCacheLimit) {
-      c.free[n].push_back(data);
-      c.bytes += n;
-      return;
-    }
-  }
-  std::free(data);
-}
-
 NodePtr Node::make(OpCode op, Attrs attrs, std::vector<NodePtr> inputs) {
   auto n = std::make_shared<Node>();
   n->op = op;
@@ -135,6 +75,7 @@ ir::NodePtr make_constant_node(std::shared_ptr<ir::Buffer> buffer, const Shape& 
   auto n = ir::Node::make(ir::OpCode::Constant, ir::NoAttrs{}, {});
   n->shape = s;
   n->dtype = t;
+  n->device = buffer ? buffer->device : Device{};
   n->buffer = std::move(buffer);
   return n;
 }
@@ -149,7 +90,9 @@ static void wait_ready(const ir::Node& n) {
     runtime::wait_for_job(n.pending_job);
 }
 
-const void* host_data(const Tensor& t, const char* what) {
+// The node of a tensor whose value may be read now: errors for traced values, waits for
+// pending steps.
+const ir::Node& value_node(const Tensor& t, const char* what) {
   CS_CHECK(t.defined(), "{}: the tensor is undefined", what);
   const auto& n = t.impl()->node;
   if (n->trace_id != 0) {
@@ -165,7 +108,67 @@ const void* host_data(const Tensor& t, const char* what) {
   }
   wait_ready(*n);
   CS_CHECK(n->buffer != nullptr, "{}: tensor (op '{}') has no value", what, n->name());
-  return n->buffer->data;
+  return *n;
+}
+
+const void* host_data(const Tensor& t, const char* what) {
+  const ir::Node& n = value_node(t, what);
+  CS_CHECK(ir::device_backend(n.buffer->device).host_accessible(),
+           "{}: the tensor is on device {}, whose memory the host cannot read; copy it with "
+           ".to(cstorch::Device{{}}) first",
+           what, device_str(n.buffer->device));
+  return n.buffer->data;
+}
+
+HostBytes host_bytes(const Tensor& t, const char* what) {
+  const ir::Node& n = value_node(t, what);
+  HostBytes h;
+  h.keep_ = n.buffer;
+  const auto& b = ir::device_backend(n.buffer->device);
+  if (b.host_accessible()) {
+    h.data_ = n.buffer->data;
+  } else {
+    h.copy_.resize(n.nbytes());
+    b.copy_to_host(h.copy_.data(), n.buffer->data, n.nbytes());
+    h.data_ = h.copy_.data();
+  }
+  h.size_ = n.nbytes();
+  return h;
+}
+
+void write_host_bytes(const Tensor& t, const void* src, size_t nbytes, const char* what) {
+  CS_CHECK(!in_trace(), "{}: cannot write a tensor's memory inside a traced step", what);
+  const ir::Node& n = value_node(t, what);
+  CS_CHECK(nbytes == n.nbytes(), "{}: {} bytes given for a tensor of {} bytes", what, nbytes,
+           n.nbytes());
+  ir::device_backend(n.buffer->device).copy_from_host(n.buffer->data, src, nbytes);
+}
+
+// Eager collectives: the host-side request of each all_reduce_start (and its host staging
+// buffer on a device the host cannot read), found again by its unpacks through their input.
+// Entries go when the start node does.
+struct EagerRequest {
+  std::weak_ptr<const ir::Node> start;
+  std::unique_ptr<uint64_t> request = std::make_unique<uint64_t>(0);
+  std::shared_ptr<ir::Buffer> staging;
+};
+static void bind_eager_request(const ir::Node& n, ir::KernelContext& ctx) {
+  static std::mutex mu;
+  static std::unordered_map<const ir::Node*, EagerRequest> table;
+  std::lock_guard<std::mutex> l(mu);
+  std::erase_if(table, [](const auto& kv) { return kv.second.start.expired(); });
+  const ir::Node* start = n.op == ir::OpCode::AllReduceStart ? &n : n.inputs[0].get();
+  auto it = table.find(start);
+  if (it == table.end()) {
+    CS_CHECK(n.op == ir::OpCode::AllReduceStart, "all_reduce_unpack: its start has not run");
+    // `n` is owned by a shared_ptr (Node::make), so the entry can tell when it is gone.
+    EagerRequest r;
+    r.start = n.weak_from_this();
+    if (!ctx.backend->host_accessible()) r.staging = ir::Buffer::alloc(n.nbytes());
+    it = table.emplace(start, std::move(r)).first;
+  }
+  ctx.request = it->second.request.get();
+  if (it->second.staging) ctx.host_staging = it->second.staging->data;
 }
 
 static void run_eager(ir::Node& n) {
@@ -182,10 +185,62 @@ static void run_eager(ir::Node& n) {
     in = many.data();
   }
   for (size_t i = 0; i < n.inputs.size(); ++i) in[i] = n.inputs[i]->buffer->data;
-  auto kernel = ir::kernels_for(DeviceType::CPU).kernels[static_cast<int>(n.op)];
-  CS_CHECK(kernel != nullptr, "op '{}' has no CPU kernel in this build", info.name);
-  n.buffer = ir::Buffer::alloc(n.nbytes());
-  kernel(n, in, n.buffer->data);
+  const ir::Kernel kernel = ir::kernel_for(n);
+  const auto& backend = ir::device_backend(n.device);
+  ir::KernelContext ctx;
+  ctx.backend = &backend;
+  ctx.stream = backend.stream();
+  std::shared_ptr<ir::Buffer> workspace;
+  if (n.op == ir::OpCode::AllReduceStart || n.op == ir::OpCode::AllReduceUnpack)
+    bind_eager_request(n, ctx);
+  if (n.op != ir::OpCode::ToDevice) {
+    if (size_t ws = backend.workspace_bytes(n)) {
+      workspace = ir::Buffer::alloc(ws, n.device);  // eager ops may allocate; programs plan it
+      ctx.workspace = workspace->data;
+      ctx.workspace_bytes = ws;
+    }
+  }
+  n.buffer = ir::Buffer::alloc(n.nbytes(), n.device);
+  kernel(ctx, n, in, n.buffer->data);
+}
+
+// The device an op runs on: the one its output is asked for (creation ops, draws, transfers),
+// else the inputs' device. Inputs elsewhere are moved there when they are CPU scalars (0-d, as
+// PyTorch allows: hyper-parameters and step counts live on the CPU); otherwise it is an error
+// naming the op and both devices.
+static Device place_inputs(ir::OpCode op, std::vector<ir::NodePtr>& in,
+                           const std::optional<OutSpec>& out) {
+  const char* name = ir::op_info(op).name;
+  Device dev{};
+  if (out) {
+    dev = out->device;
+  } else {
+    for (auto& n : in)
+      if (n->device.type != DeviceType::CPU) {
+        dev = n->device;
+        break;
+      }
+  }
+  if (op == ir::OpCode::ToDevice) return dev;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i]->device == dev) continue;
+    if (in[i]->device == Device{} && in[i]->shape.empty()) {
+      in[i] = dispatch(ir::OpCode::ToDevice, ir::DeviceAttrs{dev}, {make_tensor(in[i])},
+                       OutSpec{in[i]->shape, in[i]->dtype, dev})
+                  .node();
+      continue;
+    }
+    size_t other = 0;
+    while (other < in.size() && in[other]->device != dev) ++other;
+    if (other < in.size())
+      fail(
+          "{}: input {} is on device {} but input {} is on device {}; move the tensors to one "
+          "device with .to(device)",
+          name, i, device_str(in[i]->device), other, device_str(dev));
+    fail("{}: input {} is on device {} but the op runs on {}; move it with .to(device)", name, i,
+         device_str(in[i]->device), device_str(dev));
+  }
+  return dev;
 }
 
 Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& inputs,
@@ -214,7 +269,9 @@ Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& input
       t_recorder->nodes.push_back(n);
     in_nodes.push_back(std::move(n));
   }
+  const Device dev = place_inputs(op, in_nodes, out);
   auto node = ir::Node::make(op, std::move(attrs), std::move(in_nodes));
+  node->device = dev;
   CS_CHECK(info.infer != nullptr, "op '{}' has no shape rule in this build", info.name);
   if (out) {
     for (auto d : out->shape)
@@ -240,6 +297,7 @@ void assign_inplace(const Tensor& self, const Tensor& value_in, const char* op) 
            "broadcast the destination)",
            op, shape_str(value_in.shape()), shape_str(self.shape()));
   Tensor value = value_in.dtype() == self.dtype() ? value_in : cast(value_in, self.dtype());
+  if (value.device() != self.device()) value = value.to(self.device());
   auto* impl = self.impl();
   if (impl->requires_grad && impl->node->inputs.empty() && is_grad_enabled())
     fail(
@@ -253,8 +311,9 @@ void assign_inplace(const Tensor& self, const Tensor& value_in, const char* op) 
   }
   // Eager: write into the existing buffer so every holder of this storage sees the update.
   wait_ready(*impl->node);  // a queued step may still read or write it
-  const void* src = host_data(value, op);
-  std::memcpy(impl->node->buffer->data, src, impl->node->nbytes());
+  const ir::Node& src = value_node(value, op);
+  ir::copy_between(impl->node->buffer->device, impl->node->buffer->data, src.buffer->device,
+                   src.buffer->data, impl->node->nbytes());
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
@@ -332,18 +391,6 @@ int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op) {
     fail("{}: dim {} is out of range for a tensor of rank {} (expected {} to {})", op, dim, ndim,
          -ndim, ndim - 1);
   return d;
-}
-
-const char* device_type_name(DeviceType t) {
-  switch (t) {
-    case DeviceType::CPU:
-      return "CPU";
-    case DeviceType::GPU:
-      return "GPU";
-    case DeviceType::CSX:
-      return "CSX";
-  }
-  return "?";
 }
 
 }  // namespace cstorch

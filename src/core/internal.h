@@ -31,6 +31,7 @@ namespace detail {
 struct OutSpec {
   Shape shape;
   DType dtype;
+  Device device{};
 };
 Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& inputs,
                 const std::optional<OutSpec>& out = std::nullopt);
@@ -42,8 +43,37 @@ void assign_inplace(const Tensor& self, const Tensor& value, const char* op);
 // A leaf node holding `buffer` (no inputs). Inside a trace it is a constant of the program.
 ir::NodePtr make_constant_node(std::shared_ptr<ir::Buffer> buffer, const Shape& s, DType t);
 
-// Host pointer of a tensor's value: waits for pending executor work; an error in a trace.
+// Host pointer of a tensor's value: waits for pending executor work; an error in a trace, and
+// for a tensor on a device whose memory the host cannot read (use host_bytes there).
 const void* host_data(const Tensor& t, const char* what);
+
+// The node holding a tensor's value, once it may be read: an error inside a trace (or for a
+// value computed in one and not returned), waits for pending steps.
+const ir::Node& value_node(const Tensor& t, const char* what);
+
+// Every host access to a tensor's memory goes through these. host_bytes: the value's bytes as
+// host memory (the buffer itself where the device's memory is host memory, else a copy through
+// the device's transfer function); waits for pending steps, errors inside a trace.
+class HostBytes {
+ public:
+  const void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  friend HostBytes host_bytes(const Tensor& t, const char* what);
+  std::shared_ptr<ir::Buffer> keep_;
+  std::vector<unsigned char> copy_;
+  const void* data_ = nullptr;
+  size_t size_ = 0;
+};
+HostBytes host_bytes(const Tensor& t, const char* what);
+// Copies `nbytes` (the tensor's size) of host memory into the tensor's storage, where it lives.
+// Eager only; waits for pending steps.
+void write_host_bytes(const Tensor& t, const void* src, size_t nbytes, const char* what);
+
+// Moves a tensor's value (and its .grad) to device `d` under the same handle, keeping it a
+// leaf that requires grad where it was one (Module::to). Eager only.
+void move_to_device(const Tensor& t, Device d);
 
 // Broadcast result shape; error names `op` and both shapes.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/internal.h"
+
 namespace cstorch {
 
 const char* kind_name(State::Kind k) {
@@ -174,7 +176,10 @@ bool operator==(const State& a, const State& b) {
       if (!x.defined()) return true;
       if (x.shape() != y.shape() || x.dtype() != y.dtype()) return false;
       size_t n = static_cast<size_t>(x.numel()) * itemsize(x.dtype());
-      return n == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), n) == 0;
+      if (n == 0) return true;
+      const auto xb = detail::host_bytes(x, "State ==");
+      const auto yb = detail::host_bytes(y, "State ==");
+      return std::memcmp(xb.data(), yb.data(), n) == 0;
     }
     case State::Kind::List:
     case State::Kind::Map:

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/internal.h"
+#include "ir/device.h"
 #include "runtime/trace_context.h"
 
 namespace cstorch {
@@ -52,7 +53,8 @@ DType Tensor::dtype() const {
   return impl_->node->dtype;
 }
 Device Tensor::device() const {
-  return Device{};
+  CS_CHECK(defined(), "device(): tensor is undefined");
+  return impl_->node->device;
 }
 
 bool Tensor::requires_grad() const {
@@ -110,6 +112,27 @@ Tensor Tensor::detach() const {
   return make_tensor(d);
 }
 
+namespace detail {
+void move_to_device(const Tensor& t, Device d) {
+  if (d.type == DeviceType::CSX) d = Device{};
+  auto* impl = t.impl();
+  auto move_one = [&](const std::shared_ptr<TensorImpl>& x) {
+    if (!x || x->node->device == d) return;
+    const ir::Node& src = value_node(Tensor(x), "to(device)");
+    auto buf = ir::Buffer::alloc(src.nbytes(), d);
+    ir::copy_between(d, buf->data, src.buffer->device, src.buffer->data, src.nbytes());
+    auto n = make_constant_node(std::move(buf), src.shape, src.dtype);
+    if (x->requires_grad) {
+      n->requires_grad = true;
+      n->leaf = x;
+    }
+    x->node = std::move(n);
+  };
+  move_one(t.impl_ptr());
+  move_one(impl->grad);
+}
+}  // namespace detail
+
 const void* Tensor::data_ptr() const {
   return host_data(*this, "data_ptr()");
 }
@@ -135,14 +158,16 @@ static T read_as(const void* p, DType t, int64_t i) {
 
 template <class T>
 T Tensor::item() const {
-  const void* p = host_data(*this, "item()");
-  CS_CHECK(numel() == 1, "item(): tensor has {} elements (shape {}); item() needs exactly one",
-           numel(), shape_str(shape()));
-  return read_as<T>(p, dtype(), 0);
+  CS_CHECK(defined() && numel() == 1,
+           "item(): tensor has {} elements (shape {}); item() needs exactly one",
+           defined() ? numel() : 0, defined() ? shape_str(shape()) : "undefined");
+  auto bytes = detail::host_bytes(*this, "item()");
+  return read_as<T>(bytes.data(), dtype(), 0);
 }
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  const void* p = host_data(*this, "to_vector()");
+  auto bytes = detail::host_bytes(*this, "to_vector()");
+  const void* p = bytes.data();
   std::vector<T> out(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) out[i] = read_as<T>(p, dtype(), i);
   return out;
@@ -190,7 +215,7 @@ Tensor& Tensor::div_(const Tensor& o) {
 }
 Tensor& Tensor::fill_(double v) {
   NoGradGuard ng;
-  detail::assign_inplace(*this, full(shape(), v, dtype()), "fill_");
+  detail::assign_inplace(*this, full(shape(), v, dtype(), device()), "fill_");
   return *this;
 }
 
@@ -222,6 +247,14 @@ Tensor Tensor::expand(const Shape& s) const {
 }
 Tensor Tensor::to(DType t) const {
   return t == dtype() ? *this : cast(*this, t);
+}
+Tensor Tensor::to(Device d) const {
+  CS_CHECK(defined(), "to(): tensor is undefined");
+  if (d.type == DeviceType::CSX) d = Device{};  // CSX tensors live on the CPU
+  if (d == device()) return *this;
+  ir::device_backend(d);  // a clear error for a device this build or process lacks
+  return detail::dispatch(ir::OpCode::ToDevice, ir::DeviceAttrs{d}, {*this},
+                          detail::OutSpec{shape(), dtype(), d});
 }
 Tensor Tensor::sum(std::vector<int64_t> d, bool k) const {
   return cstorch::sum(*this, d, k);

@@ -164,7 +164,7 @@ void encode(const State& s, std::string& out) {
       put<uint64_t>(out, t.shape().size());
       for (auto d : t.shape()) put<int64_t>(out, d);
       const size_t nbytes = static_cast<size_t>(t.numel()) * itemsize(t.dtype());
-      put(out, cstorch::detail::host_data(t, "gather_state"), nbytes);
+      put(out, cstorch::detail::host_bytes(t, "gather_state").data(), nbytes);
       break;
     }
     case State::Kind::List:
@@ -279,7 +279,7 @@ void broadcast_(const std::vector<Tensor>& tensors, int root) {
   for (auto& t : tensors) {
     size_t n = static_cast<size_t>(t.numel()) * itemsize(t.dtype());
     if (g.rank() == root)
-      std::memcpy(buf.data() + off, cstorch::detail::host_data(t, "broadcast_"), n);
+      std::memcpy(buf.data() + off, cstorch::detail::host_bytes(t, "broadcast_").data(), n);
     off += n;
   }
   g.broadcast(buf.data(), total, root);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cstorch/core/dtype.h"
+#include "cstorch/core/shape.h"
 
 namespace cstorch::ir {
 
@@ -25,6 +26,12 @@ inline size_t hash_dims(size_t h, const Dims& d) {
 struct NoAttrs {
   bool operator==(const NoAttrs&) const = default;
   size_t hash() const { return 0; }
+};
+// ToDevice: the destination device.
+struct DeviceAttrs {
+  Device device;
+  bool operator==(const DeviceAttrs&) const = default;
+  size_t hash() const { return hash_mix(static_cast<size_t>(device.type), device.index); }
 };
 // Where an Input node's value comes from at each execution.
 enum class InputKind : uint8_t { Batch, State };
@@ -228,7 +235,7 @@ using Attrs =
     std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs, GeluAttrs,
                  AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs, LossAttrs, ShapeAttrs,
                  PermuteAttrs, SliceAttrs, TriAttrs, AttentionAttrs, AllReduceAttrs, UnpackAttrs,
-                 RecomputeAttrs, FusedAttrs, GemmAttrs>;
+                 RecomputeAttrs, FusedAttrs, GemmAttrs, DeviceAttrs>;
 
 inline size_t hash_attrs(const Attrs& a) {
   return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));

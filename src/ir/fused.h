@@ -49,49 +49,9 @@ inline bool fused_operand(const Shape& in, const Shape& out, FusedOperand& r) {
   return true;
 }
 
-// The ops the fused kernel implements (src/backend/cpu/fused.cpp); `op` is an OpCode value.
+// The ops a Fused program may hold: the kFusable trait of ops.def.
 inline bool fused_instr_supported(uint16_t op) {
-  switch (static_cast<OpCode>(op)) {
-    case OpCode::Neg:
-    case OpCode::Abs:
-    case OpCode::Exp:
-    case OpCode::Log:
-    case OpCode::Sqrt:
-    case OpCode::Rsqrt:
-    case OpCode::Reciprocal:
-    case OpCode::Tanh:
-    case OpCode::Sigmoid:
-    case OpCode::Relu:
-    case OpCode::Gelu:
-    case OpCode::Silu:
-    case OpCode::Erf:
-    case OpCode::Copy:
-    case OpCode::Cast:
-    case OpCode::LogicalNot:
-    case OpCode::Add:
-    case OpCode::Sub:
-    case OpCode::Mul:
-    case OpCode::Div:
-    case OpCode::Pow:
-    case OpCode::Maximum:
-    case OpCode::Minimum:
-    case OpCode::Eq:
-    case OpCode::Ne:
-    case OpCode::Lt:
-    case OpCode::Le:
-    case OpCode::Gt:
-    case OpCode::Ge:
-    case OpCode::LogicalAnd:
-    case OpCode::LogicalOr:
-    case OpCode::LogicalXor:
-    case OpCode::Where:
-    case OpCode::Addcmul:
-    case OpCode::ReluGrad:
-    case OpCode::GeluGrad:
-      return true;
-    default:
-      return false;
-  }
+  return op < kNumOps && has_trait(static_cast<OpCode>(op), kFusable);
 }
 
 }  // namespace cstorch::ir

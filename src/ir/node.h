@@ -35,27 +35,38 @@ enum OpTraits : uint32_t {
   kLeaf = 1u << 5,
   kCollective = 1u << 6,
   kBarrier = 1u << 7,
+  kFusable = 1u << 8,
 };
 
-// Host memory, 64-byte aligned. `owned` buffers are freed with the Buffer.
+// The most dims a tensor may have: kernels walk shapes with fixed-size index arrays.
+inline constexpr int kMaxDims = 8;
+
+// Memory on a device, 64-byte aligned, from that device's allocator (ir/device.h). `data` is a
+// host pointer only where the device's memory is host-accessible (the CPU); elsewhere it is the
+// device's own address, which only its kernels and transfer functions may touch. `owned`
+// buffers go back to the allocator with the Buffer.
 struct Buffer {
   void* data = nullptr;
   size_t nbytes = 0;
   bool owned = true;
-  static std::shared_ptr<Buffer> alloc(size_t nbytes);
-  static std::shared_ptr<Buffer> wrap(void* data, size_t nbytes);  // not owned
+  Device device;
+  // Fails (cstorch::Error naming the device and size) when the device is out of memory, not
+  // built, or not registered.
+  static std::shared_ptr<Buffer> alloc(size_t nbytes, Device device = {});
+  static std::shared_ptr<Buffer> wrap(void* data, size_t nbytes, Device device = {});
   ~Buffer();
 };
 
 struct Node;
 using NodePtr = std::shared_ptr<Node>;
 
-struct Node {
+struct Node : std::enable_shared_from_this<Node> {
   OpCode op = OpCode::Constant;
   Attrs attrs;
   std::vector<NodePtr> inputs;
   Shape shape;
   DType dtype = DType::f32;
+  Device device;                   // where the value lives and the kernel runs
   std::shared_ptr<Buffer> buffer;  // the value, when it exists on this host
   bool requires_grad = false;
   std::weak_ptr<TensorImpl> leaf;  // set for leaf tensors that accumulate .grad
@@ -85,14 +96,5 @@ const OpInfo& op_info(OpCode op);
 inline bool has_trait(OpCode op, uint32_t t) {
   return (op_info(op).traits & t) != 0;
 }
-
-// A CPU (or other host-visible backend) kernel: reads inputs, writes the output buffer.
-// Shapes, dtypes and attributes come from the node.
-using Kernel = void (*)(const Node& n, const void* const* in, void* out);
-struct KernelTable {
-  Kernel kernels[kNumOps];
-};
-// The kernels of a backend compiled into this build; error if that backend is not built.
-const KernelTable& kernels_for(DeviceType t);
 
 }  // namespace cstorch::ir

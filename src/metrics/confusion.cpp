@@ -52,7 +52,7 @@ void ConfusionMatrixMetric::update(const Tensor& labels, const Tensor& predictio
   Tensor w = weights_or_ones(weights, labels, "labels").reshape({-1, 1});
   Tensor l = labels.to(DType::i64).reshape({-1, 1});
   Tensor p = pred_ids.to(DType::i64).reshape({-1, 1});
-  Tensor cls = arange(static_cast<double>(C)).reshape({1, C});
+  Tensor cls = arange(static_cast<double>(C)).reshape({1, C}).to(labels.device());
   Tensor l_hot = cast(eq(l, cls), DType::f32) * w;  // [M, C], weighted
   Tensor p_hot = cast(eq(p, cls), DType::f32);      // [M, C]
   cm_.add_(matmul(l_hot.t(), p_hot));
@@ -106,11 +106,13 @@ Tensor FBetaScore::compute_tensor() const {
     return safe_div((1 + b2) * p * r, b2 * p + r);
   };
   if (average_ == "micro") {
-    Tensor t = sum(tp * keep_);
-    return fbeta(safe_div(t, sum(col * keep_)), safe_div(t, sum(row * keep_)));
+    const Tensor keep = keep_.to(tp.device());
+    Tensor t = sum(tp * keep);
+    return fbeta(safe_div(t, sum(col * keep)), safe_div(t, sum(row * keep)));
   }
   Tensor f = fbeta(safe_div(tp, col), safe_div(tp, row));
-  return sum(f * keep_) / sum(keep_);
+  const Tensor keep = keep_.to(f.device());
+  return sum(f * keep) / sum(keep);
 }
 
 MeanIOU::MeanIOU(std::string name, int64_t num_classes)

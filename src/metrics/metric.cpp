@@ -3,6 +3,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "core/internal.h"
 #include "cstorch/metrics.h"
 #include "cstorch/runtime.h"
 #include "runtime/trace_context.h"
@@ -76,6 +77,12 @@ Tensor Metric::add_state(const std::string& name, const Shape& shape) {
   return t;
 }
 
+void Metric::place_states(Device d) const {
+  if (states_.empty() || states_.front().second.device() == d) return;
+  runtime::SuspendTrace eager;  // the state lives on; moving it is not part of the step
+  for (auto& [n, t] : states_) detail::move_to_device(t, d);
+}
+
 std::string Metric::context(const char* fn) const {
   return fmt::format("{} '{}'.{}", kind_, name_, fn);
 }
@@ -104,7 +111,8 @@ void Metric::check_floating(const char* arg, const Tensor& t) const {
 
 Tensor Metric::weights_or_ones(const Tensor& weights, const Tensor& like,
                                const char* like_name) const {
-  if (!weights.defined()) return ones(like.shape());
+  place_states(like.device());
+  if (!weights.defined()) return ones(like.shape(), DType::f32, like.device());
   check_same_shape("weights", weights, like_name, like);
   return weights.to(DType::f32);
 }

@@ -48,7 +48,9 @@ void AUC::update(const Tensor& labels, const Tensor& predictions, const Tensor& 
   Tensor pos = cast(abs(labels.to(DType::f32)) > 0.0, DType::f32).reshape({1, -1});
   Tensor pos_w = pos * w;
   Tensor neg_w = w - pos_w;
-  Tensor above = cast(gt(predictions.to(DType::f32).reshape({1, -1}), thr_), DType::f32);  // [T, M]
+  Tensor above =
+      cast(gt(predictions.to(DType::f32).reshape({1, -1}), thr_.to(predictions.device())),
+           DType::f32);  // [T, M]
   Tensor tp = sum(above * pos_w, {1});
   Tensor fp = sum(above * neg_w, {1});
   tp_.add_(tp);
@@ -105,12 +107,13 @@ void TopKMetric::update(const Tensor& labels, const Tensor& predictions, const T
              context("update"), N, shape_str(weights.shape()));
     w = weights.to(DType::f32);
   } else {
-    w = ones({N});
+    w = ones({N}, DType::f32, predictions.device());
   }
+  place_states(predictions.device());
   // Top k by repeated argmax: argmax returns the first maximum, so ties go to the lower id.
-  Tensor cls = arange(static_cast<double>(C)).reshape({1, C});
+  Tensor cls = arange(static_cast<double>(C)).reshape({1, C}).to(predictions.device());
   Tensor s = predictions.to(DType::f32);
-  Tensor chosen = zeros({N, C});
+  Tensor chosen = zeros({N, C}, DType::f32, predictions.device());
   for (int64_t i = 0; i < k_; ++i) {
     Tensor pick = cast(eq(argmax(s, 1, true), cls), DType::f32);  // [N, C] one-hot
     chosen = chosen + pick;

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/internal.h"
+#include "ir/device.h"
 
 namespace cstorch::nn {
 
@@ -154,7 +155,20 @@ void Module::train(bool on) {
 }
 
 void Module::to(Device d) {
-  CS_CHECK(d.type != DeviceType::GPU, "{}: the GPU backend is not built", type_name_);
+  CS_CHECK(!detail::in_trace(), "{}: to(device) inside a traced step; move the model before",
+           type_name_);
+  try {
+    ir::device_backend(d);
+  } catch (const Error& e) {
+    fail("{}.to({}): {}", type_name_, device_str(d), e.what());
+  }
+  // Every holder of a parameter (optimizers, tied modules) shares its TensorImpl, so moving the
+  // value under the handle moves it for all of them; a tied parameter is moved once (a second
+  // move finds it there). Children move themselves: a module may hold more than its state.
+  for (auto& [k, m] : children_) m->to(d);
+  for (auto& [k, t] : named_parameters(false)) detail::move_to_device(t, d);
+  for (auto& [k, t] : named_buffers(false))
+    if (t.defined()) detail::move_to_device(t, d);
 }
 
 }  // namespace cstorch::nn

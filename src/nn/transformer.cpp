@@ -366,6 +366,11 @@ SinusoidalPositionEmbeddingImpl::SinusoidalPositionEmbeddingImpl(int64_t max_pos
   table_ = from_vector(t, {max_pos, dim});
 }
 
+void SinusoidalPositionEmbeddingImpl::to(Device d) {
+  Module::to(d);
+  detail::move_to_device(table_, d);  // a constant of the module, not in its state dict
+}
+
 Tensor SinusoidalPositionEmbeddingImpl::forward(int64_t seq_len, int64_t offset) {
   check_positions("SinusoidalPositionEmbedding", seq_len, offset, max_positions_);
   return slice(table_, 0, offset, offset + seq_len);
@@ -438,7 +443,8 @@ Tensor RelativePositionBiasImpl::forward(int64_t q_len, int64_t k_len, int64_t q
     for (int64_t j = 0; j < k_len; ++j)
       idx[static_cast<size_t>(i * k_len + j)] = relative_position_bucket(
           j - (i + query_offset), bidirectional_, num_buckets_, max_distance_);
-  Tensor b = embedding(from_vector(idx, {q_len * k_len}), relative_attention_bias->weight);
+  const Tensor& table = relative_attention_bias->weight;
+  Tensor b = embedding(from_vector(idx, {q_len * k_len}).to(table.device()), table);
   return unsqueeze(permute(reshape(b, {q_len, k_len, num_heads_}), {2, 0, 1}), 0);
 }
 

@@ -176,7 +176,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   if (at.dropout_p > 0) {
     // The draw's only role is to take a fresh generator offset (and advance it); the kernel
     // derives its keep decisions from that state, as the Bernoulli op does.
-    in.push_back(cstorch::detail::take_rng_state());
+    in.push_back(cstorch::detail::take_rng_state().to(q.device()));
   }
   return detail::dispatch(ir::OpCode::Attention, at, in);
 }

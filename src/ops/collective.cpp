@@ -2,7 +2,8 @@
 // bucket and starts the bucket's sum over the replica group; AllReduceUnpack waits for it and
 // takes one tensor back out. Splitting start and wait into two nodes is what lets the compiler
 // place the wait late (just before the first use of the result) and overlap the communication
-// with the kernels in between. Bucket layout: [values..., weight, ticket (8 bytes)].
+// with the kernels in between. Bucket layout: [values..., weight]; the request's handle is
+// host-side (ir::KernelContext::request), owned by the program or, eagerly, by dispatch.
 #include <atomic>
 
 #include "core/internal.h"
@@ -22,7 +23,7 @@ void infer_AllReduceStart(ir::Node& n) {
   }
   CS_CHECK(n.attr<ir::AllReduceAttrs>().weight > 0, "all_reduce: weight must be positive, got {}",
            n.attr<ir::AllReduceAttrs>().weight);
-  n.shape = {total + 3};
+  n.shape = {total + 1};
   n.dtype = DType::f32;
 }
 
@@ -30,7 +31,7 @@ void infer_AllReduceUnpack(ir::Node& n) {
   CS_CHECK(n.inputs.size() == 1 && n.inputs[0]->op == ir::OpCode::AllReduceStart,
            "all_reduce_unpack: its input must be an all_reduce_start bucket");
   const auto& a = n.attr<ir::UnpackAttrs>();
-  const int64_t values = n.inputs[0]->numel() - 3;
+  const int64_t values = n.inputs[0]->numel() - 1;
   CS_CHECK(a.offset >= 0 && a.offset + cstorch::numel(a.shape) <= values,
            "all_reduce_unpack: {} values at offset {} exceed the bucket of {}",
            cstorch::numel(a.shape), a.offset, values);

@@ -23,27 +23,28 @@ CS_NO_VJP(Arange)
 
 }  // namespace ops
 
-static Tensor make_full(const Shape& s, double v, DType t) {
-  return detail::dispatch(ir::OpCode::Full, ir::FullAttrs{v}, {}, detail::OutSpec{s, t});
+static Tensor make_full(const Shape& s, double v, DType t, Device d = {}) {
+  if (d.type == DeviceType::CSX) d = Device{};
+  return detail::dispatch(ir::OpCode::Full, ir::FullAttrs{v}, {}, detail::OutSpec{s, t, d});
 }
 
-Tensor full(const Shape& s, double value, DType dtype) {
-  return make_full(s, value, dtype);
+Tensor full(const Shape& s, double value, DType dtype, Device device) {
+  return make_full(s, value, dtype, device);
 }
-Tensor zeros(const Shape& s, DType dtype) {
-  return make_full(s, 0.0, dtype);
+Tensor zeros(const Shape& s, DType dtype, Device device) {
+  return make_full(s, 0.0, dtype, device);
 }
-Tensor ones(const Shape& s, DType dtype) {
-  return make_full(s, 1.0, dtype);
+Tensor ones(const Shape& s, DType dtype, Device device) {
+  return make_full(s, 1.0, dtype, device);
 }
 Tensor zeros_like(const Tensor& t) {
-  return zeros(t.shape(), t.dtype());
+  return zeros(t.shape(), t.dtype(), t.device());
 }
 Tensor ones_like(const Tensor& t) {
-  return ones(t.shape(), t.dtype());
+  return ones(t.shape(), t.dtype(), t.device());
 }
 Tensor full_like(const Tensor& t, double v) {
-  return full(t.shape(), v, t.dtype());
+  return full(t.shape(), v, t.dtype(), t.device());
 }
 Tensor scalar_tensor(double v, DType dtype) {
   return make_full({}, v, dtype);

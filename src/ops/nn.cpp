@@ -271,7 +271,7 @@ Tensor dropout(const Tensor& a, double p, bool training) {
   CS_CHECK(is_floating(a.dtype()), "dropout: expected a floating-point input, got {}",
            dtype_name(a.dtype()));
   // The mask is scaled before multiplying so the backward pass is one multiply by it.
-  Tensor mask = bernoulli(a.shape(), 1.0 - p, a.dtype());
+  Tensor mask = bernoulli(a.shape(), 1.0 - p, a.dtype(), a.device());
   return mul(a, mask * (1.0 / (1.0 - p)));
 }
 

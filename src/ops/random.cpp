@@ -58,12 +58,14 @@ Tensor& generator_state() {
 }
 
 // One draw from the generator state (its only input), then the offset advances by one.
-Tensor draw(ir::OpCode op, const Shape& s, DType dtype, ir::RandomAttrs attrs, const char* name) {
+Tensor draw(ir::OpCode op, const Shape& s, DType dtype, ir::RandomAttrs attrs, const char* name,
+            Device device) {
   if (op != ir::OpCode::Bernoulli)
     CS_CHECK(is_floating(dtype), "{}: dtype {} is not supported (floating-point dtypes only)", name,
              dtype_name(dtype));
   Tensor& state = generator_state();
-  Tensor out = detail::dispatch(op, attrs, {state}, detail::OutSpec{s, dtype});
+  if (device.type == DeviceType::CSX) device = Device{};
+  Tensor out = detail::dispatch(op, attrs, {state.to(device)}, detail::OutSpec{s, dtype, device});
   {
     NoGradGuard ng;
     detail::assign_inplace(state, add(state, from_vector(std::vector<int64_t>{0, 1}, {2})), "rng");
@@ -93,23 +95,23 @@ void manual_seed(uint64_t seed) {
                          "manual_seed");
 }
 
-Tensor rand(const Shape& s, DType dtype) {
-  return draw(ir::OpCode::RandUniform, s, dtype, ir::RandomAttrs{0.0, 1.0}, "rand");
+Tensor rand(const Shape& s, DType dtype, Device device) {
+  return draw(ir::OpCode::RandUniform, s, dtype, ir::RandomAttrs{0.0, 1.0}, "rand", device);
 }
-Tensor randn(const Shape& s, DType dtype) {
-  return draw(ir::OpCode::RandNormal, s, dtype, ir::RandomAttrs{0.0, 1.0}, "randn");
+Tensor randn(const Shape& s, DType dtype, Device device) {
+  return draw(ir::OpCode::RandNormal, s, dtype, ir::RandomAttrs{0.0, 1.0}, "randn", device);
 }
-Tensor uniform(const Shape& s, double low, double high, DType dtype) {
+Tensor uniform(const Shape& s, double low, double high, DType dtype, Device device) {
   CS_CHECK(low <= high, "uniform: expects low <= high, got low={} high={}", low, high);
-  return draw(ir::OpCode::RandUniform, s, dtype, ir::RandomAttrs{low, high}, "uniform");
+  return draw(ir::OpCode::RandUniform, s, dtype, ir::RandomAttrs{low, high}, "uniform", device);
 }
-Tensor normal(const Shape& s, double mean, double std, DType dtype) {
+Tensor normal(const Shape& s, double mean, double std, DType dtype, Device device) {
   CS_CHECK(std >= 0, "normal: expects std >= 0, got std={}", std);
-  return draw(ir::OpCode::RandNormal, s, dtype, ir::RandomAttrs{mean, std}, "normal");
+  return draw(ir::OpCode::RandNormal, s, dtype, ir::RandomAttrs{mean, std}, "normal", device);
 }
-Tensor bernoulli(const Shape& s, double p, DType dtype) {
+Tensor bernoulli(const Shape& s, double p, DType dtype, Device device) {
   CS_CHECK(p >= 0 && p <= 1, "bernoulli: expects p in [0, 1], got p={}", p);
-  return draw(ir::OpCode::Bernoulli, s, dtype, ir::RandomAttrs{p, 0}, "bernoulli");
+  return draw(ir::OpCode::Bernoulli, s, dtype, ir::RandomAttrs{p, 0}, "bernoulli", device);
 }
 
 Tensor rng_state() {

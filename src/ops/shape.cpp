@@ -264,16 +264,17 @@ std::vector<Tensor> vjp_Slice(const VjpArgs& a) {
   if (s.step == 1) {
     // Zero padding on both sides of the slice.
     std::vector<Tensor> parts;
-    if (s.start > 0) parts.push_back(zeros(with_dim(in, s.dim, s.start), t));
+    if (s.start > 0) parts.push_back(zeros(with_dim(in, s.dim, s.start), t, a.grad.device()));
     parts.push_back(a.grad);
     int64_t after = in[s.dim] - s.end;
-    if (after > 0) parts.push_back(zeros(with_dim(in, s.dim, after), t));
+    if (after > 0) parts.push_back(zeros(with_dim(in, s.dim, after), t, a.grad.device()));
     return {cat(parts, s.dim)};
   }
   // Strided: the gradient rows land at start, start + step, ...
   Tensor idx = arange(static_cast<double>(s.start), static_cast<double>(s.end),
-                      static_cast<double>(s.step), DType::i64);
-  return {index_add(zeros(in, t), s.dim, idx, a.grad)};
+                      static_cast<double>(s.step), DType::i64)
+                   .to(a.grad.device());
+  return {index_add(zeros(in, t, a.grad.device()), s.dim, idx, a.grad)};
 }
 
 std::vector<Tensor> vjp_Cat(const VjpArgs& a) {
@@ -290,7 +291,8 @@ std::vector<Tensor> vjp_Cat(const VjpArgs& a) {
 
 std::vector<Tensor> vjp_IndexSelect(const VjpArgs& a) {
   int64_t dim = a.node.attr<ir::DimAttrs>().dim;
-  return {index_add(zeros(a.inputs[0].shape(), a.grad.dtype()), dim, a.inputs[1], a.grad),
+  return {index_add(zeros(a.inputs[0].shape(), a.grad.dtype(), a.grad.device()), dim, a.inputs[1],
+                    a.grad),
           Tensor()};
 }
 
@@ -304,7 +306,8 @@ std::vector<Tensor> vjp_IndexAdd(const VjpArgs& a) {
 
 std::vector<Tensor> vjp_Gather(const VjpArgs& a) {
   int64_t dim = a.node.attr<ir::DimAttrs>().dim;
-  return {scatter_add(zeros(a.inputs[0].shape(), a.grad.dtype()), dim, a.inputs[1], a.grad),
+  return {scatter_add(zeros(a.inputs[0].shape(), a.grad.dtype(), a.grad.device()), dim, a.inputs[1],
+                      a.grad),
           Tensor()};
 }
 
@@ -318,7 +321,8 @@ std::vector<Tensor> vjp_ScatterAdd(const VjpArgs& a) {
     const Shape& src = a.inputs[2].shape();
     for (int64_t d = 0; d < rank_of(src); ++d) {
       int64_t missing = src[d] - gs.shape()[d];
-      if (missing > 0) gs = cat({gs, zeros(with_dim(gs.shape(), d, missing), gs.dtype())}, d);
+      if (missing > 0)
+        gs = cat({gs, zeros(with_dim(gs.shape(), d, missing), gs.dtype(), gs.device())}, d);
     }
     g[2] = gs;
   }

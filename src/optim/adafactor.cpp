@@ -54,8 +54,8 @@ void Adafactor::preinitialize() {
         Shape row(p.shape().begin(), p.shape().end() - 1);
         Shape col(p.shape().begin(), p.shape().end() - 2);
         col.push_back(p.shape().back());
-        create_state(p, "exp_avg_sq_row", zeros(row, p.dtype()));
-        create_state(p, "exp_avg_sq_col", zeros(col, p.dtype()));
+        create_state(p, "exp_avg_sq_row", zeros(row, p.dtype(), p.device()));
+        create_state(p, "exp_avg_sq_col", zeros(col, p.dtype(), p.device()));
       } else {
         create_state(p, "exp_avg_sq", zeros_like(p));
       }

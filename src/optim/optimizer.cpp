@@ -156,7 +156,8 @@ void Optimizer::create_state(const Tensor& p, const std::string& nm, const Tenso
            "there so that it exists before the step is traced",
            name(), nm);
   CS_CHECK(!detail::in_trace(), "{}: internal: state '{}' created while tracing", name(), nm);
-  Tensor own = zeros(init.shape(), init.dtype());  // own storage: init may share its buffer
+  // Own storage (init may share its buffer), on init's device.
+  Tensor own = zeros(init.shape(), init.dtype(), init.device());
   own.copy_(init);
   own.set_name(p.name() + "." + nm);
   state_[p.impl()][nm] = own;

@@ -8,6 +8,7 @@
 
 #include "cstorch/config.h"
 #include "cstorch/core/error.h"
+#include "ir/device.h"
 #include "runtime/run_mode.h"
 
 namespace cstorch {
@@ -21,7 +22,11 @@ DeviceType parse_type(const std::string& s) {
   if (u == "cpu") return DeviceType::CPU;
   if (u == "gpu") return DeviceType::GPU;
   if (u == "csx") return DeviceType::CSX;
-  fail("backend: unknown device type '{}' (expected CSX, CPU or GPU)", s);
+  if (ir::plugin_named(u)) return DeviceType::Plugin;
+  fail("backend: unknown device type '{}' (expected CSX, CPU or GPU{})", s,
+       ir::find_device_backend(Device{DeviceType::Plugin, 0})
+           ? fmt::format(", or the registered {}", ir::plugin_name())
+           : "");
 }
 
 void validate(const ClusterConfig& c) {
@@ -63,10 +68,11 @@ void validate(const ClusterConfig& c) {
 
 Backend::Backend(DeviceType type, BackendOptions opts) : type_(type), opts_(std::move(opts)) {
   validate(opts_.cluster_config);
-  if (type_ == DeviceType::GPU)
-    fail(
-        "backend: the GPU backend is not built into this binary (no CUDA toolkit at build time); "
-        "use CPU");
+  try {
+    ir::device_backend(device());  // GPU without the CUDA backend: says how to build it
+  } catch (const Error& e) {
+    fail("backend: {}", e.what());
+  }
 }
 
 std::shared_ptr<Backend> backend(const std::string& type, BackendOptions opts) {
@@ -147,6 +153,26 @@ std::string current_compile_dir() {
   std::lock_guard<std::mutex> l(g_mu);
   if (!g_backend || g_backend->type() != DeviceType::CSX) return std::string();
   return g_backend->options().compile_dir;
+}
+
+namespace {
+thread_local bool t_has_step_device = false;
+thread_local Device t_step_device;
+}  // namespace
+
+Device step_device() {
+  if (t_has_step_device) return t_step_device;
+  std::lock_guard<std::mutex> l(g_mu);
+  return g_backend ? g_backend->device() : Device{};
+}
+
+StepDeviceScope::StepDeviceScope(Device d) : had_(t_has_step_device), prev_(t_step_device) {
+  t_has_step_device = true;
+  t_step_device = d;
+}
+StepDeviceScope::~StepDeviceScope() {
+  t_has_step_device = had_;
+  t_step_device = prev_;
 }
 
 std::string current_artifact_dir() {

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "backend/cpu/parallel.h"
 #include "cstorch/runtime.h"
+#include "ir/device.h"
 #include "runtime/sync.h"
 
 namespace cstorch::runtime {
@@ -178,16 +178,23 @@ static void on_caller_and_executor(const char* what, F apply) {
   ex.synchronize();
 }
 
+// Thread count and denormal modes are options of the CPU backend (the host threads that run
+// its kernels).
 void set_num_threads(int n) {
   CS_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got {}", n);
-  on_caller_and_executor("set_num_threads", [n] { cpu::set_num_threads(n); });
+  on_caller_and_executor("set_num_threads", [n] {
+    ir::device_backend(Device{}).apply_thread_settings(ir::HostThreadSettings{.num_threads = n});
+  });
 }
 int get_num_threads() {
-  return cpu::get_num_threads();
+  return ir::device_backend(Device{}).host_threads();
 }
 bool set_flush_denormal(bool on) {
   bool ok = false;  // the same answer on both threads: a property of the CPU
-  on_caller_and_executor("set_flush_denormal", [on, &ok] { ok = cpu::set_flush_denormal(on); });
+  on_caller_and_executor("set_flush_denormal", [on, &ok] {
+    ok = ir::device_backend(Device{}).apply_thread_settings(
+        ir::HostThreadSettings{.flush_denormal = on ? 1 : 0});
+  });
   return ok;
 }
 void set_current_step(int64_t step) {

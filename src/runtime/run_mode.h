@@ -3,6 +3,8 @@
 #pragma once
 #include <string>
 
+#include "cstorch/core/shape.h"
+
 namespace cstorch::runtime {
 
 enum class RunMode { Execute, CompileOnly, ValidateOnly };
@@ -13,5 +15,21 @@ std::string current_artifact_dir();
 // The CSX backend's compile_dir (empty for other backends or when unset): every compiled
 // program's report is written there.
 std::string current_compile_dir();
+// The device traced steps run on: the current backend's (CSX: the CPU), the CPU without one;
+// inside a StepDeviceScope, that scope's device (on this thread).
+Device step_device();
+// Overrides step_device() on this thread for its lifetime (the tests compare one step on two
+// devices in one process, where the backend is process-wide).
+class StepDeviceScope {
+ public:
+  explicit StepDeviceScope(Device d);
+  ~StepDeviceScope();
+  StepDeviceScope(const StepDeviceScope&) = delete;
+  StepDeviceScope& operator=(const StepDeviceScope&) = delete;
+
+ private:
+  bool had_;
+  Device prev_;
+};
 
 }  // namespace cstorch::runtime

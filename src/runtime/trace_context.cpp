@@ -38,6 +38,7 @@ ir::NodePtr TraceContext::resolve(const std::shared_ptr<TensorImpl>& impl) {
                      ir::InputAttrs{ir::InputKind::State, static_cast<int>(captures_.size())}, {});
   in->shape = n->shape;
   in->dtype = n->dtype;
+  in->device = n->device;
   in->trace_id = id_;
   if (impl->requires_grad || n->requires_grad) {
     in->requires_grad = impl->requires_grad;
@@ -54,12 +55,13 @@ void TraceContext::record(const ir::NodePtr& n) {
   nodes_.push_back(n);
 }
 
-Tensor TraceContext::add_batch_input(const Shape& s, DType t) {
+Tensor TraceContext::add_batch_input(const Shape& s, DType t, Device d) {
   auto in = ir::Node::make(
       ir::OpCode::Input,
       ir::InputAttrs{ir::InputKind::Batch, static_cast<int>(batch_inputs_.size())}, {});
   in->shape = s;
   in->dtype = t;
+  in->device = d;
   in->trace_id = id_;
   batch_inputs_.push_back(in);
   nodes_.push_back(in);

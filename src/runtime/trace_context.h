@@ -27,8 +27,9 @@ class TraceContext {
   ir::NodePtr resolve(const std::shared_ptr<TensorImpl>& impl);
   // Registers a node created by an op in this trace.
   void record(const ir::NodePtr& n);
-  // A new batch input placeholder.
-  Tensor add_batch_input(const Shape& s, DType t);
+  // A new batch input placeholder on device `d` (the step's device: a batch on another device
+  // is moved there before each execution).
+  Tensor add_batch_input(const Shape& s, DType t, Device d = {});
 
   std::vector<ir::NodePtr>& nodes() { return nodes_; }
   std::vector<ir::NodePtr>& batch_inputs() { return batch_inputs_; }

@@ -10,6 +10,7 @@
 #include "compiler/program.h"
 #include "cstorch/distributed.h"
 #include "cstorch/runtime.h"
+#include "ir/device.h"
 #include "runtime/alloc_counter.h"
 #include "runtime/executor.h"
 #include "runtime/run_mode.h"
@@ -109,10 +110,12 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
   std::unordered_map<TensorImpl*, std::shared_ptr<TensorImpl>> grad_before;
   for (auto& leaf : live_grad_leaves()) grad_before[leaf.get()] = leaf->grad;
   size_t traced_ops = 0;
+  const Device device = runtime::step_device();  // the backend's device (CPU without one)
   {
     runtime::TraceContext ctx;
     std::vector<Tensor> placeholders;
-    for (auto& t : inputs) placeholders.push_back(ctx.add_batch_input(t.shape(), t.dtype()));
+    for (auto& t : inputs)
+      placeholders.push_back(ctx.add_batch_input(t.shape(), t.dtype(), device));
     std::vector<Tensor> outs;
     try {
       outs = f.body(placeholders);
@@ -137,8 +140,9 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
         bool captured = false;
         for (auto& c : ctx.captures()) captured = captured || c.impl == gimpl;
         if (captured) continue;
-        auto buf = ir::Buffer::alloc(gimpl->node->nbytes());
-        std::memset(buf->data, 0, gimpl->node->nbytes());
+        const Device gdev = gimpl->node->device;
+        auto buf = ir::Buffer::alloc(gimpl->node->nbytes(), gdev);
+        ir::device_backend(gdev).fill_zero(buf->data, gimpl->node->nbytes());
         ctx.add_persistent(gimpl, make_constant_node(buf, gimpl->node->shape, gimpl->node->dtype));
       }
       // State: every captured tensor; a write where the body rebound it.
@@ -148,6 +152,7 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
         slot.input = c.input_node;
         slot.shape = c.original->shape;
         slot.dtype = c.original->dtype;
+        slot.device = c.original->device;
         ir::NodePtr now = c.impl->node;
         if (now != c.original && now != c.input_node) {
           if (now->trace_id != ctx.id() || now->inputs.empty()) {
@@ -210,7 +215,7 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
   compiler::optimize(g, f.name, std::move(allreduce));
   compiler::ProgramStats st;
   st.nodes_traced = traced_ops;
-  variant.program = std::make_shared<compiler::Program>(std::move(g), DeviceType::CPU, st);
+  variant.program = std::make_shared<compiler::Program>(std::move(g), device, st);
   variant.report = variant.program->summary();
   return variant;
 }
@@ -298,16 +303,16 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
   std::vector<std::shared_ptr<ir::Buffer>> out_bufs;
   std::vector<Tensor> outs;
   for (auto& o : outs_g) {
-    auto b = ir::Buffer::alloc(o->nbytes());
+    auto b = ir::Buffer::alloc(o->nbytes(), o->device);
     auto n = make_constant_node(b, o->shape, o->dtype);
     outs.push_back(make_tensor(n));
     out_bufs.push_back(std::move(b));
   }
   int64_t step = next_execution_step();
   auto job = [program, batch = std::move(batch), out_bufs = std::move(out_bufs)]() {
-    const void* bp[kMaxStepIO];  // sizes checked when the step was traced
+    const ir::Buffer* bp[kMaxStepIO];  // sizes checked when the step was traced
     void* op[kMaxStepIO];
-    for (size_t i = 0; i < batch.size(); ++i) bp[i] = batch[i]->data;
+    for (size_t i = 0; i < batch.size(); ++i) bp[i] = batch[i].get();
     for (size_t i = 0; i < out_bufs.size(); ++i) op[i] = out_bufs[i]->data;
     runtime::AllocCounter counter;
     program->run(bp, op);

@@ -177,6 +177,7 @@ class SinusoidalPositionEmbeddingImpl : public Module {
   SinusoidalPositionEmbeddingImpl(int64_t max_positions, int64_t dim);
   Tensor forward(int64_t seq_len, int64_t offset = 0);  // [seq_len, dim]
   const Tensor& table() const { return table_; }
+  void to(Device d) override;  // moves the table too
 
  private:
   Tensor table_;

@@ -206,7 +206,7 @@ TransformerModel::TransformerModel(const TransformerConfig& c)
 cs::Tensor TransformerModel::embed(nn::Embedding& emb, const cs::Tensor& ids) {
   const int64_t T = ids.size(1);
   cs::Tensor x = emb(ids) * std::sqrt(static_cast<double>(c_.d_model));
-  return drop_(cs::add(x, pe_(T)));
+  return drop_(cs::add(x, pe_(T).to(x.device())));  // the table is not model state
 }
 
 cs::Tensor TransformerModel::encode(const cs::Tensor& ids, const cs::Tensor& mask) {

@@ -27,6 +27,7 @@
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/philox.h"
 #include "backend/cpu/vec_math.h"
+#include "cstorch/core/error.h"
 
 namespace cstorch::cpu {
 namespace {
@@ -34,12 +35,6 @@ namespace {
 constexpr int64_t kBq = 64;      // query rows per block
 constexpr int64_t kBkMax = 512;  // keys per tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-float* scratch(size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
 
 // A [.., .., .., ..] input broadcast to [B, H, Tq, Tk]: element strides, 0 where broadcast.
 template <class T>
@@ -90,6 +85,15 @@ struct Geo {
 struct Ctx {
   Geo g;
   ir::AttentionAttrs at;
+  // The kernel's workspace: `slots` per-thread scratch areas of `slot_floats` floats.
+  float* ws = nullptr;
+  size_t slot_floats = 0;
+  int slots = 0;
+  float* scratch() const {
+    const int t = omp_get_thread_num();
+    CS_CHECK(t < slots, "attention: thread {} has no workspace slot ({} planned)", t, slots);
+    return ws + static_cast<size_t>(t) * slot_floats;
+  }
   const float *Q, *K, *V;
   Bcast<float> bias;
   Bcast<uint8_t> mask;
@@ -108,15 +112,35 @@ struct Ctx {
   }
 };
 
-Ctx make_ctx(const ir::Node& n, const void* const* in) {
-  Ctx c;
-  c.at = n.attr<ir::AttentionAttrs>();
+Geo geometry(const ir::Node& n) {
+  const auto& at = n.attr<ir::AttentionAttrs>();
   const auto& qs = n.inputs[0]->shape;
   const auto& ks = n.inputs[1]->shape;
   const auto& vs = n.inputs[2]->shape;
-  const int t = c.at.bthd ? 1 : 2, h = c.at.bthd ? 2 : 1;
+  const int t = at.bthd ? 1 : 2, h = at.bthd ? 2 : 1;
+  return Geo{qs[0], qs[h], qs[t], ks[t], qs[3], vs[3], 0, 0, 0, 0, at.bthd};
+}
+
+// Floats of one thread's scratch: the forward's score tile, output accumulator and row
+// statistics; the backward's three score-sized tiles and row statistics. 64-byte multiples.
+size_t slot_floats(const ir::Node& n) {
+  const Geo g = geometry(n);
+  const int64_t bk = std::min(g.Tk, kBkMax);
+  const int64_t f =
+      n.op == ir::OpCode::Attention ? kBq * (bk + g.Dv) + 2 * kBq : 3 * kBq * bk + 3 * kBq;
+  return static_cast<size_t>((f + 15) / 16 * 16);
+}
+
+Ctx make_ctx(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in) {
+  Ctx c;
+  c.at = n.attr<ir::AttentionAttrs>();
+  c.slot_floats = slot_floats(n);
+  c.ws = static_cast<float*>(ctx.workspace);
+  c.slots = static_cast<int>(ctx.workspace_bytes / (c.slot_floats * sizeof(float)));
+  CS_CHECK(c.slots >= 1, "{}: the kernel needs a workspace of at least {} bytes, got {}", n.name(),
+           c.slot_floats * sizeof(float), ctx.workspace_bytes);
   Geo& g = c.g;
-  g = Geo{qs[0], qs[h], qs[t], ks[t], qs[3], vs[3], 0, 0, 0, 0, c.at.bthd};
+  g = geometry(n);
   g.qrow = c.at.bthd ? g.H * g.D : g.D;
   g.krow = g.qrow;
   g.vrow = c.at.bthd ? g.H * g.Dv : g.Dv;
@@ -204,7 +228,7 @@ float exp_shift(float* x, int64_t n, float m) {
 void forward_block(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t nr, float* out) {
   const Geo& g = c.g;
   const int64_t bk = std::min(g.Tk, kBkMax);
-  float* S = scratch(static_cast<size_t>(kBq * (bk + g.Dv) + 2 * kBq));
+  float* S = c.scratch();
   float* acc = S + kBq * bk;
   float* m = acc + kBq * g.Dv;
   float* l = m + kBq;
@@ -248,8 +272,9 @@ void forward_block(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t nr, f
 
 }  // namespace
 
-void cpu_Attention(const ir::Node& n, const void* const* in, void* out) {
-  const Ctx c = make_ctx(n, in);
+void cpu_Attention(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                   void* out) {
+  const Ctx c = make_ctx(ctx, n, in);
   const Geo& g = c.g;
   const int64_t nqb = (g.Tq + kBq - 1) / kBq;
   const int64_t tasks = g.B * g.H * nqb;
@@ -258,13 +283,16 @@ void cpu_Attention(const ir::Node& n, const void* const* in, void* out) {
     return;
   }
   float* o = static_cast<float*>(out);
-  parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t bh = t / nqb, qb = t % nqb;
-      const int64_t i0 = qb * kBq;
-      forward_block(c, bh / g.H, bh % g.H, i0, std::min(kBq, g.Tq - i0), o);
-    }
-  });
+  parallel_for(
+      tasks, 1,
+      [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t bh = t / nqb, qb = t % nqb;
+          const int64_t i0 = qb * kBq;
+          forward_block(c, bh / g.H, bh % g.H, i0, std::min(kBq, g.Tq - i0), o);
+        }
+      },
+      c.slots);
 }
 
 namespace {
@@ -283,7 +311,7 @@ void backward_head(const Ctx& c, const float* O, const float* dO, const GradOut&
   const Geo& g = c.g;
   const int64_t bk = std::min(g.Tk, kBkMax);
   const bool drop = c.at.dropout_p > 0;
-  float* S = scratch(static_cast<size_t>(3 * kBq * bk + 3 * kBq));
+  float* S = c.scratch();
   float* Pd = S + kBq * bk;
   float* dP = Pd + kBq * bk;
   float* m = dP + kBq * bk;
@@ -406,8 +434,9 @@ void backward_head(const Ctx& c, const float* O, const float* dO, const GradOut&
 
 }  // namespace
 
-void cpu_AttentionGrad(const ir::Node& n, const void* const* in, void* out) {
-  const Ctx c = make_ctx(n, in);
+void cpu_AttentionGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                       void* out) {
+  const Ctx c = make_ctx(ctx, n, in);
   const Geo& g = c.g;
   const size_t k = n.inputs.size();
   const float* O = static_cast<const float*>(in[k - 2]);
@@ -428,16 +457,23 @@ void cpu_AttentionGrad(const ir::Node& n, const void* const* in, void* out) {
     if (go.db.sh == 0) gh = 1;
   }
   const int64_t per_b = g.B / gb, per_h = g.H / gh;
-  parallel_for(gb * gh, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t bb = t / gh, hh = t % gh;
-      for (int64_t x = 0; x < per_b; ++x)
-        for (int64_t y = 0; y < per_h; ++y) {
-          const int64_t b = gb == 1 ? x : bb, h = gh == 1 ? y : hh;
-          backward_head(c, O, dO, go, b, h);
+  parallel_for(
+      gb * gh, 1,
+      [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t bb = t / gh, hh = t % gh;
+          for (int64_t x = 0; x < per_b; ++x)
+            for (int64_t y = 0; y < per_h; ++y) {
+              const int64_t b = gb == 1 ? x : bb, h = gh == 1 ? y : hh;
+              backward_head(c, O, dO, go, b, h);
+            }
         }
-    }
-  });
+      },
+      c.slots);
+}
+
+size_t attention_workspace_bytes(const ir::Node& n, int threads) {
+  return static_cast<size_t>(std::max(threads, 1)) * slot_floats(n) * sizeof(float);
 }
 
 }  // namespace cstorch::cpu

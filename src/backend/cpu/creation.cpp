@@ -6,14 +6,14 @@
 
 namespace cstorch::cpu {
 
-void cpu_Input(const ir::Node& n, const void* const*, void*) {
+void cpu_Input(const ir::KernelContext& ctx, const ir::Node& n, const void* const*, void*) {
   fail("internal: input placeholder (node %{}) has no kernel", n.id);
 }
-void cpu_Constant(const ir::Node& n, const void* const*, void*) {
+void cpu_Constant(const ir::KernelContext& ctx, const ir::Node& n, const void* const*, void*) {
   fail("internal: constant (node %{}) has no kernel", n.id);
 }
 
-void cpu_Full(const ir::Node& n, const void* const*, void* out) {
+void cpu_Full(const ir::KernelContext& ctx, const ir::Node& n, const void* const*, void* out) {
   double v = n.attr<ir::FullAttrs>().value;
   int64_t count = n.numel();
   dispatch_all(n.dtype, [&]<class T>(T*) {
@@ -25,7 +25,7 @@ void cpu_Full(const ir::Node& n, const void* const*, void* out) {
   });
 }
 
-void cpu_Arange(const ir::Node& n, const void* const*, void* out) {
+void cpu_Arange(const ir::KernelContext& ctx, const ir::Node& n, const void* const*, void* out) {
   const auto& a = n.attr<ir::ArangeAttrs>();
   int64_t count = n.numel();
   dispatch_all(n.dtype, [&]<class T>(T*) {

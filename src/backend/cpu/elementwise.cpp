@@ -330,12 +330,12 @@ void binary_to_bool(const ir::Node& n, const void* const* in, void* out, F f) {
 }  // namespace
 
 // ---- unary ----
-void cpu_Neg(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Neg(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   dispatch_numeric(n.dtype, "neg", [&]<class T>(T*) {
     map1<T, T>(n, in, out, kElementwiseGrain, [](auto x) { return wrap_neg(x); });
   });
 }
-void cpu_Abs(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Abs(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   dispatch_numeric(n.dtype, "abs", [&]<class T>(T*) {
     map1<T, T>(n, in, out, kElementwiseGrain, [](auto x) {
       using C = decltype(x);
@@ -348,7 +348,7 @@ void cpu_Abs(const ir::Node& n, const void* const* in, void* out) {
     });
   });
 }
-void cpu_Sign(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Sign(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   dispatch_all(n.dtype, [&]<class T>(T*) {
     map1<T, T>(n, in, out, kElementwiseGrain, [](auto x) {
       using C = decltype(x);
@@ -359,28 +359,30 @@ void cpu_Sign(const ir::Node& n, const void* const* in, void* out) {
     });
   });
 }
-void cpu_Exp(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Exp(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return std::exp(x); });
 }
-void cpu_Log(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Log(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return std::log(x); });
 }
-void cpu_Sqrt(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Sqrt(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kElementwiseGrain, [](float x) { return std::sqrt(x); });
 }
-void cpu_Rsqrt(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Rsqrt(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kElementwiseGrain, [](float x) { return rsqrt_f(x); });
 }
-void cpu_Reciprocal(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Reciprocal(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                    void* out) {
   unary_float(n, in, out, kElementwiseGrain, [](float x) { return 1.0f / x; });
 }
-void cpu_Tanh(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Tanh(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return std::tanh(x); });
 }
-void cpu_Sigmoid(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Sigmoid(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                 void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return sigmoid_f(x); });
 }
-void cpu_Relu(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Relu(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   dispatch_numeric(n.dtype, "relu", [&]<class T>(T*) {
     // x < 0 ? 0 : x keeps nan (as PyTorch's clamp_min).
     map1<T, T>(n, in, out, kElementwiseGrain, [](auto x) {
@@ -389,31 +391,32 @@ void cpu_Relu(const ir::Node& n, const void* const* in, void* out) {
     });
   });
 }
-void cpu_Gelu(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Gelu(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   if (n.attr<ir::GeluAttrs>().tanh_approx)
     unary_float(n, in, out, kMathGrain, [](float x) { return gelu_tanh(x); });
   else
     unary_float(n, in, out, kMathGrain, [](float x) { return gelu_erf(x); });
 }
-void cpu_Silu(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Silu(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return silu_f(x); });
 }
-void cpu_Erf(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Erf(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return std::erf(x); });
 }
-void cpu_Sin(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Sin(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return std::sin(x); });
 }
-void cpu_Cos(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Cos(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return std::cos(x); });
 }
-void cpu_Expm1(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Expm1(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kMathGrain, [](float x) { return std::expm1(x); });
 }
-void cpu_Floor(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Floor(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   unary_float(n, in, out, kElementwiseGrain, [](float x) { return std::floor(x); });
 }
-void cpu_IsFinite(const ir::Node& n, const void* const* in, void* out) {
+void cpu_IsFinite(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                  void* out) {
   dispatch_all(n.inputs[0]->dtype, [&]<class T>(T*) {
     map1<T, bool>(n, in, out, kElementwiseGrain, [](auto x) -> bool {
       if constexpr (std::is_floating_point_v<decltype(x)>)
@@ -423,12 +426,13 @@ void cpu_IsFinite(const ir::Node& n, const void* const* in, void* out) {
     });
   });
 }
-void cpu_LogicalNot(const ir::Node& n, const void* const* in, void* out) {
+void cpu_LogicalNot(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                    void* out) {
   dispatch_all(n.inputs[0]->dtype, [&]<class T>(T*) {
     map1<T, bool>(n, in, out, kElementwiseGrain, [](auto x) -> bool { return !truthy(x); });
   });
 }
-void cpu_Cast(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Cast(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   dispatch_all(n.inputs[0]->dtype, [&]<class TI>(TI*) {
     dispatch_all(n.dtype, [&]<class TO>(TO*) {
       map1<TI, TO>(n, in, out, kElementwiseGrain, [](compute_t<TI> x) -> compute_t<TO> {
@@ -441,7 +445,7 @@ void cpu_Cast(const ir::Node& n, const void* const* in, void* out) {
     });
   });
 }
-void cpu_Copy(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Copy(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const size_t isz = itemsize(n.dtype);
   const char* src = static_cast<const char*>(in[0]);
   char* dst = static_cast<char*>(out);
@@ -452,25 +456,25 @@ void cpu_Copy(const ir::Node& n, const void* const* in, void* out) {
 }
 
 // ---- binary ----
-void cpu_Add(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Add(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   dispatch_all(n.dtype, [&]<class T>(T*) {
     map2<T, T, T>(n, in, out, kElementwiseGrain, [](auto x, auto y) { return wrap_add(x, y); });
   });
 }
-void cpu_Sub(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Sub(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   dispatch_numeric(n.dtype, "sub", [&]<class T>(T*) {
     map2<T, T, T>(n, in, out, kElementwiseGrain, [](auto x, auto y) { return wrap_sub(x, y); });
   });
 }
-void cpu_Mul(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Mul(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   dispatch_all(n.dtype, [&]<class T>(T*) {
     map2<T, T, T>(n, in, out, kElementwiseGrain, [](auto x, auto y) { return wrap_mul(x, y); });
   });
 }
-void cpu_Div(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Div(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   binary_float(n, in, out, kElementwiseGrain, [](float x, float y) { return x / y; });
 }
-void cpu_Pow(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Pow(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   if (!is_floating(n.dtype)) {
     dispatch_numeric(n.dtype, "pow", [&]<class T>(T*) {
       if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
@@ -487,46 +491,51 @@ void cpu_Pow(const ir::Node& n, const void* const* in, void* out) {
     map2<T, T, T>(n, in, out, kMathGrain, [](float x, float y) { return std::pow(x, y); });
   });
 }
-void cpu_Maximum(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Maximum(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                 void* out) {
   dispatch_all(n.dtype, [&]<class T>(T*) {
     map2<T, T, T>(n, in, out, kElementwiseGrain, [](auto x, auto y) { return max_nan(x, y); });
   });
 }
-void cpu_Minimum(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Minimum(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                 void* out) {
   dispatch_all(n.dtype, [&]<class T>(T*) {
     map2<T, T, T>(n, in, out, kElementwiseGrain, [](auto x, auto y) { return min_nan(x, y); });
   });
 }
-void cpu_Eq(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Eq(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   binary_to_bool(n, in, out, [](auto x, auto y) { return x == y; });
 }
-void cpu_Ne(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Ne(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   binary_to_bool(n, in, out, [](auto x, auto y) { return x != y; });
 }
-void cpu_Lt(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Lt(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   binary_to_bool(n, in, out, [](auto x, auto y) { return x < y; });
 }
-void cpu_Le(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Le(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   binary_to_bool(n, in, out, [](auto x, auto y) { return x <= y; });
 }
-void cpu_Gt(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Gt(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   binary_to_bool(n, in, out, [](auto x, auto y) { return x > y; });
 }
-void cpu_Ge(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Ge(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   binary_to_bool(n, in, out, [](auto x, auto y) { return x >= y; });
 }
-void cpu_LogicalAnd(const ir::Node& n, const void* const* in, void* out) {
+void cpu_LogicalAnd(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                    void* out) {
   binary_to_bool(n, in, out, [](auto x, auto y) { return truthy(x) && truthy(y); });
 }
-void cpu_LogicalOr(const ir::Node& n, const void* const* in, void* out) {
+void cpu_LogicalOr(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                   void* out) {
   binary_to_bool(n, in, out, [](auto x, auto y) { return truthy(x) || truthy(y); });
 }
-void cpu_LogicalXor(const ir::Node& n, const void* const* in, void* out) {
+void cpu_LogicalXor(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                    void* out) {
   binary_to_bool(n, in, out, [](auto x, auto y) { return truthy(x) != truthy(y); });
 }
 
 // ---- ternary and fused gradients ----
-void cpu_Where(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Where(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   switch (itemsize(n.dtype)) {
     case 1:
       return where_kernel<uint8_t>(n, in, out);
@@ -574,15 +583,18 @@ void addcmul_kernel(const ir::Node& n, const void* const* in, void* out) {
       po[j] = store<T>(load(pa[j * sa]) + load(pb[j * sb]) * load(pc[j * sc]));
   });
 }
-void cpu_Addcmul(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Addcmul(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                 void* out) {
   dispatch_float(n.dtype, "addcmul", [&]<class T>(T*) { addcmul_kernel<T>(n, in, out); });
 }
 
 // grad where the relu output is positive (PyTorch's threshold_backward: out <= 0 gives 0).
-void cpu_ReluGrad(const ir::Node& n, const void* const* in, void* out) {
+void cpu_ReluGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                  void* out) {
   binary_float(n, in, out, kElementwiseGrain, [](float g, float y) { return relu_grad_f(g, y); });
 }
-void cpu_GeluGrad(const ir::Node& n, const void* const* in, void* out) {
+void cpu_GeluGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                  void* out) {
   // The common case (f32, same shapes) as a plain loop: through the generic map2 gcc does not
   // inline the tanh-form lambda and calls it per element (4x slower, seen in perf).
   if (n.dtype == DType::f32 && n.inputs[0]->numel() == n.numel() &&

@@ -172,7 +172,7 @@ void expand(const T* src, const Operand& op, int64_t start, int64_t len, float* 
 
 }  // namespace
 
-void cpu_Fused(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Fused(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const auto& fa = n.attr<ir::FusedAttrs>();
   const int ni = static_cast<int>(n.inputs.size());
   const int nc = static_cast<int>(fa.code.size());

@@ -2,15 +2,16 @@
 // this folder. Kernels never allocate on the heap (a traced step runs allocation-free), work
 // on contiguous row-major buffers, and parallelise large loops on the shared thread pool.
 #pragma once
-#include "ir/node.h"
+#include "ir/device.h"
 
 namespace cstorch::cpu {
 
-#define OP(Name, str, Attr, traits) \
-  __attribute__((weak)) void cpu_##Name(const ir::Node& n, const void* const* in, void* out);
+#define OP(Name, str, Attr, traits)                                                      \
+  __attribute__((weak)) void cpu_##Name(const ir::KernelContext& ctx, const ir::Node& n, \
+                                        const void* const* in, void* out);
 #include "ir/ops.def"
 #undef OP
 
-inline constexpr int kMaxDims = 8;
+using ir::kMaxDims;
 
 }  // namespace cstorch::cpu

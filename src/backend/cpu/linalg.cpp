@@ -226,7 +226,7 @@ int64_t prod(const Shape& s, size_t end) {
 
 }  // namespace
 
-void cpu_Matmul(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Matmul(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const auto& at = n.attr<ir::MatmulAttrs>();
   const Shape& sa = n.inputs[0]->shape;
   const Shape& sb = n.inputs[1]->shape;
@@ -265,7 +265,7 @@ static void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, const fl
   gemm(false, true, M, N, K, x, K, w, K, 0.f, y, N, GemmEpilogue{.bias = bias});
 }
 
-void cpu_Linear(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Linear(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const Shape& sw = n.inputs[1]->shape;
   const int64_t N = sw[0], K = sw[1];
   const Shape& sx = n.inputs[0]->shape;
@@ -294,7 +294,7 @@ void cpu_Linear(const ir::Node& n, const void* const* in, void* out) {
 
 // Gemm (the compiler's fused product, GemmAttrs): out = op(A) @ op(B) [+ bias] [+ C * s], then
 // [relu], then [relu_grad by y], then [P += out * r in place]: gemm with its epilogue.
-void cpu_Gemm(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Gemm(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const auto& at = n.attr<ir::GemmAttrs>();
   const Shape& sa = n.inputs[0]->shape;
   const int64_t N = n.shape.back(), M = n.numel() / std::max<int64_t>(N, 1);

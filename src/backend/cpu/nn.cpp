@@ -199,16 +199,19 @@ OCI loss_view(const Shape& lp) {
 
 }  // namespace
 
-void cpu_Softmax(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Softmax(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                 void* out) {
   softmax_kernel<false>(n, in, out, "softmax");
 }
-void cpu_LogSoftmax(const ir::Node& n, const void* const* in, void* out) {
+void cpu_LogSoftmax(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                    void* out) {
   softmax_kernel<true>(n, in, out, "log_softmax");
 }
 
 // Sequential on purpose: it is O(N) gathers, and a bad target must throw on this thread (an
 // exception cannot leave an OpenMP region).
-void cpu_NllLoss(const ir::Node& n, const void* const* in, void* out) {
+void cpu_NllLoss(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                 void* out) {
   const auto& at = n.attr<ir::LossAttrs>();
   const auto& lp = *n.inputs[0];
   const OCI v = loss_view(lp.shape);
@@ -240,7 +243,8 @@ void cpu_NllLoss(const ir::Node& n, const void* const* in, void* out) {
 }
 
 // d(log_probs)[i, t_i, j] = -g (scaled by 1/count for the mean); zero elsewhere.
-void cpu_NllLossGrad(const ir::Node& n, const void* const* in, void* out) {
+void cpu_NllLossGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                     void* out) {
   const auto& at = n.attr<ir::LossAttrs>();
   const OCI v = loss_view(n.shape);
   const Targets tg{in[1], n.inputs[1]->dtype == DType::i64};
@@ -275,7 +279,8 @@ namespace cstorch::cpu {
 // log_softmax's gradient: dx = g - exp(y) * sum(g) along the dim, one task per row (or per
 // tile of columns when the dim is not last). The row sum is accumulated in double; exp is
 // vexp, as in the softmax kernels.
-void cpu_LogSoftmaxGrad(const ir::Node& n, const void* const* in, void* out) {
+void cpu_LogSoftmaxGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                        void* out) {
   OCI v = view_dim(n.shape, n.attr<ir::DimAttrs>().dim);
   if (n.numel() == 0) return;
   dispatch_float(n.dtype, "log_softmax_grad", [&]<class T>(T*) {

@@ -10,10 +10,13 @@
 namespace cstorch::cpu {
 
 // Calls f(begin, end) over [0, n) in chunks; parallel when n >= 2 * grain and threads > 1.
+// At most `max_threads` threads when it is > 0 (a kernel whose workspace has that many
+// per-thread slots; a thread finds its slot at omp_get_thread_num()).
 template <class F>
-inline void parallel_for(int64_t n, int64_t grain, F&& f) {
+inline void parallel_for(int64_t n, int64_t grain, F&& f, int max_threads = 0) {
   if (n <= 0) return;
   int threads = omp_get_max_threads();
+  if (max_threads > 0) threads = std::min(threads, max_threads);
   if (threads <= 1 || n < 2 * grain || omp_in_parallel()) {
     f(int64_t{0}, n);
     return;

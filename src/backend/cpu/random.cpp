@@ -45,7 +45,8 @@ void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]
   for (int i = 0; i < 4; ++i) out[i] = b.w[i];
 }
 
-void cpu_RandUniform(const ir::Node& n, const void* const* in, void* out) {
+void cpu_RandUniform(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                     void* out) {
   const Stream s = stream_of(in[0]);
   const auto& a = n.attr<ir::RandomAttrs>();
   const float low = static_cast<float>(a.a), range = static_cast<float>(a.b - a.a);
@@ -64,7 +65,8 @@ void cpu_RandUniform(const ir::Node& n, const void* const* in, void* out) {
 }
 
 // Box-Muller on the first two words of element i's block; u1 in (0, 1] keeps log finite.
-void cpu_RandNormal(const ir::Node& n, const void* const* in, void* out) {
+void cpu_RandNormal(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                    void* out) {
   const Stream s = stream_of(in[0]);
   const auto& a = n.attr<ir::RandomAttrs>();
   const float mean = static_cast<float>(a.a), stdev = static_cast<float>(a.b);
@@ -83,7 +85,8 @@ void cpu_RandNormal(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-void cpu_Bernoulli(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Bernoulli(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                   void* out) {
   const Stream s = stream_of(in[0]);
   const double p = n.attr<ir::RandomAttrs>().a;
   dispatch_all(n.dtype, [&]<class T>(T*) {

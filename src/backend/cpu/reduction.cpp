@@ -474,7 +474,7 @@ Geom geom_of(const ir::Node& n) {
 
 }  // namespace
 
-void cpu_Sum(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Sum(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   Geom g = geom_of<ir::AxesAttrs>(n);
   dispatch_all(input0(n).dtype, [&]<class T>(T*) {
     if constexpr (std::is_floating_point_v<compute_t<T>>)
@@ -484,28 +484,28 @@ void cpu_Sum(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-void cpu_Mean(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Mean(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   Geom g = geom_of<ir::AxesAttrs>(n);
   dispatch_float(input0(n).dtype, "mean", [&]<class T>(T*) {
     run_reduce(g, static_cast<const T*>(in[0]), static_cast<T*>(out), MeanR<T>{});
   });
 }
 
-void cpu_Max(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Max(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   Geom g = geom_of<ir::AxesAttrs>(n);
   dispatch_all(input0(n).dtype, [&]<class T>(T*) {
     run_reduce(g, static_cast<const T*>(in[0]), static_cast<T*>(out), ExtremumR<T, true>{});
   });
 }
 
-void cpu_Min(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Min(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   Geom g = geom_of<ir::AxesAttrs>(n);
   dispatch_all(input0(n).dtype, [&]<class T>(T*) {
     run_reduce(g, static_cast<const T*>(in[0]), static_cast<T*>(out), ExtremumR<T, false>{});
   });
 }
 
-void cpu_Var(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Var(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   Geom g = geom_of<ir::VarAttrs>(n);
   double c = n.attr<ir::VarAttrs>().correction;
   dispatch_float(input0(n).dtype, "var", [&]<class T>(T*) {
@@ -513,14 +513,15 @@ void cpu_Var(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-void cpu_LogSumExp(const ir::Node& n, const void* const* in, void* out) {
+void cpu_LogSumExp(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                   void* out) {
   Geom g = geom_of<ir::AxesAttrs>(n);
   dispatch_float(input0(n).dtype, "logsumexp", [&]<class T>(T*) {
     run_reduce(g, static_cast<const T*>(in[0]), static_cast<T*>(out), LseR<T>{});
   });
 }
 
-void cpu_Norm(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Norm(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   Geom g = geom_of<ir::NormAttrs>(n);
   double p = n.attr<ir::NormAttrs>().p;
   dispatch_float(input0(n).dtype, "norm", [&]<class T>(T*) {
@@ -537,7 +538,7 @@ void cpu_Norm(const ir::Node& n, const void* const* in, void* out) {
 
 // First index of the maximum along one dim (or the flattened tensor); NaN counts as the
 // maximum, as in torch.
-void cpu_Argmax(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Argmax(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   Geom g = geom_of<ir::AxesAttrs>(n);
   CS_CHECK(g.simple, "internal: argmax over more than one dim");
   int64_t* y = static_cast<int64_t*>(out);

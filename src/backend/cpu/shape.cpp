@@ -165,12 +165,14 @@ inline T add_item(T a, T b) {
 }  // namespace
 
 // Reshape is an alias in eager mode; this copy serves programs whose planner cannot alias.
-void cpu_Reshape(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Reshape(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                 void* out) {
   copy_bytes(static_cast<Byte*>(out), static_cast<const Byte*>(in[0]),
              static_cast<int64_t>(n.nbytes()));
 }
 
-void cpu_Permute(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Permute(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                 void* out) {
   const Shape& is = n.inputs[0]->shape;
   const auto& perm = n.attr<ir::PermuteAttrs>().perm;
   int64_t total = n.numel();
@@ -283,7 +285,7 @@ void cpu_Permute(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-void cpu_Expand(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Expand(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const Shape& is = n.inputs[0]->shape;
   const Shape& os = n.shape;
   int64_t total = n.numel();
@@ -347,7 +349,7 @@ void cpu_Expand(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-void cpu_Slice(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Slice(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const auto& a = n.attr<ir::SliceAttrs>();
   const Shape& is = n.inputs[0]->shape;
   int64_t outer = prod(is, 0, a.dim), S = is[a.dim], L = n.shape[a.dim];
@@ -377,7 +379,7 @@ void cpu_Slice(const ir::Node& n, const void* const* in, void* out) {
   }
 }
 
-void cpu_Cat(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Cat(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   int64_t dim = n.attr<ir::DimAttrs>().dim;
   const Shape& os = n.shape;
   int64_t outer = prod(os, 0, dim), D = os[dim];
@@ -395,7 +397,8 @@ void cpu_Cat(const ir::Node& n, const void* const* in, void* out) {
   }
 }
 
-void cpu_IndexSelect(const ir::Node& n, const void* const* in, void* out) {
+void cpu_IndexSelect(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                     void* out) {
   const ir::Node& a = *n.inputs[0];
   const ir::Node& index = *n.inputs[1];
   int64_t dim = n.attr<ir::DimAttrs>().dim;
@@ -415,7 +418,8 @@ void cpu_IndexSelect(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-void cpu_IndexAdd(const ir::Node& n, const void* const* in, void* out) {
+void cpu_IndexAdd(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                  void* out) {
   const ir::Node& a = *n.inputs[0];
   const ir::Node& index = *n.inputs[1];
   int64_t dim = n.attr<ir::DimAttrs>().dim;
@@ -450,7 +454,7 @@ void cpu_IndexAdd(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-void cpu_Gather(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Gather(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const ir::Node& a = *n.inputs[0];
   const ir::Node& index = *n.inputs[1];
   int64_t dim = n.attr<ir::DimAttrs>().dim;
@@ -478,7 +482,8 @@ void cpu_Gather(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-void cpu_ScatterAdd(const ir::Node& n, const void* const* in, void* out) {
+void cpu_ScatterAdd(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                    void* out) {
   const ir::Node& index = *n.inputs[1];
   const ir::Node& src = *n.inputs[2];
   int64_t dim = n.attr<ir::DimAttrs>().dim;
@@ -518,7 +523,7 @@ void cpu_ScatterAdd(const ir::Node& n, const void* const* in, void* out) {
   });
 }
 
-void cpu_Tri(const ir::Node& n, const void* const* in, void* out) {
+void cpu_Tri(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const auto& a = n.attr<ir::TriAttrs>();
   const Shape& s = n.shape;
   int64_t r = static_cast<int64_t>(s.size());

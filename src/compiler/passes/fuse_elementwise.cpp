@@ -22,6 +22,7 @@
 #include <unordered_set>
 
 #include "compiler/graph.h"
+#include "ir/device.h"
 #include "ir/fused.h"
 
 namespace cstorch::compiler {
@@ -36,9 +37,11 @@ bool all_dtype(const ir::Node& n, DType t) {
 }
 
 // Whether the fused kernel implements this node exactly: an op of its instruction set
-// (ir::fused_instr_supported) with the dtypes the kernel reads and writes.
+// (the kFusable trait, as the node's backend answers DeviceBackend::fuses) with the dtypes the
+// kernel reads and writes.
 bool fusable_op(const ir::Node& n) {
-  if (!ir::fused_instr_supported(static_cast<uint16_t>(n.op))) return false;
+  const auto& backend = ir::device_backend(n.device);
+  if (!backend.fuses(n.op) || !backend.kernel(OpCode::Fused)) return false;
   const bool f32 = n.dtype == DType::f32;
   const bool bool_out = n.dtype == DType::boolean;
   switch (n.op) {
@@ -126,7 +129,9 @@ class FuseElementwise : public Pass {
         for (size_t mi = 0; mi < members.size(); ++mi) {
           for (auto& in : g.nodes[members[mi]]->inputs) {
             size_t p = pos.at(in.get());
-            if (!ok[p] || group[p] >= 0 || is_root[p] || in->shape != root.shape) continue;
+            if (!ok[p] || group[p] >= 0 || is_root[p] || in->shape != root.shape ||
+                in->device != root.device)
+              continue;
             bool inside = true;
             for (size_t c : consumers[p]) inside = inside && group[c] == gid;
             if (!inside) continue;
@@ -170,6 +175,7 @@ class FuseElementwise : public Pass {
         attrs.code.push_back(ins);
       }
       auto f = ir::Node::make(OpCode::Fused, std::move(attrs), std::move(inputs));
+      f->device = root.device;
       ir::op_info(OpCode::Fused).infer(*f);
       f->trace_id = root.trace_id;
       repl[g.nodes[r].get()] = f;

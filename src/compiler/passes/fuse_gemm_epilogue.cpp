@@ -12,19 +12,19 @@
 // layer, masked by where this layer's relu was positive. The planner may write it in place over the
 // old momentum (the kernel reads each addend element just before writing that element).
 //
-// Conditions: the CPU backend runs the product through its own GEMM, which applies epilogues
-// for free (cpu::own_gemm_applies; elsewhere the Gemm kernel would add a pass of its own and
-// gain nothing); f32 throughout; the product has no other consumer and is not a step output, state
-// write or kept root; a matmul is 2-d on both sides (no batch); the addcmul's other operand has
-// the output's shape, and its product is one K block (K <= 384, a batch of at most 384 for a
-// weight gradient: see cpu::own_gemm_one_k_block). The Gemm kernel applies the same per-element
-// float operations in the same order as the separate kernels, so results are bitwise equal
-// (tests/unit/compiler).
+// Conditions: the product's backend applies an epilogue for free at this shape (the capability
+// query DeviceBackend::gemm_epilogue_applies; the CPU answers for its own GEMM, elsewhere the
+// Gemm kernel would add a pass of its own and gain nothing); f32 throughout; the product has no
+// other consumer and is not a step output, state write or kept root; a matmul is 2-d on both sides
+// (no batch); the addcmul's other operand has the output's shape, and its product is one K block (K
+// <= 384, a batch of at most 384 for a weight gradient: DeviceBackend::gemm_addend_exact). The Gemm
+// kernel applies the same per-element float operations in the same order as the separate kernels,
+// so results are bitwise equal (tests/unit/compiler).
 #include <algorithm>
 #include <unordered_map>
 
-#include "backend/cpu/gemm.h"
 #include "compiler/graph.h"
+#include "ir/device.h"
 
 namespace cstorch::compiler {
 namespace {
@@ -38,11 +38,11 @@ int64_t inner_size(const ir::Node& p) {
   return p.attr<ir::MatmulAttrs>().trans_a ? a[0] : a[1];
 }
 
-// Whether the CPU backend's own GEMM runs this product (and so applies an epilogue for free).
+// Whether the product's backend applies an epilogue to it for free.
 bool epilogue_is_free(const ir::Node& p) {
   const int64_t N = p.shape.back(), M = p.numel() / std::max<int64_t>(N, 1);
   const bool tb = p.op == OpCode::Linear || p.attr<ir::MatmulAttrs>().trans_b;
-  return cpu::own_gemm_applies(M, N, inner_size(p), tb);
+  return ir::device_backend(p.device).gemm_epilogue_applies(M, N, inner_size(p), tb);
 }
 
 bool f32(const ir::Node& n) {
@@ -69,6 +69,9 @@ bool fold_parameter_updates(Graph& g, std::unordered_map<const ir::Node*, int>& 
   for (auto& s : g.state)
     if (s.write) slot_of_write[s.write.get()] = &s;
   bool changed = false;
+  // The scale becomes an input of m: one defined after m (a CPU scalar moved to the device
+  // where it is used) moves to just before m, which its own inputs precede.
+  std::vector<std::pair<ir::NodePtr, ir::NodePtr>> moves;  // (scale, before this node)
   for (auto& u : g.nodes) {
     if (u->op != OpCode::Addcmul || !f32(*u)) continue;
     const ir::NodePtr p = u->inputs[0], m = u->inputs[1], r = u->inputs[2];
@@ -86,6 +89,12 @@ bool fold_parameter_updates(Graph& g, std::unordered_map<const ir::Node*, int>& 
     if (static_cast<int>(rp.size()) != uses[p.get()] ||
         std::any_of(rp.begin(), rp.end(), [&](size_t r) { return r != at_u && r >= at_m; }))
       continue;
+    if (pos[r.get()] > at_m) {
+      if (std::any_of(r->inputs.begin(), r->inputs.end(),
+                      [&](const ir::NodePtr& x) { return pos[x.get()] >= at_m; }))
+        continue;
+      moves.push_back({r, m});
+    }
     at.update = true;
     m->attrs = at;
     m->inputs.push_back(p);
@@ -94,6 +103,14 @@ bool fold_parameter_updates(Graph& g, std::unordered_map<const ir::Node*, int>& 
     u->attrs = ir::NoAttrs{};
     u->inputs = {p, m};
     changed = true;
+  }
+  for (auto& [r, before] : moves) {
+    auto from = std::find(g.nodes.begin(), g.nodes.end(), r);
+    auto to = std::find(g.nodes.begin(), g.nodes.end(), before);
+    if (from < to) continue;  // moved already (a scale shared by several updates)
+    ir::NodePtr keep = *from;
+    g.nodes.erase(from);
+    g.nodes.insert(std::find(g.nodes.begin(), g.nodes.end(), before), std::move(keep));
   }
   return changed;
 }
@@ -147,7 +164,8 @@ class FuseGemmEpilogue : public Pass {
         if (mm.op != OpCode::Matmul || !f32(mm) || !sole_use(mm) ||
             mm.inputs[0]->shape.size() != 2 || mm.inputs[1]->shape.size() != 2 ||
             mm.shape != n->shape || addend->shape != n->shape || scale->numel() != 1 ||
-            !epilogue_is_free(mm) || !cpu::own_gemm_one_k_block(inner_size(mm)))
+            !epilogue_is_free(mm) ||
+            !ir::device_backend(mm.device).gemm_addend_exact(inner_size(mm)))
           continue;
         const auto& ma = mm.attr<ir::MatmulAttrs>();
         std::vector<ir::NodePtr> inputs = {mm.inputs[0], mm.inputs[1], addend, scale};

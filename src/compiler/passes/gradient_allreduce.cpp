@@ -71,8 +71,10 @@ class GradientAllReduce : public Pass {
       // A bucket also closes before a gradient produced after an earlier member's first use:
       // its start must precede every unpack.
       size_t e = b, bytes = 0, earliest_use = SIZE_MAX;
+      // A bucket holds gradients of one device (its kernels pack and unpack there).
       while (e < grads.size() &&
-             (e == b || (bytes < bucket_bytes_ && pos[grads[e].get()] < earliest_use))) {
+             (e == b || (bytes < bucket_bytes_ && pos[grads[e].get()] < earliest_use &&
+                         grads[e]->device == grads[b]->device))) {
         auto fu = first_use.find(grads[e].get());
         if (fu != first_use.end()) earliest_use = std::min(earliest_use, fu->second);
         bytes += grads[e++]->nbytes();
@@ -81,12 +83,14 @@ class GradientAllReduce : public Pass {
       auto start =
           ir::Node::make(ir::OpCode::AllReduceStart,
                          ir::AllReduceAttrs{ops::next_collective_serial(), weight_}, members);
+      start->device = members.front()->device;
       ir::op_info(start->op).infer(*start);
       starts_after[pos[members.back().get()]].push_back(start);
       int64_t off = 0;
       for (auto& m : members) {
         auto u = ir::Node::make(ir::OpCode::AllReduceUnpack, ir::UnpackAttrs{off, m->shape, true},
                                 {start});
+        u->device = start->device;
         ir::op_info(u->op).infer(*u);
         off += m->numel();
         repl[m.get()] = u;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "compiler/graph.h"
+#include "ir/device.h"
 
 namespace cstorch::compiler {
 namespace {
@@ -28,7 +29,8 @@ bool is_identity(const ir::Dims& perm) {
 bool is_zero_fill(const ir::Node& n) {
   if (n.op == ir::OpCode::Full) return n.attr<ir::FullAttrs>().value == 0.0;
   if (n.op != ir::OpCode::Constant || !n.buffer) return false;
-  const auto* p = static_cast<const unsigned char*>(n.buffer->data);
+  const auto host = ir::host_view(n.buffer);
+  const auto* p = static_cast<const unsigned char*>(host->data);
   const size_t bytes = n.nbytes();
   for (size_t i = 0; i < bytes; ++i)
     if (p[i]) return false;
@@ -80,6 +82,7 @@ bool merge_padded_cats(ir::Node& n, std::vector<ir::NodePtr>& fills) {
     auto z = ir::Node::make(ir::OpCode::Full, ir::FullAttrs{0.0}, {});
     z->shape = s;
     z->dtype = n.dtype;
+    z->device = n.device;
     z->trace_id = n.trace_id;
     fills.push_back(z);
     inputs.push_back(z);

@@ -109,7 +109,7 @@ cc::ProgramStats gpt2_step_stats(bool recompute, std::string* summary) {
     g.batch_inputs = ctx.batch_inputs();
   }
   cc::optimize(g, "test");
-  cc::Program p(std::move(g), DeviceType::CPU, {});
+  cc::Program p(std::move(g), Device{}, {});
   *summary = p.summary();
   return p.stats();
 }

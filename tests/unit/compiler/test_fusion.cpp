@@ -66,7 +66,7 @@ void expect_bitwise_equal(const std::vector<In>& ins, F body, size_t min_fused, 
   auto run = [&](cc::Graph g) {
     std::vector<std::vector<uint8_t>> outs;
     for (auto& o : g.outputs) outs.emplace_back(o->nbytes());
-    cc::Program p(std::move(g), cs::DeviceType::CPU, {});
+    cc::Program p(std::move(g), cs::Device{}, {});
     std::vector<const void*> b;
     for (auto& d : data) b.push_back(d.data());
     std::vector<void*> o;
@@ -351,7 +351,7 @@ TEST(GemmEpilogue, ReluReluGradMomentumAndUpdateJoinTheProductsInPlace) {
   // The classifier's 10 x 24 weight gradient (M = 10 >= 8) is fused; a batch of 4 would not be
   // (K = 4 < 8: OpenBLAS runs it, and the epilogue stays a separate addcmul).
   EXPECT_EQ(count(g, OpCode::Relu), 0u) << g.dump();
-  cc::Program p(std::move(g), cs::DeviceType::CPU, {});
+  cc::Program p(std::move(g), cs::Device{}, {});
   EXPECT_EQ(p.stats().inplace_state_writes, 12u) << p.summary();  // 6 params + 6 buffers
   EXPECT_EQ(p.stats().copied_state_writes, 0u) << p.summary();
 }

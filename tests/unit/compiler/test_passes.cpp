@@ -92,7 +92,7 @@ TEST(Passes, TransposesFoldIntoGemmFlags) {
   // And the folded program computes the same values.
   Tensor a = cs::randn({5, 3}), b = cs::randn({4, 5});
   auto expect = cs::matmul(a.t(), b.t()).to_vector<float>();
-  cc::Program p(std::move(g), cs::DeviceType::CPU, {});
+  cc::Program p(std::move(g), cs::Device{}, {});
   std::vector<float> out(12);
   const void* ins[] = {a.data_ptr(), b.data_ptr()};
   void* outs[] = {out.data()};
@@ -137,7 +137,7 @@ TEST(MemoryPlan, ArenaReusesMemoryAndStateUpdatesInPlace) {
   setenv("CSTORCH_FUSION", "0", 1);
   cc::optimize(g, "test");
   unsetenv("CSTORCH_FUSION");
-  cc::Program p(std::move(g), cs::DeviceType::CPU, {});
+  cc::Program p(std::move(g), cs::Device{}, {});
   EXPECT_GT(p.stats().naive_bytes, 0u);
   EXPECT_LT(p.stats().arena_bytes * 4, p.stats().naive_bytes * 3) << p.summary();  // reuse
   EXPECT_EQ(p.stats().inplace_state_writes, 16u) << p.summary();  // 8 params + 8 momentum buffers
@@ -186,7 +186,7 @@ TEST(Passes, SumOfZeroPaddedCatsBecomesOneCat) {
   EXPECT_EQ(ab.inputs[1]->shape, (cs::Shape{2, 1}));
   EXPECT_EQ(ab.inputs[2]->op, cs::ir::OpCode::Input);
   // Values: run the simplified program.
-  cc::Program p(std::move(g), cs::DeviceType::CPU, {});
+  cc::Program p(std::move(g), cs::Device{}, {});
   std::vector<float> x0{1, 2, 3, 4}, x1{5, 6}, x2{7, 8, 9, 10, 11, 12}, o0(12), o1(12);
   const void* b[] = {x0.data(), x1.data(), x2.data()};
   void* o[] = {o0.data(), o1.data()};

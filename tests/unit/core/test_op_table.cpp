@@ -3,19 +3,19 @@
 
 #include <set>
 
-#include "ir/node.h"
+#include "ir/device.h"
 #include "ops/vjp.h"
 
 using namespace cstorch;
 
 TEST(OpTable, EveryOpHasItsRulesAndKernels) {
-  const auto& cpu = ir::kernels_for(DeviceType::CPU);
+  const auto& cpu = ir::device_backend(Device{});
   for (int i = 0; i < ir::kNumOps; ++i) {
     auto op = static_cast<ir::OpCode>(i);
     const auto& info = ir::op_info(op);
     EXPECT_NE(info.infer, nullptr) << info.name << ": no shape rule";
     EXPECT_NE(ops::vjp_of(op), nullptr) << info.name << ": no gradient rule (use CS_NO_VJP)";
-    EXPECT_NE(cpu.kernels[i], nullptr) << info.name << ": no CPU kernel";
+    EXPECT_NE(cpu.kernel(op), nullptr) << info.name << ": no CPU kernel";
   }
 }
 

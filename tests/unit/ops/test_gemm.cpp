@@ -157,38 +157,38 @@ void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
     auto lin = op(ir::OpCode::Linear, ir::NoAttrs{}, {A, W, b});
     auto relu = op(ir::OpCode::Relu, ir::NoAttrs{}, {lin});
     const void* in_lin[] = {a.data(), w.data(), bias.data()};
-    cpu::cpu_Linear(*lin, in_lin, tmp.data());
+    cpu::cpu_Linear(ir::KernelContext{}, *lin, in_lin, tmp.data());
     const void* in_relu[] = {tmp.data()};
-    cpu::cpu_Relu(*relu, in_relu, want.data());
+    cpu::cpu_Relu(ir::KernelContext{}, *relu, in_relu, want.data());
     auto g =
         op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_b = true, .bias = true, .relu = true}, {A, W, b});
-    cpu::cpu_Gemm(*g, in_lin, got.data());
+    cpu::cpu_Gemm(ir::KernelContext{}, *g, in_lin, got.data());
     EXPECT_EQ(got, want) << "relu(linear) M" << M << " N" << N << " K" << K;
   }
   auto mm = op(ir::OpCode::Matmul, ir::MatmulAttrs{.trans_a = ta}, {A, Bm});
   const void* in_mm[] = {a.data(), bm.data()};
-  cpu::cpu_Matmul(*mm, in_mm, tmp.data());
+  cpu::cpu_Matmul(ir::KernelContext{}, *mm, in_mm, tmp.data());
   // relu_grad(matmul, y)
   {
     auto rg = op(ir::OpCode::ReluGrad, ir::NoAttrs{}, {mm, y});
     const void* in_rg[] = {tmp.data(), yv.data()};
-    cpu::cpu_ReluGrad(*rg, in_rg, want.data());
+    cpu::cpu_ReluGrad(ir::KernelContext{}, *rg, in_rg, want.data());
     auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .relu_grad = true}, {A, Bm, y});
     const void* in_g[] = {a.data(), bm.data(), yv.data()};
-    cpu::cpu_Gemm(*g, in_g, got.data());
+    cpu::cpu_Gemm(ir::KernelContext{}, *g, in_g, got.data());
     EXPECT_EQ(got, want) << "relu_grad(matmul) M" << M << " N" << N << " K" << K;
   }
   // addcmul(matmul, C, s), into a fresh buffer and in place over C
   {
     auto ac = op(ir::OpCode::Addcmul, ir::NoAttrs{}, {mm, C, s});
     const void* in_ac[] = {tmp.data(), c.data(), &sv};
-    cpu::cpu_Addcmul(*ac, in_ac, want.data());
+    cpu::cpu_Addcmul(ir::KernelContext{}, *ac, in_ac, want.data());
     auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .addend = true}, {A, Bm, C, s});
     const void* in_g[] = {a.data(), bm.data(), c.data(), &sv};
-    cpu::cpu_Gemm(*g, in_g, got.data());
+    cpu::cpu_Gemm(ir::KernelContext{}, *g, in_g, got.data());
     std::vector<float> inplace = c;
     const void* in_gi[] = {a.data(), bm.data(), inplace.data(), &sv};
-    cpu::cpu_Gemm(*g, in_gi, inplace.data());
+    cpu::cpu_Gemm(ir::KernelContext{}, *g, in_gi, inplace.data());
     EXPECT_EQ(inplace, got) << "in place, M" << M << " N" << N << " K" << K;
     if (K < 8 || cpu::own_gemm_one_k_block(K)) {  // what the fusion pass creates
       EXPECT_EQ(got, want) << "addcmul(matmul) M" << M << " N" << N << " K" << K;
@@ -204,12 +204,12 @@ void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
       std::vector<float> p = random_vec(M * N, rng), p_want(M * N);
       auto up = op(ir::OpCode::Addcmul, ir::NoAttrs{}, {P, C, r});
       const void* in_up[] = {p.data(), want.data(), &rv};
-      cpu::cpu_Addcmul(*up, in_up, p_want.data());
+      cpu::cpu_Addcmul(ir::KernelContext{}, *up, in_up, p_want.data());
       auto gu = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .addend = true, .update = true},
                    {A, Bm, C, s, P, r});
       std::vector<float> mom = c;
       const void* in_gu[] = {a.data(), bm.data(), mom.data(), &sv, p.data(), &rv};
-      cpu::cpu_Gemm(*gu, in_gu, mom.data());
+      cpu::cpu_Gemm(ir::KernelContext{}, *gu, in_gu, mom.data());
       EXPECT_EQ(mom, want) << "momentum with update, M" << M << " N" << N << " K" << K;
       EXPECT_EQ(p, p_want) << "parameter update, M" << M << " N" << N << " K" << K;
     }

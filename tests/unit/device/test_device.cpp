@@ -1,0 +1,274 @@
+// The device layer, proven on the checking device (tests/support/checking_device.h): tensors
+// and compiled programs that live on a device whose memory host code must not touch. Results
+// must be bitwise those of the CPU, since the device runs the CPU kernels through the device ABI.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include <cstorch/amp.h>
+#include <cstorch/checkpoint.h>
+#include <cstorch/cstorch.h>
+
+#include "core/internal.h"
+#include "ir/device.h"
+#include "modelzoo/model.h"
+#include "modelzoo/registry.h"
+#include "runtime/run_mode.h"
+#include "support/checking_device.h"
+#include "unit/test_util.h"
+
+namespace {
+
+using namespace cstorch;
+using cstorch::testing::checking_device_stats;
+using cstorch::testing::register_checking_device;
+using cstorch::testing::rt;
+
+Device check() {
+  return register_checking_device();
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  auto x = detail::host_bytes(a, "test"), y = detail::host_bytes(b, "test");
+  return std::memcmp(x.data(), y.data(), x.size()) == 0;
+}
+
+TEST(Device, IdentityAndTransfers) {
+  const Device d = check();
+  EXPECT_EQ(device_str(d), "check:0");
+  EXPECT_EQ(parse_device("check"), d);
+  EXPECT_EQ(parse_device("CPU"), Device{});
+  Tensor x = rt({3, 4});
+  EXPECT_EQ(x.device(), Device{});
+  Tensor y = x.to(d);
+  EXPECT_EQ(y.device(), d);
+  EXPECT_TRUE(y.to(d).node() == y.node());  // already there: the same tensor
+  const auto before = checking_device_stats();
+  EXPECT_EQ(y.to_vector<float>(), x.to_vector<float>());  // through the transfer function
+  EXPECT_GT(checking_device_stats().to_host, before.to_host);
+  EXPECT_FLOAT_EQ(y.sum().item<float>(), x.sum().item<float>());
+  EXPECT_TRUE(bitwise_equal(y.to(Device{}), x));
+}
+
+TEST(Device, HostCodeTouchingDeviceMemoryFaults) {
+  const Device d = check();
+  Tensor y = rt({64}).to(d);
+  const float* p = static_cast<const float*>(y.node()->buffer->data);
+  // A stray host read (what a forgotten transfer would do) faults at once and is named.
+  EXPECT_DEATH(
+      {
+        volatile float v = p[0];
+        (void)v;
+      },
+      "host code touched device memory");
+  EXPECT_ERROR(y.data_ptr(), "whose memory the host cannot read");
+}
+
+TEST(Device, MixedDevicesAreAnErrorNamingOpAndDevices) {
+  const Device d = check();
+  Tensor a = rt({2, 3}).to(d), b = rt({2, 3});
+  EXPECT_ERROR(add(a, b), "add: input 1 is on device CPU but input 0 is on device check:0");
+  EXPECT_ERROR(matmul(b, rt({3, 2}).to(d)), "matmul");
+  // CPU scalars (0-d) join any device, as in PyTorch: hyper-parameters live on the CPU.
+  Tensor s = scalar_tensor(2.0);
+  EXPECT_EQ(mul(a, s).device(), d);
+  EXPECT_TRUE(bitwise_equal(mul(a, s).to(Device{}), mul(a.to(Device{}), s)));
+  EXPECT_EQ((a * 3.0).device(), d);
+}
+
+TEST(Device, GpuWithoutTheCudaBackendSaysHowToBuildIt) {
+  EXPECT_ERROR(rt({2}).to(Device{DeviceType::GPU, 0}),
+               "built without the CUDA backend; configure with -DCSTORCH_CUDA=ON");
+  nn::Linear lin(2, 2);
+  EXPECT_ERROR(lin->to(Device{DeviceType::GPU, 0}), "built without the CUDA backend");
+  EXPECT_ERROR(zeros({2}, DType::f32, Device{DeviceType::GPU, 0}), "CUDA backend");
+}
+
+TEST(Device, GradientsFlowBackAcrossATransfer) {
+  const Device d = check();
+  Tensor w = rt({4, 3}, 2).set_requires_grad();
+  Tensor x = rt({5, 4}, 3).to(d);
+  Tensor loss = (tanh(matmul(x, w.to(d))) * 0.5).sum();
+  loss.backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().device(), Device{});
+  Tensor w2 = rt({4, 3}, 2).set_requires_grad();
+  (tanh(matmul(x.to(Device{}), w2)) * 0.5).sum().backward();
+  EXPECT_TRUE(bitwise_equal(w.grad(), w2.grad()));
+}
+
+TEST(Device, ModuleToMovesParametersAndOptimizerStateFollows) {
+  const Device d = check();
+  manual_seed(3);
+  nn::Sequential m(nn::Linear(6, 8), nn::ReLU(), nn::Linear(8, 2));
+  manual_seed(3);
+  nn::Sequential ref(nn::Linear(6, 8), nn::ReLU(), nn::Linear(8, 2));
+  m->to(d);
+  for (auto& p : m->parameters()) {
+    EXPECT_EQ(p.device(), d);
+    EXPECT_TRUE(p.requires_grad() && p.is_leaf());
+  }
+  optim::Adam opt(m->parameters(), 1e-2), opt_ref(ref->parameters(), 1e-2);
+  Tensor x = rt({4, 6}, 7), y = from_vector(std::vector<int64_t>{0, 1, 1, 0}, {4});
+  for (int s = 0; s < 3; ++s) {
+    Tensor l = cross_entropy(m(x.to(d)), y.to(d));
+    l.backward();
+    opt.step();
+    opt.zero_grad();
+    Tensor lr = cross_entropy(ref(x), y);
+    lr.backward();
+    opt_ref.step();
+    opt_ref.zero_grad();
+    EXPECT_EQ(l.item<float>(), lr.item<float>()) << "step " << s;
+  }
+  auto ps = m->parameters(), rs = ref->parameters();
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_TRUE(bitwise_equal(ps[i], rs[i]));
+}
+
+// A traced training step on the device and on the CPU, from the same initial weights and
+// batches: losses and final weights bitwise equal, and the device program really ran there.
+template <class MakeModel, class MakeOpt, class Loss>
+void compare_traced(MakeModel make_model, MakeOpt make_opt, Loss loss_fn,
+                    const std::vector<Batch>& batches, int steps) {
+  const Device d = check();
+  auto run = [&](Device dev) {
+    runtime::StepDeviceScope scope(dev);
+    manual_seed(11);
+    auto model = make_model();
+    model->to(dev);
+    auto opt = make_opt(*model);
+    auto step = trace([&](const Batch& b) {
+      Tensor l = loss_fn(*model, b);
+      l.backward();
+      opt->step();
+      opt->zero_grad();
+      return l;
+    });
+    std::vector<float> losses;
+    for (int s = 0; s < steps; ++s)
+      losses.push_back(step(batches[s % batches.size()]).template item<float>());
+    std::vector<Tensor> params;
+    for (auto& p : model->parameters()) params.push_back(p.to(Device{}));
+    return std::make_pair(losses, params);
+  };
+  const auto before = checking_device_stats();
+  auto [dev_losses, dev_params] = run(d);
+  const auto after = checking_device_stats();
+  auto [cpu_losses, cpu_params] = run(Device{});
+  EXPECT_GT(after.kernels - before.kernels, steps * 5) << "the step did not run on the device";
+  ASSERT_EQ(dev_losses.size(), cpu_losses.size());
+  for (size_t s = 0; s < dev_losses.size(); ++s)
+    EXPECT_EQ(dev_losses[s], cpu_losses[s]) << "step " << s;  // bitwise: same kernels, same order
+  ASSERT_EQ(dev_params.size(), cpu_params.size());
+  for (size_t i = 0; i < dev_params.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(dev_params[i], cpu_params[i])) << "parameter " << i;
+}
+
+Batch mnist_like_batch(uint32_t seed) {
+  std::vector<int64_t> y(32);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>((i * 7 + seed) % 10);
+  return {{"x", rt({32, 784}, seed)}, {"y", from_vector(y, {32})}};
+}
+
+TEST(Device, TracedFcStepWithSgdMomentumIsBitwiseTheCpus) {
+  std::vector<Batch> batches = {mnist_like_batch(1), mnist_like_batch(2)};
+  compare_traced(
+      [] {
+        return std::make_shared<nn::SequentialImpl>(nn::Linear(784, 256), nn::ReLU(),
+                                                    nn::Dropout(0.1), nn::Linear(256, 256),
+                                                    nn::ReLU(), nn::Linear(256, 10));
+      },
+      [](nn::Module& m) { return std::make_unique<optim::SGD>(m.parameters(), 0.01, 0.9); },
+      [](nn::Module& m, const Batch& b) { return cross_entropy(m.forward(b.at("x")), b.at("y")); },
+      batches, 6);
+}
+
+TEST(Device, TracedMixedPrecisionStepIsBitwiseTheCpus) {
+  std::vector<Batch> batches = {mnist_like_batch(3), mnist_like_batch(4)};
+  compare_traced(
+      [] {
+        return std::make_shared<nn::SequentialImpl>(nn::Linear(784, 64), nn::GELU(),
+                                                    nn::Linear(64, 10));
+      },
+      [](nn::Module& m) { return std::make_unique<optim::AdamW>(m.parameters(), 1e-3); },
+      [](nn::Module& m, const Batch& b) {
+        Tensor logits;
+        {
+          amp::autocast ac(DType::bf16);
+          logits = m.forward(b.at("x"));
+        }
+        return cross_entropy(logits, b.at("y"));
+      },
+      batches, 4);
+}
+
+std::shared_ptr<modelzoo::Model> zoo_model(const std::string& name, const std::string& yaml) {
+  auto cfg = parse_config(yaml);
+  return modelzoo::models().create(name, modelzoo::ConfigView(cfg, "model"), "model.name");
+}
+
+Batch text_batch(const std::string& name) {
+  const int64_t B = 2, T = 8;
+  std::vector<int32_t> ids(B * T), mask(B * T, 1), labels(B * T), types(B * T, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int32_t>((i * 7 + 3) % 64);
+    labels[i] = static_cast<int32_t>((i * 5 + 1) % 64);
+  }
+  mask[15] = 0;
+  Batch b{{"input_ids", from_vector(ids, {B, T})}, {"attention_mask", from_vector(mask, {B, T})}};
+  if (name == "gpt2") {
+    b["labels"] = from_vector(labels, {B, T});
+  } else if (name == "bert") {
+    b["token_type_ids"] = from_vector(types, {B, T});
+    b["mlm_labels"] = from_vector(labels, {B, T});
+    b["next_sentence_label"] = from_vector(std::vector<int32_t>{0, 1}, {B});
+  } else {  // transformer, t5
+    std::vector<int32_t> dids(B * T), dmask(B * T, 1);
+    for (size_t i = 0; i < dids.size(); ++i) dids[i] = static_cast<int32_t>((i * 3 + 2) % 64);
+    dmask[B * T - 1] = 0;
+    labels[B * T - 1] = -100;
+    b["decoder_input_ids"] = from_vector(dids, {B, T});
+    b["decoder_attention_mask"] = from_vector(dmask, {B, T});
+    b["labels"] = from_vector(labels, {B, T});
+  }
+  return b;
+}
+
+class DeviceModels : public ::testing::TestWithParam<std::string> {};
+
+// Every Model Zoo language model trains on the device exactly as on the CPU (dropout on, so the
+// random draws are made on the device too).
+TEST_P(DeviceModels, TracedAdamWStepsAreBitwiseTheCpus) {
+  const std::string name = GetParam();
+  const std::string yaml =
+      name == "gpt2" || name == "bert"
+          ? "vocab_size: 64\nhidden_size: 32\nnum_hidden_layers: 2\nnum_heads: 2\n"
+            "max_position_embeddings: 16\nfilter_size: 64\ndropout_rate: 0.1\n"
+          : "vocab_size: 64\nd_model: 16\nnum_heads: 2\nd_ff: 32\nencoder_num_hidden_layers: 1\n"
+            "decoder_num_hidden_layers: 1\nmax_position_embeddings: 12\ndropout_rate: 0.1\n";
+  compare_traced([&] { return zoo_model(name, yaml); },
+                 [](nn::Module& m) { return std::make_unique<optim::AdamW>(m.parameters(), 3e-3); },
+                 [](modelzoo::Model& m, const Batch& b) { return m.loss(b); }, {text_batch(name)},
+                 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DeviceModels,
+                         ::testing::Values("gpt2", "bert", "transformer", "t5"),
+                         [](const auto& info) { return info.param; });
+
+TEST(Device, CheckpointsSaveFromAndLoadToTheDevice) {
+  const Device d = check();
+  const std::string path = ::testing::TempDir() + "/device_ckpt.mdl";
+  State s = State::map();
+  Tensor w = rt({5, 7}, 9);
+  s.set("w", State(w.to(d)));
+  save(s, path);
+  State back = load(path, d);
+  Tensor t = back.at("w").as_tensor();
+  EXPECT_EQ(t.device(), d);
+  EXPECT_TRUE(bitwise_equal(t.to(Device{}), w));
+  EXPECT_EQ(load(path).at("w").as_tensor().device(), Device{});
+}
+
+}  // namespace
