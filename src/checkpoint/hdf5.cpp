@@ -37,7 +37,11 @@ std::string h5_error() {
   H5Ewalk2(
       H5E_DEFAULT, H5E_WALK_DOWNWARD,
       [](unsigned, const H5E_error2_t* e, void* d) -> herr_t {
-        if (e->desc && *e->desc) static_cast<std::vector<std::string>*>(d)->push_back(e->desc);
+        if (e->desc && *e->desc) {
+          std::string desc = e->desc;  // (a write error's holds a ctime() newline)
+          desc.erase(std::remove(desc.begin(), desc.end(), '\n'), desc.end());
+          static_cast<std::vector<std::string>*>(d)->push_back(desc);
+        }
         return 0;
       },
       &descs);
