@@ -68,6 +68,11 @@ State load_pt(const std::string& path, std::optional<Device> map_location = {});
 void save_safetensors(const State& state, const std::string& path);
 State load_safetensors(const std::string& path, std::optional<Device> map_location = {});
 
+// Removes the temporary files that saves into folder `dir` left behind when their process was
+// killed mid-write (".NAME.tmp-PID-N", PID no longer running); files of live writers stay.
+// Returns how many were removed.
+int remove_stale_checkpoint_temp_files(const std::string& dir);
+
 // Loads `in` (any format) and saves it to `out` (format by extension).
 void convert_checkpoint(const std::string& in, const std::string& out);
 

@@ -37,6 +37,11 @@ class Logger {
   virtual void flush() {}
   // Flushes and releases the destination; later log_metrics calls are errors. Idempotent.
   virtual void close() {}
+  // A run starts (or resumes from a checkpoint) at global step `step`: records of later steps
+  // that the destination already holds (an earlier run went past that checkpoint before it
+  // was stopped) are dropped, so the steps logged again are not there twice. The metrics
+  // files rewrite themselves; other loggers ignore it.
+  virtual void resume_at(int64_t step) {}
 };
 
 // Seconds since the Unix epoch (the wall_time of TensorBoard events and metrics files).
@@ -79,13 +84,14 @@ uint32_t masked_crc32c(const void* data, size_t n);
 // log_metrics call, {"step": S, "wall_time": T, "<name>": value, ...}; non-finite values are
 // written as null. Both append to an existing file (a resumed run continues it; the CSV
 // header is written only to an empty file) and flush after every call, so a killed run keeps
-// what it logged.
+// what it logged. resume_at(S) rewrites the file without the rows of steps after S.
 class CSVLogger : public Logger {
  public:
   explicit CSVLogger(const std::filesystem::path& file);
   void log_metrics(int64_t step, const Scalars& metrics) override;
   void flush() override;
   void close() override;
+  void resume_at(int64_t step) override;
 
  private:
   std::filesystem::path path_;
@@ -99,6 +105,7 @@ class JSONLinesLogger : public Logger {
   void log_metrics(int64_t step, const Scalars& metrics) override;
   void flush() override;
   void close() override;
+  void resume_at(int64_t step) override;
 
  private:
   std::filesystem::path path_;
@@ -162,6 +169,7 @@ class MultiLogger : public Logger {
   void log_metrics(int64_t step, const Scalars& metrics) override;
   void flush() override;
   void close() override;
+  void resume_at(int64_t step) override;
   const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
 
  private:

@@ -172,6 +172,10 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
   // More than one replica means the CSX backend (this cluster).
   if (opts.num_csx > 1 && opts.target_device.empty()) opts.target_device = "CSX";
   Config root = cstorch::load_config_file(o.params);
+  CS_CHECK(root.is_object() || root.is_null(),
+           "config: {}: the top level is {}, not a map of sections (trainer: ..., or a legacy "
+           "params file's train_input: ..., model: ..., runconfig: ...)",
+           o.params, root.is_array() ? "a list" : "a single value");
   RunOverrides ov;
   if (!o.model_dir.empty()) ov.model_dir = o.model_dir;
   if (!o.checkpoint_path.empty()) ov.checkpoint_path = o.checkpoint_path;

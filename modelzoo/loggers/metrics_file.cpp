@@ -1,6 +1,12 @@
 // CSV and JSON-lines metrics files (writers and the reader the plot uses), MultiLogger and
 // the wall clock.
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <sstream>
 
 #include <cstorch/core/error.h>
@@ -30,6 +36,12 @@ std::ofstream open_append(const std::filesystem::path& file, const char* who, bo
   std::ofstream out(file, std::ios::app);
   CS_CHECK(out.good(), "{}: cannot open '{}' for writing", who, file.string());
   return out;
+}
+
+// The cause of a failed stream operation: errno as the failing write left it (callers
+// clear it first).
+std::string stream_error() {
+  return errno != 0 ? std::strerror(errno) : "the stream reported an error (no system error)";
 }
 
 std::string csv_field(const std::string& s) {
@@ -68,6 +80,58 @@ std::vector<std::string> csv_split(const std::string& line) {
   return f;
 }
 
+// The step of one line of a metrics file, if it has one (not the CSV header, not a damaged
+// line).
+std::optional<int64_t> line_step(const std::string& line, bool csv) {
+  if (csv) {
+    size_t comma = line.find(',');
+    if (comma == std::string::npos) return std::nullopt;
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(line.data(), line.data() + comma, v);
+    if (ec != std::errc() || p != line.data() + comma) return std::nullopt;
+    return v;
+  }
+  auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) return std::nullopt;
+  return j["step"].get<int64_t>();
+}
+
+// Rewrites `file` without its rows of steps after `step` (crash safe: a temporary file renamed
+// over it). Nothing happens when there are none.
+void drop_steps_after(const std::filesystem::path& file, int64_t step, bool csv, const char* who) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in.good()) return;  // not created yet
+  std::string line, kept;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    auto s = line_step(line, csv);
+    if (s && *s > step) {
+      dropped = true;
+      continue;
+    }
+    kept += line;
+    kept += '\n';
+  }
+  CS_CHECK(in.eof(), "{}: reading '{}' failed: {}", who, file.string(), stream_error());
+  in.close();
+  if (!dropped) return;
+  std::filesystem::path tmp = file;
+  tmp += fmt::format(".tmp-{}", static_cast<long>(::getpid()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    errno = 0;
+    out << kept;
+    out.flush();
+    CS_CHECK(out.good(), "{}: writing '{}' failed: {}", who, tmp.string(), stream_error());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    cstorch::fail("{}: replacing '{}' failed: {}", who, file.string(), ec.message());
+  }
+}
+
 // Shortest text that reads back as the same double ("{}" in fmt is round-trip exact).
 std::string number(double v) {
   return fmt::format("{}", v);
@@ -85,6 +149,7 @@ CSVLogger::CSVLogger(const std::filesystem::path& file) : path_(file) {
 void CSVLogger::log_metrics(int64_t step, const Scalars& metrics) {
   CS_CHECK(!closed_, "CSVLogger: log_metrics after close() ('{}')", path_.string());
   std::string t = fmt::format("{:.3f}", unix_time());
+  errno = 0;
   for (const auto& [name, value] : metrics)
     out_ << step << ',' << t << ',' << csv_field(name) << ',' << number(value) << '\n';
   flush();
@@ -92,8 +157,20 @@ void CSVLogger::log_metrics(int64_t step, const Scalars& metrics) {
 
 void CSVLogger::flush() {
   if (closed_) return;
+  if (out_.good()) errno = 0;  // else keep the cause of the write that failed
   out_.flush();
-  CS_CHECK(out_.good(), "CSVLogger: writing '{}' failed", path_.string());
+  CS_CHECK(out_.good(), "CSVLogger: writing '{}' failed: {}", path_.string(), stream_error());
+}
+
+void CSVLogger::resume_at(int64_t step) {
+  CS_CHECK(!closed_, "CSVLogger: resume_at after close() ('{}')", path_.string());
+  flush();
+  out_.close();
+  drop_steps_after(path_, step, /*csv=*/true, "CSVLogger");
+  bool empty = false;
+  out_ = open_append(path_, "CSVLogger", &empty);
+  if (empty) out_ << "step,wall_time,name,value\n";
+  flush();
 }
 
 void CSVLogger::close() {
@@ -122,14 +199,25 @@ void JSONLinesLogger::log_metrics(int64_t step, const Scalars& metrics) {
     else
       j[name] = nullptr;
   }
+  errno = 0;
   out_ << j.dump() << '\n';
   flush();
 }
 
 void JSONLinesLogger::flush() {
   if (closed_) return;
+  if (out_.good()) errno = 0;  // else keep the cause of the write that failed
   out_.flush();
-  CS_CHECK(out_.good(), "JSONLinesLogger: writing '{}' failed", path_.string());
+  CS_CHECK(out_.good(), "JSONLinesLogger: writing '{}' failed: {}", path_.string(), stream_error());
+}
+
+void JSONLinesLogger::resume_at(int64_t step) {
+  CS_CHECK(!closed_, "JSONLinesLogger: resume_at after close() ('{}')", path_.string());
+  flush();
+  out_.close();
+  drop_steps_after(path_, step, /*csv=*/false, "JSONLinesLogger");
+  bool empty = false;
+  out_ = open_append(path_, "JSONLinesLogger", &empty);
 }
 
 void JSONLinesLogger::close() {
@@ -200,6 +288,9 @@ void MultiLogger::flush() {
 }
 void MultiLogger::close() {
   for (auto& l : loggers_) l->close();
+}
+void MultiLogger::resume_at(int64_t step) {
+  for (auto& l : loggers_) l->resume_at(step);
 }
 
 }  // namespace modelzoo

@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 
 #include <cstorch/core/error.h>
@@ -74,6 +75,12 @@ std::string event_header(double wall_time, int64_t step) {
   return e;
 }
 
+// The cause of a failed stream operation: errno as the failing write left it (callers
+// clear it first).
+std::string stream_error() {
+  return errno != 0 ? std::strerror(errno) : "the stream reported an error (no system error)";
+}
+
 std::string hostname() {
   char buf[256] = {0};
   if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == 0) return "localhost";
@@ -127,10 +134,12 @@ void TensorBoardLogger::write_record(const std::string& payload) {
   uint32_t len_crc = masked_crc32c(header, 8);
   std::memcpy(header + 8, &len_crc, 4);
   uint32_t data_crc = masked_crc32c(payload.data(), payload.size());
+  errno = 0;
   out_.write(header, 12);
   out_.write(payload.data(), static_cast<std::streamsize>(payload.size()));
   out_.write(reinterpret_cast<const char*>(&data_crc), 4);
-  CS_CHECK(out_.good(), "TensorBoardLogger: writing '{}' failed", path_.string());
+  CS_CHECK(out_.good(), "TensorBoardLogger: writing '{}' failed: {}", path_.string(),
+           stream_error());
 }
 
 void TensorBoardLogger::log_metrics(int64_t step, const Scalars& metrics) {
@@ -149,8 +158,10 @@ void TensorBoardLogger::log_metrics(int64_t step, const Scalars& metrics) {
 
 void TensorBoardLogger::flush() {
   if (closed_) return;
+  if (out_.good()) errno = 0;  // else keep the cause of the write that failed
   out_.flush();
-  CS_CHECK(out_.good(), "TensorBoardLogger: flushing '{}' failed", path_.string());
+  CS_CHECK(out_.good(), "TensorBoardLogger: flushing '{}' failed: {}", path_.string(),
+           stream_error());
 }
 
 void TensorBoardLogger::close() {

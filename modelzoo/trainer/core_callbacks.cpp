@@ -13,6 +13,9 @@
 namespace modelzoo {
 
 void LoggingCallback::on_train_start(Trainer& t) {
+  // Resumed from a checkpoint: the metrics files lose the rows the interrupted run logged past
+  // it, which this run logs again.
+  loggers_->resume_at(t.global_step());
   if (progress_every_ <= 0 || t.run_steps() <= 0) return;
   ProgressBar::Options o;
   o.total_steps = t.global_step() + t.run_steps();

@@ -427,6 +427,20 @@ std::vector<std::pair<int64_t, std::string>> Trainer::checkpoints() const {
   return r;
 }
 
+namespace {
+// Saves killed mid-write leave their temporary files (".checkpoint_N.mdl.tmp-PID-N") in
+// model_dir: the main process removes those whose writer no longer runs.
+void remove_stale_temp_checkpoints(const std::string& model_dir) {
+  if (!cstorch::distributed::is_main_process()) return;
+  std::error_code ec;
+  if (!fs::is_directory(model_dir, ec)) return;
+  int n = cstorch::remove_stale_checkpoint_temp_files(model_dir);
+  if (n > 0)
+    fmt::print("removed {} temporary checkpoint file{} left in {} by interrupted saves\n", n,
+               n == 1 ? "" : "s", model_dir);
+}
+}  // namespace
+
 std::string Trainer::write_checkpoint(int64_t step, State state) {
   if (!cstorch::distributed::is_main_process()) return std::string();  // rank 0 writes
   fs::create_directories(model_dir_);
@@ -625,6 +639,7 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
   if (!participating_) return;  // a process beyond this trainer's replicas
   each([&](Callback& c) { c.on_fit_start(*this); });
   try {
+    remove_stale_temp_checkpoints(model_dir_);
     if (ckpt_path) {
       load_checkpoint(*ckpt_path);
     } else if (ckpt_.autoload_last_checkpoint) {

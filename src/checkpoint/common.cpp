@@ -6,9 +6,11 @@
 #include "ir/device.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -510,6 +512,40 @@ std::unique_ptr<FormatReader> open_any(const std::string& path, bool lazy) {
 }
 
 }  // namespace ckpt
+
+// Beside AtomicFile (ckpt), whose temporary names it recognises.
+int remove_stale_checkpoint_temp_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    // AtomicFile's temporary names: "." NAME ".tmp-" PID "-" N.
+    const std::string name = it->path().filename().string();
+    const size_t t = name.rfind(".tmp-");
+    if (name.empty() || name[0] != '.' || t == std::string::npos || t < 2) continue;
+    const std::string rest = name.substr(t + 5);
+    const size_t dash = rest.find('-');
+    auto digits = [](const std::string& d) {
+      return !d.empty() && d.size() <= 18 &&
+             std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (dash == std::string::npos || !digits(rest.substr(0, dash)) ||
+        !digits(rest.substr(dash + 1)))
+      continue;
+    const long long pid = std::stoll(rest.substr(0, dash));
+    if (pid <= 0 || pid > std::numeric_limits<pid_t>::max()) continue;
+    // The writer still runs (or runs as another user): its file is in use.
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code fec;
+    if (it->is_regular_file(fec)) stale.push_back(it->path());
+  }
+  int removed = 0;
+  for (const auto& p : stale) {
+    std::error_code rec;
+    if (fs::remove(p, rec)) ++removed;
+  }
+  return removed;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Public entry points.

@@ -3,10 +3,16 @@
 // each, and root attributes cstorch_format_version, cstorch_structure (JSON) and __SUCCESS__
 // (written last). Files use the HDF5 1.10 object format, whose metadata carries checksums, so
 // damaged metadata is reported by the library instead of being parsed.
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <set>
@@ -31,7 +37,11 @@ std::string h5_error() {
   H5Ewalk2(
       H5E_DEFAULT, H5E_WALK_DOWNWARD,
       [](unsigned, const H5E_error2_t* e, void* d) -> herr_t {
-        if (e->desc && *e->desc) static_cast<std::vector<std::string>*>(d)->push_back(e->desc);
+        if (e->desc && *e->desc) {
+          std::string desc = e->desc;  // (a write error's holds a ctime() newline)
+          desc.erase(std::remove(desc.begin(), desc.end(), '\n'), desc.end());
+          static_cast<std::vector<std::string>*>(d)->push_back(desc);
+        }
         return 0;
       },
       &descs);
@@ -218,6 +228,113 @@ void write_dataset(hid_t file, const std::string& name, const Tensor& t, const s
   // The flattened key, so a reader can find one tensor without the structure description.
   write_string_attr(ds, "cstorch_key", key, path, key);
 }
+
+// The temporary file being written, closed on every path. HDF5 1.10 cannot close a file
+// whose flush failed: the metadata cache is left in a state that makes the close, or the
+// library's exit handler, crash. So
+// - before each flush (and the close, which flushes) the file's space up to its end of
+//   allocation (everything HDF5 has placed, metadata included) is reserved, so a full disk is
+//   found before the flush writes anything;
+// - after an error the file's descriptor is pointed at an anonymous memory file before the
+//   close: the close then writes there and succeeds (the temporary file is removed anyway).
+class WriteFile {
+ public:
+  WriteFile(hid_t id, std::string path) : id_(id), path_(std::move(path)) {}
+  WriteFile(const WriteFile&) = delete;
+  WriteFile& operator=(const WriteFile&) = delete;
+  ~WriteFile() {
+    if (id_ >= 0) abandon();
+  }
+  bool ok() const { return id_ >= 0; }
+  operator hid_t() const { return id_; }
+
+  // Makes sure the disk holds the space the next flush writes to; an error otherwise.
+  void reserve(const char* before) {
+    int* fd = descriptor();
+    hsize_t size = 0;
+    if (!fd || H5Fget_filesize(id_, &size) < 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return;  // nothing to check against: the flush itself reports a problem
+    }
+    int err = 0;
+    if (test_hook_no_space(before)) {
+      err = ENOSPC;
+    } else if (::fallocate(*fd, 0, 0, static_cast<off_t>(size)) != 0) {
+      err = errno;
+      if (err != ENOSPC && err != EDQUOT && err != EFBIG) {
+        // The file system cannot reserve (EOPNOTSUPP and the like): compare with its free
+        // space instead.
+        struct stat st {};
+        struct statvfs vfs {};
+        err = 0;
+        if (::fstat(*fd, &st) == 0 && ::fstatvfs(*fd, &vfs) == 0) {
+          uint64_t have = static_cast<uint64_t>(st.st_blocks) * 512;
+          uint64_t need = size > have ? size - have : 0;
+          if (static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < need) err = ENOSPC;
+        }
+      }
+    }
+    if (err != 0)
+      fail("save {}: {} failed: cannot reserve {} bytes for the file: {}", path_, before,
+           static_cast<uint64_t>(size), std::strerror(err));
+  }
+
+  herr_t flush() {
+    herr_t r = H5Fflush(id_, H5F_SCOPE_GLOBAL);
+    if (r < 0) flush_failed_ = true;
+    return r;
+  }
+  herr_t close() {
+    herr_t r = H5Fclose(id_);
+    id_ = -1;  // closed, or (failed) in a state no further call may touch
+    return r;
+  }
+
+  // Test hook: CSTORCH_TEST_SAVE_NO_SPACE=data makes the disk full (the file's descriptor
+  // writes to /dev/full) half way through the tensors; =flush makes the reservation before
+  // the flush find no space.
+  void test_hook_disk_full() {
+    const char* h = std::getenv("CSTORCH_TEST_SAVE_NO_SPACE");
+    int* fd = h && std::string(h) == "data" ? descriptor() : nullptr;
+    if (!fd) return;
+    int full = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
+    if (full >= 0) {
+      ::dup2(full, *fd);
+      ::close(full);
+    }
+  }
+
+ private:
+  static bool test_hook_no_space(const char* before) {
+    const char* h = std::getenv("CSTORCH_TEST_SAVE_NO_SPACE");
+    return h && std::string(h) == "flush" && std::string(before) == "flush";
+  }
+  int* descriptor() {
+    void* handle = nullptr;
+    if (H5Fget_vfd_handle(id_, H5P_DEFAULT, &handle) < 0 || !handle) {
+      H5Eclear2(H5E_DEFAULT);
+      return nullptr;
+    }
+    return static_cast<int*>(handle);  // the default (sec2) driver's descriptor
+  }
+  void abandon() {
+    if (int* fd = descriptor()) {
+      int sink = ::memfd_create("cstorch-abandoned-save", MFD_CLOEXEC);
+      if (sink >= 0) {
+        ::dup2(sink, *fd);  // also releases the temporary file's disk space
+        ::close(sink);
+      }
+    }
+    // After a failed flush (an I/O error despite the reservation) closing would crash: the
+    // handle is left open, its descriptor on the memory file.
+    if (!flush_failed_) H5Fclose(id_);
+    H5Eclear2(H5E_DEFAULT);
+    id_ = -1;
+  }
+  hid_t id_;
+  std::string path_;
+  bool flush_failed_ = false;
+};
 
 int64_t count_tensors(const State& s) {
   if (s.is_tensor()) return 1;
@@ -462,7 +579,7 @@ void save_hdf5(const State& state, const std::string& path) {
     // Metadata (object headers, link index, attributes) in 256 KiB blocks rather than small
     // pieces between the tensors: opening the file and finding one tensor touches few pages.
     H5Pset_meta_block_size(fapl, 256 << 10);
-    Hid file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
+    WriteFile file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), path);
     if (!file.ok()) fail("save {}: cannot create {}: {}", path, tmp, h5_error());
     write_int_attr(file, "cstorch_format_version", kCheckpointFormatVersion, path);
 
@@ -499,12 +616,15 @@ void save_hdf5(const State& state, const std::string& path) {
         H5Fflush(file, H5F_SCOPE_GLOBAL);
         maybe_pause_save(tmp);
       }
+      if (written == pause_at) file.test_hook_disk_full();
       return j;
     });
     write_string_attr(file, "cstorch_structure", root.dump(), path, "");
     // Everything else reaches the file before the marker is added.
-    if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) fail("save {}: flush failed: {}", path, h5_error());
+    file.reserve("flush");
+    if (file.flush() < 0) fail("save {}: flush failed: {}", path, h5_error());
     write_int_attr(file, "__SUCCESS__", 1, path);
+    file.reserve("close");
     if (file.close() < 0) fail("save {}: closing the file failed: {}", path, h5_error());
   }
   out.commit();

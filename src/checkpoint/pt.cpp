@@ -517,21 +517,29 @@ struct PyObj {
   Shape shape, stride;
 };
 
-Obj mk(PyObj::T t) {
-  auto o = std::make_shared<PyObj>();
-  o->t = t;
-  return o;
-}
-
 std::optional<DType> dtype_of_storage(const std::string& name) {
   for (int i = 0; i < kNumDTypes; ++i)
     if (name == storage_name(static_cast<DType>(i))) return static_cast<DType>(i);
   return std::nullopt;
 }
 
+// The objects it makes live until the Unpickler is destroyed, which first cuts every link
+// between them and then frees them one by one: freeing a deep chain (a hostile file nests
+// lists 200000 deep) link by link would recurse once per level, and a cycle made through the
+// memo would never be freed. Objects kept past that (the storages tensors refer to) have no
+// links.
 class Unpickler {
  public:
   Unpickler(const std::string& data, const std::string& path) : d_(data), path_(path) {}
+  Unpickler(const Unpickler&) = delete;
+  Unpickler& operator=(const Unpickler&) = delete;
+  ~Unpickler() {
+    for (auto& o : all_) {  // every object is still held by all_: nothing is freed here
+      o->items.clear();
+      o->dict.clear();
+      o->storage.reset();
+    }
+  }
 
   Obj run() {
     for (;;) {
@@ -884,9 +892,17 @@ class Unpickler {
     return s;
   }
 
+  Obj mk(PyObj::T t) {
+    auto o = std::make_shared<PyObj>();
+    o->t = t;
+    all_.push_back(o);
+    return o;
+  }
+
   const std::string& d_;
   std::string path_;
   size_t pos_ = 0;
+  std::vector<Obj> all_;  // every object made (see the class comment)
   std::vector<Obj> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint32_t, Obj> memo_;
@@ -920,8 +936,8 @@ class PtReader : public FormatReader {
       version = std::atoll(v.c_str());
     }
     std::string data = zip_.read_all(pkl, uint64_t{1} << 31);
-    Obj top = Unpickler(data, p).run();
-    root = convert(top, "", 0);
+    Unpickler unpickler(data, p);
+    root = convert(unpickler.run(), "", 0);
     link_shared(entries);
   }
 

@@ -4,9 +4,11 @@
 // not a flat map of distinct tensors keeps its structure (docs/checkpoint-format.md) in
 // __metadata__["cstorch_structure"], so it round-trips; files without it load as a flat map in
 // header order.
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "checkpoint/common.h"
 
@@ -87,8 +89,9 @@ class SafetensorsReader : public FormatReader {
         bad(fmt::format("data_offsets [{}, {}] do not fit {} bytes of data in a {}-byte buffer", b,
                         e, nbytes, data_size));
       by_name.emplace(name, static_cast<int64_t>(tensors_.size()));
-      tensors_.push_back({name, *dtype, shape, b});
+      tensors_.push_back({name, *dtype, shape, b, e});
     }
+    check_data_layout(p, data_size);
     // The nested structure, when cstorch wrote one.
     std::optional<Json> structure;
     if (auto m = h.find("__metadata__"); m != h.end()) {
@@ -138,8 +141,36 @@ class SafetensorsReader : public FormatReader {
     std::string name;
     DType dtype;
     Shape shape;
-    uint64_t begin;
+    uint64_t begin, end;
   };
+  // As the format's reference implementation requires: the tensors' data, in offset order,
+  // tiles the data buffer exactly, from its start to the end of the file, without gaps or
+  // overlaps. A header length a few bytes off (the JSON still parses: the header's padding
+  // is spaces) shifts the buffer, which this catches.
+  void check_data_layout(const std::string& p, uint64_t data_size) const {
+    std::vector<const T*> order;
+    for (const auto& t : tensors_) order.push_back(&t);
+    std::sort(order.begin(), order.end(), [](const T* a, const T* b) {
+      return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
+    });
+    uint64_t at = 0;
+    for (const T* t : order) {
+      if (t->begin != at)
+        fail(
+            "checkpoint {}: safetensors entry '{}': its data starts at byte {} of the data buffer "
+            "where the previous tensor's data ends at byte {} ({}); the header (or its length) "
+            "is damaged",
+            p, t->name, t->begin, at, t->begin > at ? "a gap" : "an overlap");
+      at = t->end;
+    }
+    if (at != data_size)
+      fail(
+          "checkpoint {}: safetensors {}: the tensors' data ends at byte {} of the data buffer "
+          "but the buffer (the rest of the file after the header) holds {} bytes; the header "
+          "length or the file size is wrong",
+          p, order.empty() ? std::string("header") : "entry '" + order.back()->name + "'", at,
+          data_size);
+  }
   int64_t add_entry(const std::string& key, int64_t storage) {
     const T& t = tensors_[static_cast<size_t>(storage)];
     Entry e;

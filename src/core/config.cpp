@@ -4,49 +4,134 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
 
 #include "cstorch/core/error.h"
 
 namespace cstorch {
 
-static Config convert(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
-    case YAML::NodeType::Sequence: {
-      Config a = Config::array();
-      for (const auto& x : n) a.push_back(convert(x));
-      return a;
-    }
-    case YAML::NodeType::Map: {
-      Config o = Config::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = convert(kv.second);
-      return o;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& s = n.Scalar();
-      if (n.Tag() == "!") return s;  // quoted: always a string
-      if (s == "true" || s == "True" || s == "TRUE") return true;
-      if (s == "false" || s == "False" || s == "FALSE") return false;
-      if (s == "null" || s == "~" || s.empty()) return s.empty() ? Config(s) : Config(nullptr);
-      try {
-        size_t pos = 0;
-        long long i = std::stoll(s, &pos, 10);
-        if (pos == s.size()) return i;
-      } catch (...) {
-      }
-      try {
-        size_t pos = 0;
-        double d = std::stod(s, &pos);
-        if (pos == s.size()) return d;
-      } catch (...) {
-      }
-      return s;
-    }
-  }
-  return nullptr;
+namespace {
+
+// Limits on what one YAML document may expand to. yaml-cpp resolves an alias (*name) to the
+// node it names, shared: a document of a few hundred bytes can describe a graph that expands
+// to billions of values, or that contains itself (`x: &a [1, *a]`). The conversion below walks
+// that graph without recursion and stops at these limits.
+constexpr size_t kMaxConfigDepth = 256;
+constexpr size_t kMaxConfigValues = 1000000;
+
+// A plain scalar as a number when all of it is one (strtoll / strtod, as std::stoll / std::stod
+// read them, without the cost of an exception per non-number).
+Config scalar(const YAML::Node& n) {
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return s;  // quoted: always a string
+  if (s == "true" || s == "True" || s == "TRUE") return true;
+  if (s == "false" || s == "False" || s == "FALSE") return false;
+  if (s == "null" || s == "~" || s.empty()) return s.empty() ? Config(s) : Config(nullptr);
+  const char* b = s.c_str();
+  char* end = nullptr;
+  errno = 0;
+  long long i = std::strtoll(b, &end, 10);
+  if (end != b && errno == 0 && static_cast<size_t>(end - b) == s.size()) return i;
+  errno = 0;
+  double d = std::strtod(b, &end);
+  if (end != b && errno == 0 && static_cast<size_t>(end - b) == s.size()) return d;
+  return s;
 }
+
+// The key path of a value for messages ("trainer.init.loggers[0]"), shortened when very long.
+std::string show_path(const std::string& p) {
+  if (p.empty()) return "the top level";
+  if (p.size() <= 160) return "'" + p + "'";
+  return "'" + p.substr(0, 70) + " ... " + p.substr(p.size() - 70) + "'";
+}
+
+// `where`: "config: FILE: " or "config: ", the start of every message.
+Config convert(const YAML::Node& top, const std::string& where) {
+  struct Frame {
+    YAML::Node node;
+    Config value;
+    YAML::const_iterator it, end;
+    std::string key;  // the key under the parent map (unused under a list)
+    size_t path_len;  // length of `path` without this frame's own component
+  };
+  size_t values = 0;
+  std::string path;
+  std::vector<Frame> stack;
+  // Converts `n` (at `path`): a scalar becomes `out` at once, a container is pushed as a frame
+  // whose value is filled as its children finish.
+  auto visit = [&](const YAML::Node& n, Config& out, std::string key, size_t path_len) -> bool {
+    if (++values > kMaxConfigValues)
+      fail(
+          "{}expands to more than {} values (the limit) at {}: YAML aliases (*name) repeat "
+          "large parts of the document?",
+          where, kMaxConfigValues, show_path(path));
+    switch (n.Type()) {
+      case YAML::NodeType::Sequence:
+      case YAML::NodeType::Map:
+        if (stack.size() >= kMaxConfigDepth)
+          fail(
+              "{}{} is nested deeper than {} levels (the limit): an alias that refers to a "
+              "node containing it, e.g. `x: &a [1, *a]`?",
+              where, show_path(path), kMaxConfigDepth);
+        stack.push_back(Frame{n, n.IsMap() ? Config::object() : Config::array(), n.begin(), n.end(),
+                              std::move(key), path_len});
+        return true;
+      case YAML::NodeType::Scalar:
+        out = scalar(n);
+        return false;
+      case YAML::NodeType::Null:
+      case YAML::NodeType::Undefined:
+        out = nullptr;
+        return false;
+    }
+    return false;
+  };
+  Config result;
+  visit(top, result, "", 0);
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    if (f.it == f.end) {
+      // Done: hand the value to the parent (or the result).
+      Frame done = std::move(stack.back());
+      stack.pop_back();
+      path.resize(done.path_len);
+      if (stack.empty()) {
+        result = std::move(done.value);
+      } else if (stack.back().value.is_array()) {
+        stack.back().value.push_back(std::move(done.value));
+      } else {
+        stack.back().value[done.key] = std::move(done.value);
+      }
+      continue;
+    }
+    const size_t len = path.size();
+    const bool map = f.node.IsMap();
+    std::string key;
+    if (map) {
+      key = f.it->first.as<std::string>();
+      path += (path.empty() ? "" : ".") + key;
+    } else {
+      path += "[" + std::to_string(f.value.size()) + "]";
+    }
+    // (A YAML::Node is a reference: copy-construct it; assigning would write the node.)
+    const YAML::Node child = map ? YAML::Node(f.it->second) : YAML::Node(*f.it);
+    ++f.it;
+    Config leaf;
+    if (visit(child, leaf, key, len)) continue;  // `f` may be invalid now: the stack grew
+    Frame& parent = stack.back();
+    if (parent.value.is_array())
+      parent.value.push_back(std::move(leaf));
+    else
+      parent.value[key] = std::move(leaf);
+    path.resize(len);
+  }
+  return result;
+}
+
+}  // namespace
 
 std::string ascii_lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -55,7 +140,7 @@ std::string ascii_lower(std::string s) {
 
 Config parse_config(const std::string& text) {
   try {
-    return convert(YAML::Load(text));
+    return convert(YAML::Load(text), "config: ");
   } catch (const YAML::Exception& e) {
     fail("config: cannot parse (line {}, column {}): {}", e.mark.line + 1, e.mark.column + 1,
          e.msg);
@@ -63,12 +148,19 @@ Config parse_config(const std::string& text) {
 }
 
 Config load_config_file(const std::string& path) {
+  std::error_code ec;
+  CS_CHECK(!std::filesystem::is_directory(path, ec), "config: '{}' is a directory, not a YAML file",
+           path);
   try {
-    return convert(YAML::LoadFile(path));
+    return convert(YAML::LoadFile(path), "config: " + path + ": ");
   } catch (const YAML::BadFile&) {
     fail("config: cannot open '{}'", path);
   } catch (const YAML::Exception& e) {
     fail("config: {}: line {}, column {}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a read error of the stream
+    fail("config: cannot read '{}': {}", path, e.what());
   }
 }
 

@@ -86,6 +86,22 @@ BinaryTokenDataset::BinaryTokenDataset(std::string path, int64_t msl, TokenType 
         "(truncated file, or another token type?)",
         path_, bytes, tsize_, token_name(type_));
   }
+  // A sparse file (a size set by truncate, a copy that never got its data) reads as zeros:
+  // it claims samples it does not hold, and a loader would allocate for all of them first.
+  // Small files are left alone (file systems may keep them inline, without blocks).
+  const auto stored = static_cast<int64_t>(st.st_blocks) * 512;
+  if (bytes >= (int64_t{1} << 20) && stored < bytes / 8) {
+    off_t hole = ::lseek(fd_, 0, SEEK_HOLE);  // only a real hole counts (not compression)
+    if (hole >= 0 && hole < static_cast<off_t>(bytes)) {
+      ::close(fd_);
+      fd_ = -1;
+      fail(
+          "BinaryTokenDataset: '{}' is {} bytes long but only {} bytes of it are stored on disk "
+          "(a sparse file whose missing data reads as zeros): a damaged or incompletely copied "
+          "file?",
+          path_, bytes, stored);
+    }
+  }
   int64_t tokens = bytes / static_cast<int64_t>(tsize_);
   if (tokens < msl_ + 1) {
     ::close(fd_);

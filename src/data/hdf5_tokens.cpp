@@ -12,6 +12,58 @@
 
 namespace cstorch::data {
 
+namespace {
+
+// The rows the header of `path` claims (dims: N, 3, msl) must be stored in the file. A damaged
+// or hostile header can claim 2^31 rows in a 1 KB file: HDF5 reads the missing data as zeros,
+// and the loader would allocate for every row before reading any.
+void check_rows_stored(hid_t d, const std::string& path, const hsize_t* dims, size_t elem) {
+  const uint64_t file_size = std::filesystem::file_size(path);
+  uint64_t claimed = 0;
+  bool overflow = __builtin_mul_overflow(dims[0], dims[1], &claimed) ||
+                  __builtin_mul_overflow(claimed, dims[2], &claimed) ||
+                  __builtin_mul_overflow(claimed, uint64_t{elem}, &claimed);
+  CS_CHECK(!overflow,
+           "Hdf5TokenDataset: '{}': dataset 'data' claims {} rows of {} tokens, more bytes than "
+           "any file holds: a damaged file",
+           path, dims[0], dims[2]);
+  hid_t dcpl = H5Dget_create_plist(d);
+  H5D_layout_t layout = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
+  int external = dcpl >= 0 ? H5Pget_external_count(dcpl) : 0;
+  hsize_t cdims[3] = {1, 1, 1};
+  int crank = layout == H5D_CHUNKED ? H5Pget_chunk(dcpl, 3, cdims) : 0;
+  if (dcpl >= 0) H5Pclose(dcpl);
+  H5Eclear2(H5E_DEFAULT);
+  if (dims[0] == 0 || external > 0) return;  // nothing claimed / data in other files
+  if (layout == H5D_CONTIGUOUS || layout == H5D_COMPACT) {
+    auto stored = static_cast<uint64_t>(H5Dget_storage_size(d));
+    H5Eclear2(H5E_DEFAULT);
+    CS_CHECK(claimed <= stored && claimed <= file_size,
+             "Hdf5TokenDataset: '{}': dataset 'data' claims {} rows of {} tokens ({} bytes) but "
+             "the file stores {} bytes of it and is {} bytes long: a damaged or truncated file",
+             path, dims[0], dims[2], claimed, stored, file_size);
+  } else if (layout == H5D_CHUNKED && crank == 3 && cdims[0] > 0 && cdims[1] > 0 && cdims[2] > 0) {
+    // Compressed chunks may be small, but every chunk the shape needs must be stored.
+    uint64_t needed = 1;
+    for (int k = 0; k < 3; ++k) needed *= (dims[k] + cdims[k] - 1) / cdims[k];  // <= claimed
+    hsize_t have = 0;
+    hid_t space = H5Dget_space(d);  // (1.10 takes no H5S_ALL here)
+    herr_t st = space >= 0 ? H5Dget_num_chunks(d, space, &have) : -1;
+    if (space >= 0) H5Sclose(space);
+    if (st < 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return;
+    }
+    CS_CHECK(have >= needed,
+             "Hdf5TokenDataset: '{}': dataset 'data' claims {} rows of {} tokens but the file "
+             "({} bytes) stores {} of the {} chunks those rows need: a damaged or incompletely "
+             "written file",
+             path, dims[0], dims[2], file_size, have, needed);
+  }
+}
+
+}  // namespace
+
 Hdf5TokenDataset::Hdf5TokenDataset(std::vector<std::string> files)
     : paths_(h5::expand_files(files, "Hdf5TokenDataset")) {
   h5::quiet();
@@ -35,6 +87,7 @@ Hdf5TokenDataset::Hdf5TokenDataset(std::vector<std::string> files)
       dset_ids_.push_back(d);
       hid_t type = H5Dget_type(d);
       H5T_class_t cls = H5Tget_class(type);
+      size_t elem = H5Tget_size(type);
       H5Tclose(type);
       CS_CHECK(cls == H5T_INTEGER,
                "Hdf5TokenDataset: '{}': dataset 'data' is not of an integer "
@@ -52,6 +105,7 @@ Hdf5TokenDataset::Hdf5TokenDataset(std::vector<std::string> files)
                "Hdf5TokenDataset: '{}': dataset 'data' has shape {}, expected (N, 3, msl): input "
                "ids, attention mask and labels per sample",
                path, shape);
+      check_rows_stored(d, path, dims, elem);
       int64_t msl = static_cast<int64_t>(dims[2]);
       if (msl_ == 0) msl_ = msl;
       CS_CHECK(msl == msl_,

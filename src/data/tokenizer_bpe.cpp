@@ -49,6 +49,18 @@ const ByteMap& byte_map() {
   return m;
 }
 
+// vocab.json nesting refused while parsing (a vocabulary is one flat object).
+constexpr int kMaxVocabDepth = 64;
+
+// A JSON value for a message: scalars as written (long ones cut), containers by kind and size,
+// never dumped whole.
+std::string short_json(const nlohmann::json& v) {
+  if (v.is_object() || v.is_array())
+    return fmt::format("{} ({} entries)", v.is_object() ? "an object" : "an array", v.size());
+  std::string s = v.dump();
+  return s.size() <= 60 ? s : s.substr(0, 57) + "...";
+}
+
 std::string read_file(const std::string& path, const char* what) {
   CS_CHECK(std::filesystem::is_regular_file(path), "{}: '{}': no such file", what, path);
   std::ifstream f(path, std::ios::binary);
@@ -137,7 +149,19 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::
   std::string text = read_file(vocab_json, what);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    // A vocabulary is one flat object; deeper nesting is refused while parsing, so a hostile
+    // file cannot build a structure that is deep to walk or print.
+    j = nlohmann::json::parse(
+        text, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+          if ((event == nlohmann::json::parse_event_t::object_start ||
+               event == nlohmann::json::parse_event_t::array_start) &&
+              depth >= kMaxVocabDepth)
+            fail(
+                "{}: '{}': JSON nested deeper than {} levels (the limit; a vocabulary is one "
+                "object mapping tokens to ids)",
+                what, vocab_json, kMaxVocabDepth);
+          return true;
+        });
   } catch (const nlohmann::json::parse_error& e) {
     auto [line, col] = line_col(text, e.byte > 0 ? e.byte - 1 : 0);
     fail("{}: '{}' line {} column {}: not valid JSON ({})", what, vocab_json, line, col, e.what());
@@ -149,7 +173,7 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::
   for (auto it = j.begin(); it != j.end(); ++it) {
     CS_CHECK(it.value().is_number_integer(),
              "{}: '{}': token \"{}\" has id {}, expected a non-negative integer", what, vocab_json,
-             it.key(), it.value().dump());
+             it.key(), short_json(it.value()));
     int64_t id = it.value().get<int64_t>();
     CS_CHECK(id >= 0 && id < INT32_MAX, "{}: '{}': token \"{}\" has id {}, outside 0..2^31-2", what,
              vocab_json, it.key(), id);

@@ -1,0 +1,123 @@
+// Config loading limits and errors: YAML aliases that refer to themselves or expand
+// exponentially stop at a depth / value limit with an error naming the file, the key path and
+// the limit; a directory or a top level that is not a map is named as such.
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "cstorch/config.h"
+#include "cstorch/core/error.h"
+#include "modelzoo/cli.h"
+#include "unit/test_util.h"
+
+namespace cs = cstorch;
+namespace fs = std::filesystem;
+using cs::testing::expect_error;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() /
+           ("cstorch_config_limits_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string write(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+  return p.string();
+}
+
+// "billion laughs": each level is a list of ten aliases of the previous one; 7 levels expand
+// to 10^7 scalars from a few hundred bytes.
+std::string laughs() {
+  std::string y = "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (int i = 1; i <= 6; ++i) {
+    std::string prev = "*a" + std::to_string(i - 1);
+    y += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) y += (k ? ", " : "") + prev;
+    y += "]\n";
+  }
+  return y;
+}
+
+}  // namespace
+
+TEST(ConfigLimits, AliasCycleIsAnErrorNamingFileKeyAndLimit) {
+  auto dir = temp_dir("cycle");
+  std::string p = write(dir / "a.yaml", "x: &a [1, *a]\n");
+  expect_error([&] { cs::load_config_file(p); },
+               {"config: " + p + ":", "'x[1][1][1]", "nested deeper than 256 levels"});
+  expect_error([&] { cs::parse_config("y: {z: &b [*b]}"); },
+               {"'y.z[0][0]", "nested deeper than 256 levels"});
+  fs::remove_all(dir);
+}
+
+TEST(ConfigLimits, ExponentialAliasExpansionFailsFast) {
+  auto dir = temp_dir("laughs");
+  std::string text = laughs();
+  ASSERT_LT(text.size(), 600u);
+  std::string p = write(dir / "laughs.yaml", text);
+  auto t0 = std::chrono::steady_clock::now();
+  expect_error([&] { cs::load_config_file(p); },
+               {"config: " + p + ":", "more than 1000000 values (the limit) at 'a"});
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 1.0);
+  fs::remove_all(dir);
+}
+
+TEST(ConfigLimits, DeepAndAliasedConfigsWithinTheLimitsLoad) {
+  // 200 levels of nesting, aliases shared a few times, and the scalar forms as before.
+  std::string y = "d: ";
+  for (int i = 0; i < 199; ++i) y += "[";
+  y += "1";
+  for (int i = 0; i < 199; ++i) y += "]";
+  y += "\nbase: &b {lr: 0.1, n: 3}\nuse: [*b, *b]\n";
+  y += "s: [+5, 0x10, 1e-400, 9999999999999999999, 1.5, abc, '12', true, ~, '', .5, 1e3]\n";
+  cs::Config c = cs::parse_config(y);
+  const cs::Config* d = &c["d"];
+  int depth = 0;
+  while (d->is_array()) d = &(*d)[0], ++depth;
+  EXPECT_EQ(depth, 199);
+  EXPECT_EQ(*d, 1);
+  EXPECT_EQ(c["use"][1]["lr"], 0.1);
+  EXPECT_EQ(c["use"][0]["n"], 3);
+  const cs::Config& s = c["s"];
+  EXPECT_TRUE(s[0].is_number_integer());
+  EXPECT_EQ(s[0], 5);
+  EXPECT_EQ(s[1], 16.0);      // strtod reads hex, as std::stod did
+  EXPECT_EQ(s[2], "1e-400");  // out of range: a string, as before
+  EXPECT_TRUE(s[3].is_number_float());
+  EXPECT_EQ(s[4], 1.5);
+  EXPECT_EQ(s[5], "abc");
+  EXPECT_EQ(s[6], "12");
+  EXPECT_EQ(s[7], true);
+  EXPECT_TRUE(s[8].is_null());
+  EXPECT_EQ(s[9], "");
+  EXPECT_EQ(s[10], 0.5);
+  EXPECT_EQ(s[11], 1000.0);
+}
+
+TEST(ConfigLimits, DirectoryAndNonMapTopLevelAreNamed) {
+  auto dir = temp_dir("shapes");
+  expect_error([&] { cs::load_config_file(dir.string()); },
+               {"config: '" + dir.string() + "' is a directory"});
+  // `cszoo fit` of a file whose top level is a list or a scalar.
+  for (auto [name, text, what] :
+       {std::tuple{"list.yaml", "- trainer: {}\n", "the top level is a list"},
+        std::tuple{"scalar.yaml", "just text\n", "the top level is a single value"}}) {
+    std::string p = write(dir / name, text);
+    CLI::App app;
+    int status = 1;
+    modelzoo::register_cszoo_commands(app, status);
+    std::vector<std::string> args = {p, "fit"};  // CLI11 takes them in reverse
+    expect_error([&] { app.parse(args); }, {"config: " + p + ":", what});
+  }
+  fs::remove_all(dir);
+}
