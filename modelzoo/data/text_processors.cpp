@@ -3,9 +3,10 @@
 // "TransformerDataProcessor" (keys and file layouts: docs/data.md). With `synthetic: true` (the
 // default) a data_dir without the split's files first gets the embedded synthetic corpus
 // (cstorch/data/text.h) written for the train and val splits.
+#include <cstdio>
 #include <filesystem>
-#include <mutex>
 
+#include "cstorch/data/dataset.h"
 #include "cstorch/data/text.h"
 #include "modelzoo/config_view.h"
 #include "modelzoo/model.h"
@@ -76,29 +77,25 @@ bool has_h5(const fs::path& dir) {
   return false;
 }
 
-// One lock for every processor: several processors may name the same folder.
-std::mutex& write_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-// Writes the synthetic data with `write` when `present()` is false.
+// Writes the synthetic data with `write` when `present()` is false: once, whichever processes
+// (replicas, separate runs) or processors name the same folder at the same time.
 template <class Present, class Write>
 void ensure(const Common& c, const ConfigView& a, const char* what, Present present, Write write) {
-  std::lock_guard<std::mutex> lock(write_mutex());
-  if (present()) return;
-  if (!c.synthetic)
-    cs::fail(
-        "{}: no {} files for split '{}' in '{}' (set synthetic: true to generate the "
-        "embedded corpus)",
-        a.child_path("data_dir"), what, c.split, c.dir);
-  if (c.split != "train" && c.split != "val")
-    cs::fail(
-        "{}: no files for split '{}' in '{}'; the synthetic corpus has only the splits train "
-        "and val",
-        a.child_path("split"), c.split, c.dir);
-  fmt::print("no {} files in {}: writing the synthetic corpus\n", what, c.dir);
-  write();
+  cs::data::write_once(c.dir, present, [&] {
+    if (!c.synthetic)
+      cs::fail(
+          "{}: no {} files for split '{}' in '{}' (set synthetic: true to generate the "
+          "embedded corpus)",
+          a.child_path("data_dir"), what, c.split, c.dir);
+    if (c.split != "train" && c.split != "val")
+      cs::fail(
+          "{}: no files for split '{}' in '{}'; the synthetic corpus has only the splits train "
+          "and val",
+          a.child_path("split"), c.split, c.dir);
+    fmt::print("no {} files in {}: writing the synthetic corpus\n", what, c.dir);
+    std::fflush(stdout);
+    write();
+  });
 }
 
 DataLoaderPtr loader(const Common& c, cs::utils::data::InputFn fn) {

@@ -228,6 +228,45 @@ TEST(DistributedE2E, TooFewWorkersAndTooFewProcesses) {
       << out;
 }
 
+// The first run on an empty data folder writes the synthetic data once: with 2 replicas of one
+// launch (rank 0 writes, the other waits) and with two separate processes started at once (a
+// file lock in the folder). Every rank writing at once used to fail ("write_idx: renaming ...").
+TEST(DistributedE2E, FirstRunsOnAnEmptyDataFolderWriteTheDataOnce) {
+  const fs::path root = setup().root / "empty_data";
+  auto config = [&](const std::string& name, const fs::path& data) {
+    fs::create_directories(root / name);
+    const std::string path = (root / name / "fit.yaml").string();
+    std::ofstream(path) << "trainer:\n  init:\n    device: CPU\n    model_dir: " +
+                               (root / name / "model").string() +
+                               "\n    model: {name: fc_mnist, hidden_sizes: [8]}\n"
+                               "    optimizer: {SGD: {lr: 0.05}}\n    loop: {max_steps: 2}\n"
+                               "    checkpoint: {steps: 2}\n"
+                               "  fit:\n    train_dataloader: {data_processor: "
+                               "MNISTDataProcessor, data_dir: " +
+                               data.string() + ", batch_size: 8}\n";
+    return path;
+  };
+  int st = 0;
+  std::string out =
+      run(mpirun(2) + kCszoo + " fit " + config("mpi", root / "data_mpi") + " --multireplica", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_TRUE(cstorch::data::mnist_files_exist((root / "data_mpi").string())) << out;
+  // Rank 0 alone wrote them.
+  size_t writes = 0;
+  for (size_t p = out.find("writing synthetic digits"); p != std::string::npos;
+       p = out.find("writing synthetic digits", p + 1))
+    ++writes;
+  EXPECT_EQ(writes, 1u) << out;
+  // Two processes that are not one MPI job.
+  const std::string a = config("first", root / "data_two"), b = config("second", root / "data_two");
+  out =
+      run(kCszoo + " fit " + a + " & p=$!; " + kCszoo + " fit " + b + " & q=$!; wait $p && wait $q",
+          &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_TRUE(fs::exists(root / "first" / "model" / "checkpoint_2.mdl")) << out;
+  EXPECT_TRUE(fs::exists(root / "second" / "model" / "checkpoint_2.mdl")) << out;
+}
+
 // One replica throws at step 5 while the other waits in the gradient all-reduce: both stop,
 // non-zero, within 30 s, and the message names the rank.
 TEST(DistributedE2E, AFailingRankStopsEveryRank) {
