@@ -359,6 +359,49 @@ TEST(DistributedE2E, TextModelsSplitTheGlobalBatchAcrossReplicas) {
   }
 }
 
+// Seed 004's switches: `runconfig.multireplica: True` in a legacy params.yaml trains on every
+// process of an mpirun launch (both through `cszoo fit` and the runner form `cszoo run`), and
+// cs_ip (runconfig or --cs_ip) is accepted and recorded in run_metadata.json.
+TEST(DistributedE2E, MultireplicaInParamsAndCsIp) {
+  const fs::path root = setup().root / "switches";
+  fs::create_directories(root);
+  const std::string params = (root / "params.yaml").string();
+  std::ofstream(params) << "train_input: {data_processor: MNISTDataProcessor, data_dir: " +
+                               setup().data.string() +
+                               ", batch_size: 32, synthetic: false}\n"
+                               "model: {name: fc_mnist, hidden_sizes: [16]}\n"
+                               "optimizer: {optimizer_type: SGD, learning_rate: 0.05}\n"
+                               "runconfig:\n  max_steps: 2\n  save_checkpoints_steps: 2\n"
+                               "  model_dir: " +
+                               (root / "fit").string() +
+                               "\n  mode: train\n  cs_ip: 10.4.5.3\n  multireplica: True\n";
+  auto metadata = [&](const std::string& name) {
+    std::ifstream f(root / name / "run_metadata.json");
+    return std::string((std::istreambuf_iterator<char>(f)), {});
+  };
+  int st = 0;
+  std::string out = run(mpirun(2) + kCszoo + " fit " + params, &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(metadata("fit").find("\"replicas\": 2"), std::string::npos) << metadata("fit") << out;
+  EXPECT_NE(metadata("fit").find("\"cs_ip\": \"10.4.5.3\""), std::string::npos) << metadata("fit");
+  out = run(mpirun(2) + kCszoo + " run --mode train --params " + params + " --model_dir " +
+                (root / "runner").string() + " --cs_ip 10.9.9.9",
+            &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(metadata("runner").find("\"replicas\": 2"), std::string::npos)
+      << metadata("runner") << out;
+  EXPECT_NE(metadata("runner").find("\"cs_ip\": \"10.9.9.9\""), std::string::npos)
+      << metadata("runner");
+  // The Trainer form with --cs_ip, one process.
+  out = run(kCszoo + " fit " + write_config({.name = "cs_ip", .max_steps = 2, .ckpt_steps = 2}) +
+                " --cs_ip 10.1.2.3",
+            &st);
+  ASSERT_EQ(st, 0) << out;
+  std::ifstream f(setup().root / "cs_ip" / "model" / "run_metadata.json");
+  std::string text((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NE(text.find("\"cs_ip\": \"10.1.2.3\""), std::string::npos) << text;
+}
+
 // One replica throws at step 5 while the other waits in the gradient all-reduce: both stop,
 // non-zero, within 30 s, and the message names the rank.
 TEST(DistributedE2E, AFailingRankStopsEveryRank) {
