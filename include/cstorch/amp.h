@@ -45,20 +45,30 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
 // ---------------------------------------------------------------------------------------------
 // Loss scaling.
+// Loss scaling. Defaults as seed 001's table: loss_scale 0.0 (no scaling: the seed's loop
+// builds a GradScaler only when loss_scale != 0.0), overflow_tolerance 0.05, max_gradient_norm
+// 0.05 (which only applies with dynamic scaling and global gradient clipping on).
 struct GradScalerOptions {
-  // "dynamic", or a number: the static loss scale. 0 is rejected (use no GradScaler instead).
-  std::variant<double, std::string> loss_scale = std::string("dynamic");
+  // "dynamic"; a positive number: the static loss scale; 0.0: no scaling (scale() returns the
+  // loss, step() is optimizer.step()). A negative or non-finite number is an error.
+  std::variant<double, std::string> loss_scale = 0.0;
   double init_scale = 32768.0;  // 2^15, dynamic only
   int64_t steps_per_increase = 2000;
   double min_loss_scale = 1.0 / 16384;  // 2^-14
   double max_loss_scale = 32768.0;      // 2^15
-  double overflow_tolerance = 0.0;
-  // When set, unscale_() clips the gradients to this global norm.
-  std::optional<double> max_gradient_norm;
+  // The largest fraction of steps with a non-finite gradient tolerated before the scale halves.
+  double overflow_tolerance = 0.05;
+  // Global gradient clipping built into the scaler (the seed's "DLS + GCC" case): with dynamic
+  // scaling and global_gradient_clipping on, unscale_() clips the gradients to this global
+  // norm; otherwise it has no effect. Must be > 0.
+  double max_gradient_norm = 0.05;
+  bool global_gradient_clipping = false;
 };
 
 // Cerebras/PyTorch-style GradScaler. All counters are 0-d tensors, so scale(), unscale_(),
-// step() and update() trace into the compiled step and run on every replay.
+// step() and update() trace into the compiled step and run on every replay. Without scaling
+// (loss_scale 0.0) every call keeps its order rules but changes nothing: scale() returns the
+// loss, unscale_() leaves the gradients, step() runs optimizer.step().
 //
 // step(optimizer): unscales (if unscale_ was not called), then runs optimizer.step() and keeps
 // its result only where the gradients' global norm is finite: every parameter and state tensor
@@ -71,7 +81,7 @@ struct GradScalerOptions {
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});
-  // Convenience: GradScaler("dynamic") or GradScaler(128.0).
+  // Convenience: GradScaler("dynamic"), GradScaler(128.0) or GradScaler(0.0) (no scaling).
   explicit GradScaler(std::variant<double, std::string> loss_scale);
 
   Tensor scale(const Tensor& loss);
@@ -80,6 +90,8 @@ class GradScaler {
   void update();
 
   bool dynamic() const { return dynamic_; }
+  // False for loss_scale 0.0 (no scaling).
+  bool enabled() const { return enabled_; }
   // 0-d tensors (read them in a step closure).
   const Tensor& loss_scale() const { return scale_; }
   const Tensor& steps_since_rescale() const { return steps_; }
@@ -95,6 +107,7 @@ class GradScaler {
  private:
   GradScalerOptions opt_;
   bool dynamic_ = true;
+  bool enabled_ = true;
   Tensor scale_, steps_, overflows_, skipped_;  // f32, i64, i64, i64
   Tensor finite_;                               // this step's verdict (between step and update)
   optim::Optimizer* unscaled_ = nullptr;        // optimizer unscaled since the last update

@@ -59,9 +59,15 @@ std::shared_ptr<Backend> backend();
 // options; `checkpoint_steps` becomes the DataExecutor's default and `model_dir` the default
 // directory for checkpoints. Calling it a second time in a process is an error, and so is
 // calling it after a backend of another type exists.
+//
+// compile_dir: where each compiled program's report is kept. The default (the seed's, or the
+// site's: $CSTORCH_DEFAULT_COMPILE_DIR) is used where this process can write it or create it;
+// elsewhere (a user without rights in /opt) configure() falls back to <model_dir>/cached_compile
+// with one warning on stderr naming both paths. Any other compile_dir is used as given.
+inline constexpr const char* kDefaultCompileDir = "/opt/cerebras/cached_compile";
 struct ConfigureOptions {
   std::string model_dir = "./";
-  std::string compile_dir = "/opt/cerebras/cached_compile";
+  std::string compile_dir = kDefaultCompileDir;
   bool compile_only = false;
   bool validate_only = false;
   int64_t checkpoint_steps = 0;

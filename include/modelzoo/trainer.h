@@ -137,6 +137,7 @@ class Trainer {
   std::vector<std::shared_ptr<cstorch::optim::lr_scheduler::LRScheduler>> schedulers_;
   std::shared_ptr<PrecisionCallback> precision_;
   std::string model_dir_;
+  std::string cs_ip_;  // trainer.init.cs_ip: recorded in run_metadata.json only
   LoopConfig loop_;
   CheckpointConfig ckpt_;
   LoggingConfig logging_;

@@ -30,6 +30,7 @@ struct CommonOptions {
   std::vector<std::string> mount_dirs, python_paths, job_labels;
   std::string target_device;
   bool multireplica = false;
+  std::string cs_ip;
 };
 
 void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
@@ -53,6 +54,9 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
   cmd->add_flag("--multireplica", o.multireplica,
                 "Data parallel over every process the launch provides (mpirun -np N): the "
                 "backend becomes CSX with num_csx N");
+  cmd->add_option("--cs_ip", o.cs_ip,
+                  "Address of the CS system (seed 004); recorded in run_metadata.json only: the "
+                  "replicas are the processes of this launch");
 }
 
 // Applies the backend-related options to every phase's init map.
@@ -60,6 +64,7 @@ void apply_backend_options(Config& root, const CommonOptions& o) {
   auto patch = [&](Config& phase) {
     if (!phase.is_object() || !phase.contains("init") || !phase["init"].is_object()) return;
     Config& init = phase["init"];
+    if (!o.cs_ip.empty()) init["cs_ip"] = o.cs_ip;
     if (!o.target_device.empty()) {
       if (init.contains("backend") && init["backend"].is_object())
         init["backend"]["backend_type"] = o.target_device;
@@ -186,6 +191,7 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
     if (runner) {
       // The legacy entry point goes through the runner factory, so custom runners run.
       if (!opts.target_device.empty()) root["runconfig"]["target_device"] = opts.target_device;
+      if (!opts.cs_ip.empty()) root["runconfig"]["cs_ip"] = opts.cs_ip;
       if (opts.num_csx > 0) root["runconfig"]["num_csx"] = opts.num_csx;
       if (mode == Mode::Fit) launch_replicas_if_needed(required_replicas(root, true));
       BaseRunner::create(root, ov)->run(legacy_mode, ov);

@@ -3,9 +3,10 @@
 // "TransformerDataProcessor" (keys and file layouts: docs/data.md). With `synthetic: true` (the
 // default) a data_dir without the split's files first gets the embedded synthetic corpus
 // (cstorch/data/text.h) written for the train and val splits.
+#include <cstdio>
 #include <filesystem>
-#include <mutex>
 
+#include "cstorch/data/dataset.h"
 #include "cstorch/data/text.h"
 #include "modelzoo/config_view.h"
 #include "modelzoo/model.h"
@@ -30,8 +31,8 @@ std::vector<std::string> keys(std::vector<std::string> extra) {
 struct Common {
   std::string dir, split;
   bool synthetic;
-  LoaderOptions loader;
-  cs::Config args;  // num_workers, prefetch for the DataLoader
+  LoaderOptions loader;  // batch_size: the global batch; each input_fn reads its share
+  cs::Config args;       // batch_size, num_workers, prefetch for the DataLoader
 };
 
 Common common(const ConfigView& a, const std::string& default_dir) {
@@ -46,7 +47,9 @@ Common common(const ConfigView& a, const std::string& default_dir) {
   c.loader.shuffle = a.get_bool("shuffle", train);
   c.loader.seed = static_cast<uint64_t>(a.get_int("shuffle_seed", 0));
   c.loader.drop_last = a.get_bool("drop_last", train);
-  c.args = cs::Config::object();
+  // The DataLoader splits the global batch across the replicas and passes each input_fn its
+  // replica's share as args["batch_size"] (options()).
+  c.args = {{"batch_size", batch}};
   if (a.has("num_workers")) c.args["num_workers"] = a.at("num_workers").as_int();
   if (a.has("prefetch")) c.args["prefetch"] = a.at("prefetch").as_int();
   return c;
@@ -76,53 +79,57 @@ bool has_h5(const fs::path& dir) {
   return false;
 }
 
-// One lock for every processor: several processors may name the same folder.
-std::mutex& write_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-// Writes the synthetic data with `write` when `present()` is false.
+// Writes the synthetic data with `write` when `present()` is false: once, whichever processes
+// (replicas, separate runs) or processors name the same folder at the same time.
 template <class Present, class Write>
 void ensure(const Common& c, const ConfigView& a, const char* what, Present present, Write write) {
-  std::lock_guard<std::mutex> lock(write_mutex());
-  if (present()) return;
-  if (!c.synthetic)
-    cs::fail(
-        "{}: no {} files for split '{}' in '{}' (set synthetic: true to generate the "
-        "embedded corpus)",
-        a.child_path("data_dir"), what, c.split, c.dir);
-  if (c.split != "train" && c.split != "val")
-    cs::fail(
-        "{}: no files for split '{}' in '{}'; the synthetic corpus has only the splits train "
-        "and val",
-        a.child_path("split"), c.split, c.dir);
-  fmt::print("no {} files in {}: writing the synthetic corpus\n", what, c.dir);
-  write();
+  cs::data::write_once(c.dir, present, [&] {
+    if (!c.synthetic)
+      cs::fail(
+          "{}: no {} files for split '{}' in '{}' (set synthetic: true to generate the "
+          "embedded corpus)",
+          a.child_path("data_dir"), what, c.split, c.dir);
+    if (c.split != "train" && c.split != "val")
+      cs::fail(
+          "{}: no files for split '{}' in '{}'; the synthetic corpus has only the splits train "
+          "and val",
+          a.child_path("split"), c.split, c.dir);
+    fmt::print("no {} files in {}: writing the synthetic corpus\n", what, c.dir);
+    std::fflush(stdout);
+    write();
+  });
+}
+
+// The loader options of one input_fn call: this replica's batch size, this worker.
+LoaderOptions options(LoaderOptions o, const cs::Config& args,
+                      const cs::utils::data::WorkerInfo& w) {
+  o.batch_size = args.at("batch_size").get<int64_t>();
+  o.worker = w;
+  return o;
 }
 
 DataLoaderPtr loader(const Common& c, cs::utils::data::InputFn fn) {
   return std::make_shared<cs::utils::data::DataLoader>(std::move(fn), c.args);
 }
 
-MODELZOO_REGISTER(
-    data_processors, "GptHDF5DataProcessor", [](const ConfigView& a) -> DataLoaderPtr {
-      a.check_keys(keys({}));
-      Common c = common(a, "data/gpt2");
-      int64_t msl = positive(a, "max_sequence_length", 128);
-      int64_t vocab = a.get_int("vocab_size", 0);
-      fs::path dir = fs::path(c.dir) / c.split;
-      ensure(
-          c, a, "GPT HDF5", [&] { return has_h5(dir); },
-          [&] { cs::data::write_synthetic_gpt_data(c.dir, msl); });
-      cs::data::GptDataOptions d{
-          .hdf5_files = {dir.string()}, .max_sequence_length = msl, .vocab_size = vocab};
-      return loader(c, [d, o = c.loader](const cs::Config&, const cs::utils::data::WorkerInfo& w) {
-        LoaderOptions lo = o;
-        lo.worker = w;
-        return cs::data::make_gpt_loader(d, lo);
-      });
-    });
+MODELZOO_REGISTER(data_processors, "GptHDF5DataProcessor",
+                  [](const ConfigView& a) -> DataLoaderPtr {
+                    a.check_keys(keys({}));
+                    Common c = common(a, "data/gpt2");
+                    int64_t msl = positive(a, "max_sequence_length", 128);
+                    int64_t vocab = a.get_int("vocab_size", 0);
+                    fs::path dir = fs::path(c.dir) / c.split;
+                    ensure(
+                        c, a, "GPT HDF5", [&] { return has_h5(dir); },
+                        [&] { cs::data::write_synthetic_gpt_data(c.dir, msl); });
+                    cs::data::GptDataOptions d{.hdf5_files = {dir.string()},
+                                               .max_sequence_length = msl,
+                                               .vocab_size = vocab};
+                    return loader(c, [d, o = c.loader](const cs::Config& args,
+                                                       const cs::utils::data::WorkerInfo& w) {
+                      return cs::data::make_gpt_loader(d, options(o, args, w));
+                    });
+                  });
 
 MODELZOO_REGISTER(data_processors, "GptFlatTokenDataProcessor",
                   [](const ConfigView& a) -> DataLoaderPtr {
@@ -138,11 +145,9 @@ MODELZOO_REGISTER(data_processors, "GptFlatTokenDataProcessor",
                                                .token_type = token_type(a),
                                                .max_sequence_length = msl,
                                                .vocab_size = vocab};
-                    return loader(c, [d, o = c.loader](const cs::Config&,
+                    return loader(c, [d, o = c.loader](const cs::Config& args,
                                                        const cs::utils::data::WorkerInfo& w) {
-                      LoaderOptions lo = o;
-                      lo.worker = w;
-                      return cs::data::make_gpt_loader(d, lo);
+                      return cs::data::make_gpt_loader(d, options(o, args, w));
                     });
                   });
 
@@ -163,10 +168,8 @@ MODELZOO_REGISTER(data_processors, "BertDataProcessor", [](const ConfigView& a) 
                               .vocab_size = vocab,
                               .mlm_probability = p,
                               .mask_seed = static_cast<uint64_t>(a.get_int("mask_seed", 0))};
-  return loader(c, [d, o = c.loader](const cs::Config&, const cs::utils::data::WorkerInfo& w) {
-    LoaderOptions lo = o;
-    lo.worker = w;
-    return cs::data::make_bert_loader(d, lo);
+  return loader(c, [d, o = c.loader](const cs::Config& args, const cs::utils::data::WorkerInfo& w) {
+    return cs::data::make_bert_loader(d, options(o, args, w));
   });
 });
 
@@ -205,10 +208,8 @@ MODELZOO_REGISTER(data_processors, "T5DataProcessor", [](const ConfigView& a) ->
       c, a, "T5 token", [&] { return fs::exists(file); },
       [&] { cs::data::write_synthetic_t5_data(c.dir); });
   d.file = file.string();
-  return loader(c, [d, o = c.loader](const cs::Config&, const cs::utils::data::WorkerInfo& w) {
-    LoaderOptions lo = o;
-    lo.worker = w;
-    return cs::data::make_t5_loader(d, lo);
+  return loader(c, [d, o = c.loader](const cs::Config& args, const cs::utils::data::WorkerInfo& w) {
+    return cs::data::make_t5_loader(d, options(o, args, w));
   });
 });
 
@@ -231,11 +232,9 @@ MODELZOO_REGISTER(data_processors, "TransformerDataProcessor",
                         [&] { return fs::exists(d.source_file) && fs::exists(d.target_file); },
                         [&] { cs::data::write_synthetic_translation_data(c.dir); });
                     auto corpus = cs::data::load_parallel_corpus(d);
-                    return loader(c, [corpus, o = c.loader](const cs::Config&,
+                    return loader(c, [corpus, o = c.loader](const cs::Config& args,
                                                             const cs::utils::data::WorkerInfo& w) {
-                      LoaderOptions lo = o;
-                      lo.worker = w;
-                      return cs::data::make_parallel_loader(corpus, lo);
+                      return cs::data::make_parallel_loader(corpus, options(o, args, w));
                     });
                   });
 

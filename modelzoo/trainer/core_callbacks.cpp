@@ -2,6 +2,7 @@
 #include "modelzoo/trainer/core_callbacks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "cstorch/distributed.h"
@@ -120,15 +121,28 @@ PrecisionCallback::PrecisionCallback(const ConfigView& p) {
   } else {
     cstorch::fail("{}: must be bf16 or f16, got '{}'", p.child_path("dtype"), dt);
   }
-  // f16 needs loss scaling (dynamic unless a number is given); bf16 only when asked.
+  // f16 needs loss scaling (dynamic unless a number is given); bf16 only when asked. As in the
+  // seed's loop, a GradScaler is built only when the factor is not 0.0 (0.0: no loss scaling).
   if (!p.has("loss_scaling_factor") && dtype_ != cstorch::DType::f16) return;
   cstorch::amp::GradScalerOptions o;
+  o.loss_scale = std::string("dynamic");
   if (p.has("loss_scaling_factor")) {
     ConfigView f = p.at("loss_scaling_factor");
-    if (f.value().is_number())
-      o.loss_scale = f.as_double();
-    else
-      o.loss_scale = f.as_string();
+    if (f.value().is_number()) {
+      const double v = f.as_double();
+      if (!(v >= 0 && std::isfinite(v)))
+        cstorch::fail(
+            "{}: must be \"dynamic\", a positive static loss scale or 0.0 (no loss scaling), "
+            "got {}",
+            f.path(), v);
+      if (v == 0.0) return;
+      o.loss_scale = v;
+    } else if (f.as_string() != "dynamic") {
+      cstorch::fail(
+          "{}: must be \"dynamic\", a positive static loss scale or 0.0 (no loss scaling), got "
+          "'{}'",
+          f.path(), f.as_string());
+    }
   }
   o.init_scale = p.get_double("initial_loss_scale", o.init_scale);
   o.steps_per_increase = p.get_int("steps_per_increase", o.steps_per_increase);

@@ -1,6 +1,8 @@
 // Legacy params.yaml conversion and the runner API (seed 002) over the Trainer.
 #include "modelzoo/legacy.h"
 
+#include "cstorch/distributed.h"
+
 namespace modelzoo {
 
 bool is_legacy_params(const Config& root) {
@@ -84,14 +86,31 @@ Config convert_legacy_params(const Config& params, const std::string& mode_in) {
   if (r.has("model_dir")) init["model_dir"] = rc["model_dir"];
   if (r.has("seed")) init["seed"] = rc["seed"];
 
+  // cs_ip names the CS system (seed 004); here it is recorded in the run metadata only.
+  if (r.has("cs_ip")) init["cs_ip"] = r.at("cs_ip").as_string();
+
+  std::string mode = mode_in.empty() ? r.get_string("mode", "train") : mode_in;
   std::string device = r.get_string("target_device", "CPU");
   const bool compile_only = r.get_bool("compile_only", false),
              validate_only = r.get_bool("validate_only", false);
-  if (compile_only || validate_only || r.has("num_csx") || r.has("num_workers_per_csx")) {
+  // multireplica: True (seed 004) trains data parallel over every process of the launch, as
+  // --multireplica does: the CSX backend with num_csx = the launch's size. Training only.
+  int replicas = 0;
+  if (r.get_bool("multireplica", false)) {
+    if (mode == "train" || mode == "train_and_eval") {
+      device = "CSX";
+      replicas = cstorch::distributed::world_size();
+    } else if (cstorch::distributed::is_main_process()) {
+      fmt::print(stderr, "warning: runconfig.multireplica is ignored in evaluation\n");
+    }
+  }
+  if (compile_only || validate_only || r.has("num_csx") || r.has("num_workers_per_csx") ||
+      replicas > 0) {
     Config be = {
         {"backend_type", device}, {"compile_only", compile_only}, {"validate_only", validate_only}};
     Config cc = Config::object();
     if (r.has("num_csx")) cc["num_csx"] = rc["num_csx"];
+    if (replicas > 0) cc["num_csx"] = replicas;
     if (r.has("num_workers_per_csx")) cc["num_workers_per_csx"] = rc["num_workers_per_csx"];
     if (!cc.empty()) be["cluster_config"] = cc;
     init["backend"] = be;
@@ -99,7 +118,6 @@ Config convert_legacy_params(const Config& params, const std::string& mode_in) {
     init["device"] = device;
   }
 
-  std::string mode = mode_in.empty() ? r.get_string("mode", "train") : mode_in;
   Config phase = {{"init", init}};
   auto ckpt_path = r.has("checkpoint_path") ? rc["checkpoint_path"] : Config();
   if (mode == "train" || mode == "train_and_eval") {

@@ -170,9 +170,10 @@ struct Trainer::Impl {
 
 Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
   init.check_keys({"device", "backend", "model_dir", "seed", "model", "optimizer", "schedulers",
-                   "precision", "loop", "checkpoint", "logging", "callbacks", "loggers"});
+                   "precision", "loop", "checkpoint", "logging", "callbacks", "loggers", "cs_ip"});
   backend_ = make_backend(init);
   model_dir_ = init.get_string("model_dir", "./model_dir");
+  cs_ip_ = init.get_string("cs_ip", "");
   seed_ = static_cast<uint64_t>(init.get_int("seed", 0));
   loop_ = parse_loop(init.has("loop") ? init.at("loop") : ConfigView(Config(), ""));
   ckpt_ =
@@ -599,7 +600,8 @@ void Trainer::combine_validation(double& sum, int64_t& steps) {
 }
 
 // model_dir/run_metadata.json (main process): the backend, the launch and every
-// cluster_config field, job labels included.
+// cluster_config field, job labels included, and the CS system address (cs_ip, null when not
+// given; recorded only: the replicas are this launch's processes).
 void Trainer::write_run_metadata() {
   if (!cstorch::distributed::is_main_process()) return;
   const auto& o = backend_->options();
@@ -625,7 +627,8 @@ void Trainer::write_run_metadata() {
                             {"transfer_processes", c.transfer_processes},
                             {"job_labels", c.job_labels},
                             {"mgmt_address", c.mgmt_address}}},
-                          {"job_labels", labels}};
+                          {"job_labels", labels},
+                          {"cs_ip", cs_ip_.empty() ? cstorch::Config() : cstorch::Config(cs_ip_)}};
   fs::create_directories(model_dir_);
   std::ofstream(fs::path(model_dir_) / "run_metadata.json") << meta.dump(2) << "\n";
 }

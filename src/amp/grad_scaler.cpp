@@ -34,12 +34,13 @@ GradScaler::GradScaler(GradScalerOptions o) : opt_(std::move(o)) {
     init = opt_.init_scale;
   } else {
     double v = std::get<double>(opt_.loss_scale);
-    CS_CHECK(v > 0 && std::isfinite(v),
-             "GradScaler: a static loss_scale must be a positive number, got {} (use no "
-             "GradScaler to train without loss scaling)",
+    CS_CHECK(v >= 0 && std::isfinite(v),
+             "GradScaler: a static loss_scale must be a positive number (or 0.0 for no loss "
+             "scaling), got {}",
              v);
     dynamic_ = false;
-    init = v;
+    enabled_ = v != 0.0;
+    init = enabled_ ? v : 1.0;
   }
   CS_CHECK(opt_.init_scale > 0, "GradScaler: init_scale must be > 0, got {}", opt_.init_scale);
   CS_CHECK(opt_.steps_per_increase >= 1, "GradScaler: steps_per_increase must be >= 1, got {}",
@@ -49,8 +50,8 @@ GradScaler::GradScaler(GradScalerOptions o) : opt_(std::move(o)) {
            opt_.min_loss_scale, opt_.max_loss_scale);
   CS_CHECK(opt_.overflow_tolerance >= 0, "GradScaler: overflow_tolerance must be >= 0, got {}",
            opt_.overflow_tolerance);
-  CS_CHECK(!opt_.max_gradient_norm || *opt_.max_gradient_norm > 0,
-           "GradScaler: max_gradient_norm must be > 0, got {}", opt_.max_gradient_norm.value_or(0));
+  CS_CHECK(opt_.max_gradient_norm > 0 && std::isfinite(opt_.max_gradient_norm),
+           "GradScaler: max_gradient_norm must be > 0, got {}", opt_.max_gradient_norm);
   if (dynamic_) init = std::clamp(init, opt_.min_loss_scale, opt_.max_loss_scale);
   runtime::SuspendTrace eager;
   scale_ = scalar_tensor(init, DType::f32);
@@ -65,6 +66,7 @@ GradScaler::GradScaler(GradScalerOptions o) : opt_(std::move(o)) {
 
 Tensor GradScaler::scale(const Tensor& loss) {
   CS_CHECK(loss.defined(), "GradScaler.scale: the loss is undefined");
+  if (!enabled_) return loss;
   return loss * cast(scale_, loss.dtype());
 }
 
@@ -75,6 +77,10 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
            "GradScaler.unscale_: another optimizer was unscaled since the last update(); one "
            "GradScaler serves one optimizer per step");
   CS_CHECK(!stepped_, "GradScaler.unscale_: called after step(); call update() first");
+  if (!enabled_) {
+    unscaled_ = &optimizer;
+    return;
+  }
   NoGradGuard ng;
   Tensor inv = 1.0 / scale_;
   std::vector<Tensor> norms;
@@ -87,7 +93,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   }
   // Finite iff the global gradient norm is (an inf or NaN anywhere makes the sum non-finite).
   finite_ = norms.empty() ? ones({}, DType::boolean) : isfinite(sum(stack(norms)));
-  if (opt_.max_gradient_norm) clip_grad_norm_(params, *opt_.max_gradient_norm);
+  if (dynamic_ && opt_.global_gradient_clipping) clip_grad_norm_(params, opt_.max_gradient_norm);
   unscaled_ = &optimizer;
 }
 
@@ -98,6 +104,11 @@ void GradScaler::step(optim::Optimizer& optimizer) {
   if (unscaled_ == nullptr) unscale_(optimizer);
   CS_CHECK(unscaled_ == &optimizer,
            "GradScaler.step: a different optimizer was unscaled since the last update()");
+  if (!enabled_) {
+    optimizer.step();
+    stepped_ = true;
+    return;
+  }
   std::vector<Tensor> live = optimizer.params_and_state();
   std::vector<Tensor> old;
   {

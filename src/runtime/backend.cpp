@@ -1,13 +1,18 @@
 // The process-wide backend and compile().
 #include "cstorch/backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 
 #include "cstorch/config.h"
 #include "cstorch/core/error.h"
+#include "cstorch/distributed.h"
 #include "ir/device.h"
 #include "runtime/run_mode.h"
 
@@ -104,7 +109,37 @@ std::shared_ptr<Backend> backend(const std::string& type, BackendOptions opts) {
 
 namespace {
 std::unique_ptr<ConfigureOptions> g_configured;
+
+// Whether `dir` exists as a writable directory or could be created: its nearest existing
+// ancestor is a directory this process may write into. Creates nothing.
+bool writable_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(dir, ec);
+  if (ec) return false;
+  while (!std::filesystem::exists(p, ec)) {
+    if (!p.has_relative_path()) return false;
+    p = p.parent_path();
+  }
+  return std::filesystem::is_directory(p, ec) && ::access(p.c_str(), W_OK | X_OK) == 0;
 }
+
+// configure()'s compile_dir: as given, except the seed's default (or the site's,
+// $CSTORCH_DEFAULT_COMPILE_DIR) where this process cannot write, which falls back to
+// <model_dir>/cached_compile with one warning.
+std::string resolve_compile_dir(const ConfigureOptions& o) {
+  if (o.compile_dir != kDefaultCompileDir) return o.compile_dir;
+  const char* site = std::getenv("CSTORCH_DEFAULT_COMPILE_DIR");
+  const std::string preferred = site && *site ? site : kDefaultCompileDir;
+  if (writable_dir(preferred)) return preferred;
+  const std::string fallback = (std::filesystem::path(o.model_dir) / "cached_compile").string();
+  if (distributed::is_main_process())
+    std::fprintf(stderr,
+                 "warning: the default compile_dir '%s' is not writable; compile artefacts go to "
+                 "'%s' instead (set compile_dir to choose)\n",
+                 preferred.c_str(), fallback.c_str());
+  return fallback;
+}
+}  // namespace
 
 std::shared_ptr<Backend> configure(const ConfigureOptions& o) {
   {
@@ -115,7 +150,7 @@ std::shared_ptr<Backend> configure(const ConfigureOptions& o) {
   CS_CHECK(o.checkpoint_steps >= 0, "configure: checkpoint_steps must be >= 0, got {}",
            o.checkpoint_steps);
   BackendOptions b;
-  b.compile_dir = o.compile_dir;
+  b.compile_dir = resolve_compile_dir(o);
   b.compile_only = o.compile_only;
   b.validate_only = o.validate_only;
   auto& c = b.cluster_config;

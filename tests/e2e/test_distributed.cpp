@@ -228,6 +228,180 @@ TEST(DistributedE2E, TooFewWorkersAndTooFewProcesses) {
       << out;
 }
 
+// The first run on an empty data folder writes the synthetic data once: with 2 replicas of one
+// launch (rank 0 writes, the other waits) and with two separate processes started at once (a
+// file lock in the folder). Every rank writing at once used to fail ("write_idx: renaming ...").
+TEST(DistributedE2E, FirstRunsOnAnEmptyDataFolderWriteTheDataOnce) {
+  const fs::path root = setup().root / "empty_data";
+  auto config = [&](const std::string& name, const fs::path& data) {
+    fs::create_directories(root / name);
+    const std::string path = (root / name / "fit.yaml").string();
+    std::ofstream(path) << "trainer:\n  init:\n    device: CPU\n    model_dir: " +
+                               (root / name / "model").string() +
+                               "\n    model: {name: fc_mnist, hidden_sizes: [8]}\n"
+                               "    optimizer: {SGD: {lr: 0.05}}\n    loop: {max_steps: 2}\n"
+                               "    checkpoint: {steps: 2}\n"
+                               "  fit:\n    train_dataloader: {data_processor: "
+                               "MNISTDataProcessor, data_dir: " +
+                               data.string() + ", batch_size: 8}\n";
+    return path;
+  };
+  int st = 0;
+  std::string out =
+      run(mpirun(2) + kCszoo + " fit " + config("mpi", root / "data_mpi") + " --multireplica", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_TRUE(cstorch::data::mnist_files_exist((root / "data_mpi").string())) << out;
+  // Rank 0 alone wrote them.
+  size_t writes = 0;
+  for (size_t p = out.find("writing synthetic digits"); p != std::string::npos;
+       p = out.find("writing synthetic digits", p + 1))
+    ++writes;
+  EXPECT_EQ(writes, 1u) << out;
+  // Two processes that are not one MPI job.
+  const std::string a = config("first", root / "data_two"), b = config("second", root / "data_two");
+  out =
+      run(kCszoo + " fit " + a + " & p=$!; " + kCszoo + " fit " + b + " & q=$!; wait $p && wait $q",
+          &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_TRUE(fs::exists(root / "first" / "model" / "checkpoint_2.mdl")) << out;
+  EXPECT_TRUE(fs::exists(root / "second" / "model" / "checkpoint_2.mdl")) << out;
+}
+
+// Every `key` integer anywhere under `s` (the per-worker loader states of a checkpoint).
+void collect_ints(const cstorch::State& s, const std::string& key, std::vector<int64_t>& out) {
+  if (s.is_map()) {
+    for (const auto& k : s.keys()) {
+      if (k == key && s.at(k).is_int()) out.push_back(s.at(k).as_int());
+      collect_ints(s.at(k), key, out);
+    }
+  } else if (s.is_list()) {
+    for (size_t i = 0; i < s.size(); ++i) collect_ints(s[i], key, out);
+  }
+}
+
+// A tiny text model's run: 3 steps of a global batch of 8 (SGD: Adam would blow up the
+// rounding noise of gradients that are zero in exact arithmetic, as the attention key bias's),
+// every step logged and a checkpoint at the end. `data` (the data processor's keys) names a folder
+// shared by the runs of one model.
+std::string text_config(const std::string& name, const std::string& model,
+                        const std::string& data) {
+  const fs::path root = setup().root / "text";
+  fs::create_directories(root / name);
+  const std::string path = (root / name / "fit.yaml").string();
+  std::ofstream(path) << "trainer:\n  init:\n    device: CPU\n    model_dir: " +
+                             (root / name / "model").string() +
+                             "\n    seed: 5\n    model: " + model +
+                             "\n    optimizer: {SGD: {lr: 0.1, momentum: 0.9}}\n"
+                             "    loop: {max_steps: 3}\n    checkpoint: {steps: 3}\n"
+                             "    logging: {log_steps: 1}\n"
+                             "  fit:\n    train_dataloader: {" +
+                             data + ", batch_size: 8, shuffle_seed: 2}\n";
+  return path;
+}
+
+// The text models split the global batch across replicas like FC-MNIST (each input_fn gets
+// its replica's share): GPT-2 and T5 (the same number of loss tokens in every sample) with 2
+// replicas equal 1 replica step by step; BERT (a mean over a varying number of masked tokens
+// per replica, so not equal) reads 4 samples per replica and step. The 2-replica runs go first,
+// on an empty data folder.
+TEST(DistributedE2E, TextModelsSplitTheGlobalBatchAcrossReplicas) {
+  struct Case {
+    std::string name, model, data;
+    bool compare;
+  };
+  const std::vector<Case> cases = {
+      {"gpt2",
+       "{name: gpt2, vocab_size: 512, hidden_size: 32, num_hidden_layers: 1, num_heads: 2, "
+       "filter_size: 64, max_position_embeddings: 32, dropout_rate: 0.0}",
+       "data_processor: GptHDF5DataProcessor, max_sequence_length: 32, vocab_size: 512", true},
+      {"t5",
+       "{name: t5, src_vocab_size: 612, tgt_vocab_size: 612, d_model: 32, d_kv: 8, d_ff: 64, "
+       "num_heads: 2, encoder_num_hidden_layers: 1, decoder_num_hidden_layers: 1, "
+       "dropout_rate: 0.0}",
+       "data_processor: T5DataProcessor, max_sequence_length: 32, vocab_size: 612", true},
+      {"bert",
+       "{name: bert, vocab_size: 512, hidden_size: 32, num_hidden_layers: 1, num_heads: 2, "
+       "filter_size: 64, max_position_embeddings: 32, dropout_rate: 0.0}",
+       "data_processor: BertDataProcessor, max_sequence_length: 32, vocab_size: 512", false},
+  };
+  const fs::path root = setup().root / "text";
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string data = c.data + ", data_dir: " + (root / ("data_" + c.name)).string();
+    int st = 0;
+    std::string out = run(mpirun(2) + kCszoo + " fit " +
+                              text_config(c.name + "_two", c.model, data) + " --multireplica",
+                          &st);
+    ASSERT_EQ(st, 0) << out;
+    const fs::path two = root / (c.name + "_two") / "model";
+    // Each replica's loader makes batches of 4 and read 3 of them.
+    const auto loader = cstorch::load((two / "checkpoint_3.mdl").string()).at("dataloader");
+    std::vector<int64_t> batch, streamed;
+    collect_ints(loader, "batch_size", batch);
+    collect_ints(loader, "samples_streamed", streamed);
+    EXPECT_EQ(batch, (std::vector<int64_t>{4, 4})) << loader.repr();
+    EXPECT_EQ(streamed, (std::vector<int64_t>{12, 12})) << loader.repr();
+    if (!c.compare) continue;
+    out = run(kCszoo + " fit " + text_config(c.name + "_one", c.model, data), &st);
+    ASSERT_EQ(st, 0) << out;
+    const fs::path one = root / (c.name + "_one") / "model";
+    auto rows_one = modelzoo::read_metrics_file(one / "metrics.jsonl");
+    auto rows_two = modelzoo::read_metrics_file(two / "metrics.jsonl");
+    for (int64_t step = 1; step <= 3; ++step) {
+      double a = NAN, b = NAN;
+      for (auto& r : rows_one)
+        if (r.name == "loss" && r.step == step) a = r.value;
+      for (auto& r : rows_two)
+        if (r.name == "loss" && r.step == step) b = r.value;
+      EXPECT_NEAR(a, b, 1e-5 * std::max(1.0, std::fabs(a))) << "loss at step " << step;
+    }
+    expect_models_close(one / "checkpoint_3.mdl", two / "checkpoint_3.mdl", 1e-5);
+  }
+}
+
+// Seed 004's switches: `runconfig.multireplica: True` in a legacy params.yaml trains on every
+// process of an mpirun launch (both through `cszoo fit` and the runner form `cszoo run`), and
+// cs_ip (runconfig or --cs_ip) is accepted and recorded in run_metadata.json.
+TEST(DistributedE2E, MultireplicaInParamsAndCsIp) {
+  const fs::path root = setup().root / "switches";
+  fs::create_directories(root);
+  const std::string params = (root / "params.yaml").string();
+  std::ofstream(params) << "train_input: {data_processor: MNISTDataProcessor, data_dir: " +
+                               setup().data.string() +
+                               ", batch_size: 32, synthetic: false}\n"
+                               "model: {name: fc_mnist, hidden_sizes: [16]}\n"
+                               "optimizer: {optimizer_type: SGD, learning_rate: 0.05}\n"
+                               "runconfig:\n  max_steps: 2\n  save_checkpoints_steps: 2\n"
+                               "  model_dir: " +
+                               (root / "fit").string() +
+                               "\n  mode: train\n  cs_ip: 10.4.5.3\n  multireplica: True\n";
+  auto metadata = [&](const std::string& name) {
+    std::ifstream f(root / name / "run_metadata.json");
+    return std::string((std::istreambuf_iterator<char>(f)), {});
+  };
+  int st = 0;
+  std::string out = run(mpirun(2) + kCszoo + " fit " + params, &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(metadata("fit").find("\"replicas\": 2"), std::string::npos) << metadata("fit") << out;
+  EXPECT_NE(metadata("fit").find("\"cs_ip\": \"10.4.5.3\""), std::string::npos) << metadata("fit");
+  out = run(mpirun(2) + kCszoo + " run --mode train --params " + params + " --model_dir " +
+                (root / "runner").string() + " --cs_ip 10.9.9.9",
+            &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(metadata("runner").find("\"replicas\": 2"), std::string::npos)
+      << metadata("runner") << out;
+  EXPECT_NE(metadata("runner").find("\"cs_ip\": \"10.9.9.9\""), std::string::npos)
+      << metadata("runner");
+  // The Trainer form with --cs_ip, one process.
+  out = run(kCszoo + " fit " + write_config({.name = "cs_ip", .max_steps = 2, .ckpt_steps = 2}) +
+                " --cs_ip 10.1.2.3",
+            &st);
+  ASSERT_EQ(st, 0) << out;
+  std::ifstream f(setup().root / "cs_ip" / "model" / "run_metadata.json");
+  std::string text((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NE(text.find("\"cs_ip\": \"10.1.2.3\""), std::string::npos) << text;
+}
+
 // One replica throws at step 5 while the other waits in the gradient all-reduce: both stop,
 // non-zero, within 30 s, and the message names the rank.
 TEST(DistributedE2E, AFailingRankStopsEveryRank) {

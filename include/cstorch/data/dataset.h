@@ -148,4 +148,18 @@ class IterableLoader : public utils::data::Loader {
   int64_t samples_ = 0;
 };
 
+// Makes sure a data set is in `dir` when every process of a run may want it at once (the
+// first multi-replica run on an empty folder): `present()` says whether it is there, `write()`
+// writes it. Returns whether this process wrote it. In a replica group of more than one
+// (cstorch/distributed.h), replica 0 checks and writes while the others wait at a barrier, then
+// each checks for itself (a folder local to another machine gets its own copy); every member
+// must call it (replica 0's error is rethrown after the barrier, so nobody is left waiting).
+// Checking and writing happen under an exclusive lock on `dir`/.cstorch_data.lock (flock), so
+// separate processes that are not one MPI job, and threads, write it once too and never read it
+// half written (a read-only folder, where the lock file cannot be created, is only checked). `dir`
+// is created if missing. Errors: the folder or lock file cannot be created (naming it); whatever
+// write() or present() throws.
+bool write_once(const std::string& dir, const std::function<bool()>& present,
+                const std::function<void()>& write);
+
 }  // namespace cstorch::data

@@ -2,8 +2,9 @@
 // an explicit `hidden_sizes` list, ReLU, optional dropout, cross-entropy loss) and the
 // "MNISTDataProcessor" over MNIST IDX files (synthetic digits are written first when the
 // folder has none and `synthetic` is true, the default).
-#include <mutex>
+#include <cstdio>
 
+#include "cstorch/data/dataset.h"
 #include "cstorch/data/mnist.h"
 #include "cstorch/metrics.h"
 #include "cstorch/nn/functional.h"
@@ -60,16 +61,20 @@ MODELZOO_REGISTER(models, "fc_mnist", [](const ConfigView& a) -> ModelPtr {
   return std::make_shared<FcMnist>(hidden, dropout);
 });
 
-// Writes the synthetic digits once per folder per process (several data processors may name
-// the same folder).
+// Writes the synthetic digits when the folder has none: once, whichever processes (replicas,
+// separate runs) or data processors name the same folder at the same time.
 void ensure_mnist(const std::string& dir, bool synthetic, const std::string& where) {
-  static std::mutex m;
-  std::lock_guard<std::mutex> lock(m);
-  if (cs::data::mnist_files_exist(dir)) return;
-  if (!synthetic)
-    cs::fail("{}: no MNIST files in '{}' (set synthetic: true to generate digits)", where, dir);
-  fmt::print("no MNIST files in {}: writing synthetic digits (60000 train, 10000 test)\n", dir);
-  cs::data::write_synthetic_mnist(dir, 60000, 10000, 2024);
+  cs::data::write_once(
+      dir, [&] { return cs::data::mnist_files_exist(dir); },
+      [&] {
+        if (!synthetic)
+          cs::fail("{}: no MNIST files in '{}' (set synthetic: true to generate digits)", where,
+                   dir);
+        fmt::print("no MNIST files in {}: writing synthetic digits (60000 train, 10000 test)\n",
+                   dir);
+        std::fflush(stdout);
+        cs::data::write_synthetic_mnist(dir, 60000, 10000, 2024);
+      });
 }
 
 MODELZOO_REGISTER(data_processors, "MNISTDataProcessor", [](const ConfigView& a) -> DataLoaderPtr {

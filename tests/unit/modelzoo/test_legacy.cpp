@@ -80,6 +80,32 @@ TEST(Legacy, ConvertsParamsToTheTrainerForm) {
   EXPECT_EQ(modelzoo::convert_legacy_params(legacy("eval"))["trainer"].contains("validate"), true);
 }
 
+// runconfig.multireplica: True (seed 004) makes the CSX backend with every process of the
+// launch a replica (a launch of one here), in training only; cs_ip is carried to the Trainer,
+// which records it in the run metadata.
+TEST(Legacy, MultireplicaAndCsIp) {
+  Config t = modelzoo::convert_legacy_params(
+      legacy("train", "  multireplica: True\n  cs_ip: 10.4.5.3\n  num_csx: 3\n"));
+  const Config& init = t["trainer"]["init"];
+  EXPECT_EQ(init["backend"]["backend_type"], "CSX");
+  EXPECT_EQ(init["backend"]["cluster_config"]["num_csx"], 1);  // the launch, not num_csx
+  EXPECT_EQ(init["cs_ip"], "10.4.5.3");
+  ::testing::internal::CaptureStderr();
+  Config e = modelzoo::convert_legacy_params(legacy("eval", "  multireplica: True\n"));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "warning: runconfig.multireplica is ignored in evaluation\n");
+  EXPECT_EQ(e["trainer"]["init"]["device"], "CPU");
+  Config off = modelzoo::convert_legacy_params(legacy("train", "  multireplica: False\n"));
+  EXPECT_EQ(off["trainer"]["init"]["device"], "CPU");
+  EXPECT_FALSE(off["trainer"]["init"].contains("cs_ip"));
+  try {
+    modelzoo::convert_legacy_params(legacy("train", "  multireplica: sometimes\n"));
+    ADD_FAILURE() << "no error";
+  } catch (const cs::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("runconfig.multireplica"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Legacy, ErrorsNameTheLegacyKey) {
   auto err = [](const Config& c) {
     try {

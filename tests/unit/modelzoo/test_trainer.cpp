@@ -374,6 +374,30 @@ TEST(Trainer, SchedulerFormsAndErrors) {
             "trainer.init.precision: give max_gradient_norm or max_gradient_value, not both");
   EXPECT_EQ(err("precision", "{enabled: true, dtype: f64}"),
             "trainer.init.precision.dtype: must be bf16 or f16, got 'f64'");
+  EXPECT_EQ(err("precision", "{enabled: true, dtype: f16, loss_scaling_factor: -4}"),
+            "trainer.init.precision.loss_scaling_factor: must be \"dynamic\", a positive static "
+            "loss scale or 0.0 (no loss scaling), got -4");
+  EXPECT_EQ(err("precision", "{enabled: true, loss_scaling_factor: dynamc}"),
+            "trainer.init.precision.loss_scaling_factor: must be \"dynamic\", a positive static "
+            "loss scale or 0.0 (no loss scaling), got 'dynamc'");
+}
+
+// The seed's loop builds a GradScaler only when loss_scale != 0.0: a factor of 0.0 means no
+// loss scaling, even in f16; the scaler's overflow_tolerance defaults to the seed's 0.05.
+TEST(Trainer, LossScalingFactorZeroMeansNoGradScaler) {
+  for (const char* factor : {"0.0", "0"}) {
+    Config c = init_config();
+    c["precision"] = cs::parse_config(std::string("{enabled: true, dtype: f16, ") +
+                                      "loss_scaling_factor: " + factor + "}");
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    EXPECT_EQ(t.grad_scaler(), nullptr) << factor;
+  }
+  Config c = init_config();
+  c["precision"] = cs::parse_config("{enabled: true, dtype: bf16, loss_scaling_factor: 128}");
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  ASSERT_NE(t.grad_scaler(), nullptr);
+  EXPECT_FALSE(t.grad_scaler()->dynamic());
+  EXPECT_EQ(t.grad_scaler()->loss_scale().item<float>(), 128.0f);
 }
 
 TEST(Trainer, MixedPrecisionTrainsAndCheckpointsTheGradScaler) {

@@ -104,6 +104,8 @@ void run_scaler_case(const amp::GradScalerOptions& o, const std::set<int>& bad, 
 
 TEST(GradScaler, DynamicRuleStepByStepWithInjectedInfAndNan) {
   amp::GradScalerOptions o;
+  o.loss_scale = "dynamic";
+  o.overflow_tolerance = 0;
   o.init_scale = 1024;
   o.steps_per_increase = 5;
   o.min_loss_scale = 256;
@@ -115,6 +117,7 @@ TEST(GradScaler, DynamicRuleStepByStepWithInjectedInfAndNan) {
 
 TEST(GradScaler, OverflowTolerance) {
   amp::GradScalerOptions o;
+  o.loss_scale = "dynamic";
   o.init_scale = 64;
   o.steps_per_increase = 4;
   o.overflow_tolerance = 0.3;
@@ -155,9 +158,69 @@ TEST(GradScaler, Errors) {
   s.update();
   expect_error([&] { s.update(); }, {"update: called without step()"});
   expect_error([] { amp::GradScaler("dinamic"); }, {"\"dynamic\" or a positive number", "dinamic"});
-  expect_error([] { amp::GradScaler(0.0); }, {"static loss_scale must be a positive number"});
+  expect_error([] { amp::GradScaler(-2.0); },
+               {"static loss_scale must be a positive number (or 0.0 for no loss scaling)", "-2"});
+  expect_error([] { amp::GradScaler(NAN); }, {"static loss_scale must be a positive number"});
+  expect_error(
+      [] {
+        amp::GradScaler(amp::GradScalerOptions{.loss_scale = "dynamic", .max_gradient_norm = 0});
+      },
+      {"max_gradient_norm must be > 0"});
   expect_error([&] { amp::optimizer_step(sum(p * p), opt, nullptr, 1.0, 0.5); },
                {"max_gradient_norm and max_gradient_value are mutually exclusive"});
+}
+
+// Seed 001's table: loss_scale 0.0 (no scaling), overflow_tolerance 0.05, max_gradient_norm
+// 0.05 (only with dynamic scaling and global gradient clipping on).
+TEST(GradScaler, DefaultsAsTheSeed) {
+  amp::GradScalerOptions o;
+  EXPECT_EQ(std::get<double>(o.loss_scale), 0.0);
+  EXPECT_EQ(o.overflow_tolerance, 0.05);
+  EXPECT_EQ(o.max_gradient_norm, 0.05);
+  EXPECT_FALSE(o.global_gradient_clipping);
+  // No scaling: the same steps as without a GradScaler, non-finite gradients included.
+  auto run = [](bool with_scaler) {
+    Tensor p = fv({1, -2, 3});
+    p.set_requires_grad(true);
+    optim::SGD opt({p}, 0.1);
+    amp::GradScaler scaler;
+    EXPECT_FALSE(scaler.enabled());
+    for (int t = 0; t < 3; ++t) {
+      Tensor g = t == 2 ? fv({1, INFINITY, 2}) : fv({0.5f, -1, 2});
+      Tensor loss = sum(p * g);
+      if (with_scaler) {
+        EXPECT_EQ(scaler.scale(loss).item<float>(), loss.item<float>());
+      }
+      amp::optimizer_step(loss, opt, with_scaler ? &scaler : nullptr);
+      opt.zero_grad();
+    }
+    EXPECT_EQ(scaler.num_skipped_steps().item<int64_t>(), 0);
+    return p.to_vector<float>();
+  };
+  auto a = run(true), b = run(false);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) << i;
+}
+
+TEST(GradScaler, MaxGradientNormClipsOnlyWithDynamicScalingAndGlobalClipping) {
+  // Gradient (3, 4): norm 5. Returns p after one SGD(lr 1) step from 0.
+  auto step = [](amp::GradScalerOptions o) {
+    Tensor p = fv({0, 0});
+    p.set_requires_grad(true);
+    optim::SGD opt({p}, 1.0);
+    amp::GradScaler scaler(o);
+    amp::optimizer_step(sum(p * fv({3, 4})), opt, &scaler);
+    return p.to_vector<double>();
+  };
+  amp::GradScalerOptions o;
+  o.loss_scale = "dynamic";
+  o.max_gradient_norm = 1.0;
+  expect_close(step(o), {-3, -4}, 1e-6, "dynamic without global clipping");
+  o.global_gradient_clipping = true;
+  expect_close(step(o), {-0.6, -0.8}, 1e-5, "dynamic with global clipping");
+  o.loss_scale = 8.0;
+  expect_close(step(o), {-3, -4}, 1e-6, "static");
 }
 
 TEST(Clipping, GlobalNormAndValue) {

@@ -208,6 +208,50 @@ TEST(Backend, ConfigureValidatesClusterFields) {
   EXPECT_EQ(cs::configured(), nullptr);  // a failed call configures nothing
 }
 
+// The seed's default compile_dir (/opt/cerebras/cached_compile) where a non-root user cannot
+// write: configure() falls back to <model_dir>/cached_compile with one warning naming both, and
+// the first traced step writes its compile report there. The default is pointed at a path that
+// cannot be created even by root (under a regular file) through $CSTORCH_DEFAULT_COMPILE_DIR.
+TEST(Backend, ConfigureFallsBackWhenTheDefaultCompileDirIsNotWritable) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("cstorch_compile_dir_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ::setenv("CSTORCH_DEFAULT_COMPILE_DIR", "/etc/passwd/cached_compile", 1);
+  cs::ConfigureOptions o;
+  o.model_dir = dir.string();
+  testing::internal::CaptureStderr();
+  auto be = cs::configure(o);
+  const std::string err = testing::internal::GetCapturedStderr();
+  ::unsetenv("CSTORCH_DEFAULT_COMPILE_DIR");
+  const std::string fallback = (dir / "cached_compile").string();
+  EXPECT_EQ(be->options().compile_dir, fallback);
+  EXPECT_EQ(err,
+            "warning: the default compile_dir '/etc/passwd/cached_compile' is not writable; "
+            "compile artefacts go to '" +
+                fallback + "' instead (set compile_dir to choose)\n");
+  auto step = cs::trace([&](const Tensor& x) { return cs::relu(x) * 2.0; }, "first");
+  EXPECT_EQ(step(cs::ones({3})).to_vector<float>(), (std::vector<float>{2, 2, 2}));
+  const std::string report = read_text(fallback + "/first-compile-0.txt");
+  EXPECT_NE(report.find("compile report for traced step 'first'"), std::string::npos) << report;
+  std::filesystem::remove_all(dir);
+}
+
+// A writable default is kept, silently; a compile_dir given explicitly is never replaced.
+TEST(Backend, ConfigureKeepsAWritableDefaultCompileDir) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("cstorch_compile_dir_ok_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ::setenv("CSTORCH_DEFAULT_COMPILE_DIR", (dir / "site" / "cache").c_str(), 1);
+  cs::ConfigureOptions o;
+  o.model_dir = (dir / "model").string();
+  testing::internal::CaptureStderr();
+  auto be = cs::configure(o);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  ::unsetenv("CSTORCH_DEFAULT_COMPILE_DIR");
+  EXPECT_EQ(be->options().compile_dir, (dir / "site" / "cache").string());
+  std::filesystem::remove_all(dir);
+}
+
 // compile_only: each new signature is traced and compiled once, the report is written to the
 // artifact directory and nothing runs (parameters keep their values).
 TEST(Backend, CompileOnlyWritesAReportAndRunsNothing) {
