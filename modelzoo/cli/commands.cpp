@@ -31,6 +31,9 @@ struct CommonOptions {
   std::string target_device;
   bool multireplica = false;
   std::string cs_ip;
+  // Several replicas and no --target_device: a CPU config becomes the CSX cluster; a GPU or
+  // plugin device keeps its type and hosts one replica per process.
+  bool replicas_need_cluster = false;
 };
 
 void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
@@ -65,11 +68,18 @@ void apply_backend_options(Config& root, const CommonOptions& o) {
     if (!phase.is_object() || !phase.contains("init") || !phase["init"].is_object()) return;
     Config& init = phase["init"];
     if (!o.cs_ip.empty()) init["cs_ip"] = o.cs_ip;
-    if (!o.target_device.empty()) {
-      if (init.contains("backend") && init["backend"].is_object())
-        init["backend"]["backend_type"] = o.target_device;
+    const bool has_backend = init.contains("backend") && init["backend"].is_object();
+    std::string target = o.target_device;
+    if (target.empty() && o.replicas_need_cluster) {
+      const Config& type = has_backend ? init["backend"]["backend_type"] : init["device"];
+      const std::string now = type.is_string() ? type.get<std::string>() : "CPU";
+      if (cstorch::ascii_lower(now) == "cpu") target = "CSX";
+    }
+    if (!target.empty()) {
+      if (has_backend)
+        init["backend"]["backend_type"] = target;
       else
-        init["device"] = o.target_device;
+        init["device"] = target;
     }
     const bool cluster =
         o.num_csx > 0 || !o.mount_dirs.empty() || !o.job_labels.empty() || !o.python_paths.empty();
@@ -171,11 +181,12 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
     } else {
       // Every process of the launch is a replica.
       opts.num_csx = cstorch::distributed::world_size();
-      if (opts.target_device.empty()) opts.target_device = "CSX";
+      opts.replicas_need_cluster = true;
     }
   }
-  // More than one replica means the CSX backend (this cluster).
-  if (opts.num_csx > 1 && opts.target_device.empty()) opts.target_device = "CSX";
+  // More than one replica means the CSX backend (this cluster), unless the config names a device
+  // that hosts replicas itself.
+  if (opts.num_csx > 1) opts.replicas_need_cluster = true;
   Config root = cstorch::load_config_file(o.params);
   CS_CHECK(root.is_object() || root.is_null(),
            "config: {}: the top level is {}, not a map of sections (trainer: ..., or a legacy "

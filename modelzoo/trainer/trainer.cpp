@@ -476,7 +476,12 @@ void Trainer::load_checkpoint(const std::string& path) {
 void Trainer::setup_replicas() {
   namespace dist = cstorch::distributed;
   const auto& cc = backend_->options().cluster_config;
-  replicas_ = backend_->type() == cstorch::DeviceType::CSX ? cc.num_csx : 1;
+  // Replicas: the CSX backend's num_csx; on a GPU or plugin device, one per process of a
+  // --multireplica launch (which sets num_csx to the launch's size), each on its own device.
+  const auto type = backend_->type();
+  const bool device_replicas =
+      type == cstorch::DeviceType::GPU || type == cstorch::DeviceType::Plugin;
+  replicas_ = type == cstorch::DeviceType::CSX || device_replicas ? cc.num_csx : 1;
   participating_ = dist::set_num_replicas(replicas_);
   const int world = dist::world_size();
   if (world > replicas_ && dist::is_main_process())

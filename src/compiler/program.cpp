@@ -340,8 +340,6 @@ void Program::plan() {
       state_copies_.push_back({f.src, static_cast<uint32_t>(f.index)});
   }
   state_ptrs_.assign(g_.state.size(), nullptr);
-  // Eager reads and writes of these tensors must wait for queued executions.
-  for (auto& slot : g_.state) slot.impl->node->async_written = true;
 }
 
 void Program::run(const void* const* batch, void* const* outputs) {

@@ -83,11 +83,7 @@ ir::NodePtr make_constant_node(std::shared_ptr<ir::Buffer> buffer, const Shape& 
 // Waits until the executor has produced (or finished writing) this node's value. Only values
 // a compiled step writes need it, so data tensors are read without stalling the pipeline.
 static void wait_ready(const ir::Node& n) {
-  if (runtime::on_executor_thread()) return;
-  if (n.async_written)
-    runtime::synchronize();
-  else if (n.pending_job >= 0)
-    runtime::wait_for_job(n.pending_job);
+  if (n.buffer && n.buffer->event) runtime::wait(*n.buffer->event);
 }
 
 // The node of a tensor whose value may be read now: errors for traced values, waits for

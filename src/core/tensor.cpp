@@ -107,9 +107,7 @@ Tensor Tensor::detach() const {
   // A new node sharing the value (eager) or forwarding it (traced) with no history.
   NoGradGuard ng;
   if (detail::in_trace()) return detail::dispatch(ir::OpCode::Copy, ir::NoAttrs{}, {*this});
-  auto d = detail::make_constant_node(n->buffer, n->shape, n->dtype);
-  d->pending_job = n->pending_job;
-  return make_tensor(d);
+  return make_tensor(detail::make_constant_node(n->buffer, n->shape, n->dtype));
 }
 
 namespace detail {

@@ -14,7 +14,10 @@
 
 namespace cstorch {
 struct TensorImpl;
+namespace runtime {
+struct Event;  // when a buffer's contents are ready (runtime/sync.h)
 }
+}  // namespace cstorch
 
 namespace cstorch::ir {
 
@@ -50,6 +53,8 @@ struct Buffer {
   size_t nbytes = 0;
   bool owned = true;
   Device device;
+  // The runtime's bookkeeping of queued work that writes this memory (null: ready now).
+  std::shared_ptr<runtime::Event> event;
   // Fails (cstorch::Error naming the device and size) when the device is out of memory, not
   // built, or not registered.
   static std::shared_ptr<Buffer> alloc(size_t nbytes, Device device = {});
@@ -71,8 +76,6 @@ struct Node : std::enable_shared_from_this<Node> {
   bool requires_grad = false;
   std::weak_ptr<TensorImpl> leaf;  // set for leaf tensors that accumulate .grad
   uint64_t trace_id = 0;           // nonzero while recorded in that trace
-  int64_t pending_job = -1;        // value will be written by executor job N
-  bool async_written = false;      // a compiled step writes this buffer (state): sync to read
   uint32_t id = 0;                 // unique, for dumps and error messages
 
   int64_t numel() const { return cstorch::numel(shape); }

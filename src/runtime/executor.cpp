@@ -151,6 +151,13 @@ void synchronize() {
 void wait_for_job(int64_t job) {
   Executor::get().wait_for(job);
 }
+void wait(const Event& e) {
+  if (t_on_executor) return;
+  if (e.written_by_steps)
+    synchronize();
+  else if (e.job >= 0)
+    wait_for_job(e.job);
+}
 
 }  // namespace cstorch::runtime
 

@@ -4,6 +4,15 @@
 
 namespace cstorch::runtime {
 
+// When a buffer's contents are ready for the client: after executor job `job` (a step's
+// output), or, for a buffer queued steps write (a state tensor), after every queued job.
+struct Event {
+  int64_t job = -1;
+  bool written_by_steps = false;
+};
+// Waits for what `e` describes (returns at once on the executor thread).
+void wait(const Event& e);
+
 // True on the executor's own thread (step closures run there; they never wait on themselves).
 bool on_executor_thread();
 // On the executor thread: the step number of the job (step or closure) now running, i.e. the

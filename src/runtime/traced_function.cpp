@@ -14,6 +14,7 @@
 #include "runtime/alloc_counter.h"
 #include "runtime/executor.h"
 #include "runtime/run_mode.h"
+#include "runtime/sync.h"
 #include "runtime/trace_context.h"
 
 namespace cstorch {
@@ -286,6 +287,13 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
     ex.synchronize();
     variants.push_back(trace_and_compile(*impl_, inputs));
     variant = &variants.back();
+    // Eager reads and writes of the step's state must wait for queued executions.
+    for (auto& slot : variant->program->graph().state) {
+      auto& buf = slot.impl->node->buffer;
+      if (!buf) continue;
+      if (!buf->event) buf->event = std::make_shared<runtime::Event>();
+      buf->event->written_by_steps = true;
+    }
     write_compile_artifact(*impl_, sig, *variant);
   }
   std::shared_ptr<compiler::Program> program = variant->program;
@@ -319,7 +327,8 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
     g_last_allocs = counter.count();
   };
   int64_t id = ex.enqueue(std::move(job), true, step, fmt::format("traced step '{}'", impl_->name));
-  for (auto& t : outs) t.node()->pending_job = id;
+  for (auto& t : outs)
+    t.node()->buffer->event = std::make_shared<runtime::Event>(runtime::Event{id});
   return outs;
 }
 

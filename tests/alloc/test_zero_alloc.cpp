@@ -3,6 +3,8 @@
 // OpenMP and the kernels are all seen.
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <omp.h>
+#include <atomic>
 
 #include <cstorch/cstorch.h>
 #include <cstorch/nn/transformer.h>
@@ -18,17 +20,26 @@ void set_alloc_hooks_installed(bool on);
 
 #include <cstdlib>
 
-// With CSTORCH_ALLOC_TRACE set, print the call stack of every allocation inside a counted step.
+// Counts an allocation when it belongs to a compiled step: made on the executor thread or on a
+// thread of a parallel region (the kernels' OpenMP workers) while a step is counted.
+static void count_alloc();
+
+// With CSTORCH_ALLOC_TRACE set, print the call stack of every counted allocation.
 static void trace_alloc() {
   static thread_local bool busy = false;
-  if (busy || !*cstorch::runtime::thread_in_counted_region() || !std::getenv("CSTORCH_ALLOC_TRACE"))
-    return;
+  if (busy || !std::getenv("CSTORCH_ALLOC_TRACE")) return;
   busy = true;
   void* frames[16];
   int n = backtrace(frames, 16);
   backtrace_symbols_fd(frames, n, 2);
   write(2, "----\n", 5);
   busy = false;
+}
+
+static void count_alloc() {
+  if (!cstorch::runtime::alloc_counted_thread(omp_in_parallel() != 0)) return;
+  cstorch::runtime::alloc_count().fetch_add(1, std::memory_order_relaxed);
+  trace_alloc();
 }
 
 extern "C" {
@@ -38,30 +49,57 @@ void* __libc_realloc(void*, size_t);
 void* __libc_memalign(size_t, size_t);
 
 void* malloc(size_t n) {
-  ++*cstorch::runtime::thread_alloc_counter();
-  trace_alloc();
+  count_alloc();
   return __libc_malloc(n);
 }
 void* calloc(size_t a, size_t b) {
-  ++*cstorch::runtime::thread_alloc_counter();
+  count_alloc();
   return __libc_calloc(a, b);
 }
 void* realloc(void* p, size_t n) {
-  ++*cstorch::runtime::thread_alloc_counter();
+  count_alloc();
   return __libc_realloc(p, n);
 }
 void* aligned_alloc(size_t al, size_t n) {
-  ++*cstorch::runtime::thread_alloc_counter();
+  count_alloc();
   return __libc_memalign(al, n);
 }
 int posix_memalign(void** p, size_t al, size_t n) {
-  ++*cstorch::runtime::thread_alloc_counter();
+  count_alloc();
   *p = __libc_memalign(al, n);
   return *p ? 0 : 12;
 }
 }
 
 namespace cs = cstorch;
+
+// The counter sees allocations made by every thread that works for a step, not only the one
+// that started it: here the workers of a parallel region on the executor thread.
+TEST(ZeroAlloc, CountsAllocationsOfParallelWorkers) {
+  cs::runtime::set_alloc_hooks_installed(true);
+  cs::set_num_threads(2);
+  std::atomic<int64_t> counted{-1};
+  std::atomic<int> team{0};
+  cs::detail::enqueue_closure(
+      [&] {
+#pragma omp parallel num_threads(2)  // the team exists before counting starts
+        team = omp_get_num_threads();
+        cs::runtime::AllocCounter c;
+#pragma omp parallel num_threads(2)
+        {
+          if (omp_get_thread_num() == 1) {
+            void* volatile p = std::malloc(64);
+            std::free(p);
+          }
+          team = omp_get_num_threads();
+        }
+        counted = c.count();
+      },
+      "count");
+  cs::synchronize();
+  ASSERT_EQ(team.load(), 2);
+  EXPECT_GE(counted.load(), 1);
+}
 
 TEST(ZeroAlloc, SteadyStateTracedTrainingStep) {
   cs::runtime::set_alloc_hooks_installed(true);
