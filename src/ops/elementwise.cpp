@@ -5,15 +5,13 @@
 #include <cmath>
 
 #include "core/internal.h"
+#include "ir/device.h"
 #include "ops/vjp.h"
 
 namespace cstorch {
 namespace ops {
 
 namespace {
-
-// The CPU kernels' broadcast limit (cpu::kMaxDims); the ops layer does not include backends.
-constexpr size_t kMaxBroadcastDims = 8;
 
 const ir::Node& input(const ir::Node& n, size_t i) {
   return *n.inputs[i];
@@ -47,15 +45,16 @@ void infer_unary_numeric(ir::Node& n) {
 }
 
 // The general broadcast kernel path (neither operand matches the output's size nor is a single
-// element) walks at most kMaxBroadcastDims dims.
+// element) walks at most as many dims as the node's backend supports (its max_rank).
 void check_broadcast_rank(const ir::Node& n) {
-  if (n.shape.size() <= kMaxBroadcastDims) return;
+  const size_t max_rank = static_cast<size_t>(ir::device_backend(n.device).max_rank());
+  if (n.shape.size() <= max_rank) return;
   int64_t total = numel(n.shape);
   for (const auto& in : n.inputs) {
     int64_t k = in->numel();
     if (k != 1 && k != total)
       fail("{}: broadcasting over more than {} dims is not supported (output shape {})", n.name(),
-           kMaxBroadcastDims, shape_str(n.shape));
+           max_rank, shape_str(n.shape));
   }
 }
 

@@ -4,14 +4,16 @@
 #include <numeric>
 
 #include "core/internal.h"
+#include "ir/device.h"
 #include "ops/vjp.h"
 
 namespace cstorch {
 
 namespace {
 
-// The CPU kernels walk tensors with fixed-size index arrays (cpu::kMaxDims).
-constexpr int64_t kMaxRank = 8;
+// Kernels walk tensors with fixed-size index arrays (ir::kMaxDims); a backend may support fewer
+// dims (its max_rank capability).
+constexpr int64_t kMaxRank = ir::kMaxDims;
 
 int64_t rank_of(const Shape& s) {
   return static_cast<int64_t>(s.size());
@@ -21,10 +23,11 @@ void check_arity(const ir::Node& n, size_t k, const char* op) {
   CS_CHECK(n.inputs.size() == k, "{}: expects {} inputs, got {}", op, k, n.inputs.size());
 }
 
-void check_max_rank(const Shape& s, const char* op) {
-  CS_CHECK(rank_of(s) <= kMaxRank,
-           "{}: tensors of rank {} (shape {}) are not supported; at most {}", op, s.size(),
-           shape_str(s), kMaxRank);
+void check_max_rank(const ir::Node& n, const Shape& s, const char* op) {
+  const int64_t max_rank = std::min<int64_t>(kMaxRank, ir::device_backend(n.device).max_rank());
+  CS_CHECK(rank_of(s) <= max_rank,
+           "{}: tensors of rank {} (shape {}) are not supported on device {}; at most {}", op,
+           s.size(), shape_str(s), device_str(n.device), max_rank);
 }
 
 void check_index_dtype(DType t, const char* op) {
@@ -74,7 +77,7 @@ void infer_Permute(ir::Node& n) {
   }
   CS_CHECK(ok, "permute: {} is not a permutation of {} dims (tensor shape {})", shape_str(p), r,
            shape_str(in.shape));
-  check_max_rank(in.shape, "permute");
+  check_max_rank(n, in.shape, "permute");
   n.shape.resize(r);
   for (int64_t k = 0; k < r; ++k) n.shape[k] = in.shape[p[k]];
   n.dtype = in.dtype;
@@ -93,7 +96,7 @@ void infer_Expand(ir::Node& n) {
              "expand: cannot expand a tensor of shape {} to {} (dim {})", shape_str(in.shape),
              shape_str(t), j);
   }
-  check_max_rank(t, "expand");
+  check_max_rank(n, t, "expand");
   n.shape = t;
   n.dtype = in.dtype;
 }
@@ -198,7 +201,7 @@ void infer_Gather(ir::Node& n) {
     CS_CHECK(d == dim || index.shape[d] <= a.shape[d],
              "gather: index shape {} must not exceed the tensor shape {} except in dim {}",
              shape_str(index.shape), shape_str(a.shape), dim);
-  check_max_rank(a.shape, "gather");
+  check_max_rank(n, a.shape, "gather");
   n.shape = index.shape;
   n.dtype = a.dtype;
 }
@@ -227,7 +230,7 @@ void infer_ScatterAdd(ir::Node& n) {
              "scatter_add: index shape {} must not exceed the tensor shape {} except in dim {}",
              shape_str(index.shape), shape_str(a.shape), dim);
   }
-  check_max_rank(a.shape, "scatter_add");
+  check_max_rank(n, a.shape, "scatter_add");
   n.shape = a.shape;
   n.dtype = a.dtype;
 }

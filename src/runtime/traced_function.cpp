@@ -300,11 +300,18 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
   variant->apply_grads();
 
   // Bind this execution: batch buffers (kept alive by the job) and fresh output buffers.
+  // A batch living elsewhere (a host batch for a device step) is staged here, on the client
+  // thread, while the executor still runs the previous steps: the copy overlaps them (on a
+  // device with an asynchronous queue, it is queued on the device's stream).
   std::vector<std::shared_ptr<ir::Buffer>> batch;
   for (auto& t : inputs) {
     auto n = t.node();
     if (n->trace_id != 0) host_data(t, "trace input");  // raises the traced-tensor error
     if (!n->buffer) fail("trace '{}': an input tensor has no value", impl_->name);
+    if (n->device != program->device()) {
+      NoGradGuard ng;
+      n = t.to(program->device()).node();
+    }
     batch.push_back(n->buffer);
   }
   const auto& outs_g = program->graph().outputs;
