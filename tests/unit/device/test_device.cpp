@@ -272,3 +272,39 @@ TEST(Device, CheckpointsSaveFromAndLoadToTheDevice) {
 }
 
 }  // namespace
+
+namespace {
+
+// A backend with host memory and no kernels at all, in the GPU slot for the length of a test:
+// every op on it is an error naming the op and the device, eager or traced (no silent CPU
+// fallback inside a step).
+class NoKernels final : public ir::DeviceBackend {
+ public:
+  std::string name() const override { return "GPU"; }
+  void* allocate(size_t n) const override {
+    return std::aligned_alloc(64, (n + 63) / 64 * 64 + 64);
+  }
+  void deallocate(void* p, size_t) const override { std::free(p); }
+  bool host_accessible() const override { return true; }
+  void copy_to_host(void* d, const void* s, size_t n) const override { std::memcpy(d, s, n); }
+  void copy_from_host(void* d, const void* s, size_t n) const override { std::memcpy(d, s, n); }
+  void copy_on_device(void* d, const void* s, size_t n) const override { std::memmove(d, s, n); }
+  void fill_zero(void* d, size_t n) const override { std::memset(d, 0, n); }
+  ir::Kernel kernel(ir::OpCode) const override { return nullptr; }
+};
+
+TEST(Device, AMissingKernelIsAnErrorNamingTheOpAndTheDevice) {
+  ir::register_device_backend(DeviceType::GPU, std::make_shared<NoKernels>());
+  struct Unregister {
+    ~Unregister() { ir::register_device_backend(DeviceType::GPU, nullptr); }
+  } unregister;
+  const Device gpu{DeviceType::GPU, 0};
+  Tensor a = rt({2, 3}).to(gpu);  // transfers are the core's, not the backend's
+  EXPECT_EQ(a.to_vector<float>(), rt({2, 3}).to_vector<float>());
+  EXPECT_ERROR(add(a, a), "op 'add' has no kernel for device GPU:0");
+  runtime::StepDeviceScope scope(gpu);
+  auto step = trace([&](const Batch& b) { return mul(b.at("x"), b.at("x")); });
+  EXPECT_ERROR(step(Batch{{"x", rt({2, 3})}}), "op 'mul' has no kernel for device GPU:0");
+}
+
+}  // namespace
