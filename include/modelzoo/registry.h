@@ -55,10 +55,10 @@ class Registry {
   std::map<std::string, std::pair<std::string, Factory>> entries_;
 };
 
-// Loads every shared library (*.so) in each directory, in name order. A directory that does
-// not exist or a library that fails to load is an error naming it and the loader's message.
-// Returns the paths loaded.
-std::vector<std::string> load_plugins(const std::vector<std::string>& dirs);
+// Loads each path: a shared library itself, or every shared library (*.so) of a directory, in
+// name order. A path that is neither, or a library that fails to load, is an error naming it
+// and the loader's message. Returns the paths loaded.
+std::vector<std::string> load_plugins(const std::vector<std::string>& paths);
 
 }  // namespace modelzoo
 

@@ -49,9 +49,10 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
                   "Replicas of the CSX backend (cluster_config.num_csx); started without a "
                   "launcher, cszoo runs itself under mpirun with that many processes");
   cmd->add_option("--mount_dirs", o.mount_dirs, "Directories the run needs (must exist)");
-  cmd->add_option("--python_paths", o.python_paths,
-                  "Plugin directories: every *.so in them is loaded (registers models, data "
-                  "processors, callbacks)");
+  cmd->add_option("--plugin_paths,--python_paths", o.python_paths,
+                  "Plugins: shared libraries (.so), or directories whose every *.so is loaded; "
+                  "they register models, data processors, callbacks, devices "
+                  "(--python_paths is the seed's name)");
   cmd->add_option("--job_labels", o.job_labels, "key=value labels recorded with the run");
   cmd->add_option("--target_device", o.target_device, "CPU, GPU or CSX (overrides the config)");
   cmd->add_flag("--multireplica", o.multireplica,

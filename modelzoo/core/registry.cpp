@@ -14,10 +14,16 @@ std::vector<std::string> load_plugins(const std::vector<std::string>& dirs) {
   std::vector<std::string> loaded;
   for (const auto& d : dirs) {
     std::error_code ec;
-    CS_CHECK(fs::is_directory(d, ec), "plugin path '{}' is not a directory", d);
+    const bool file = fs::is_regular_file(d, ec);
+    CS_CHECK(file || fs::is_directory(d, ec),
+             "plugin path '{}' is neither a shared library (.so) nor a directory", d);
     std::vector<std::string> libs;
-    for (const auto& e : fs::directory_iterator(d))
-      if (e.is_regular_file() && e.path().extension() == ".so") libs.push_back(e.path().string());
+    if (file) {
+      libs.push_back(d);
+    } else {
+      for (const auto& e : fs::directory_iterator(d))
+        if (e.is_regular_file() && e.path().extension() == ".so") libs.push_back(e.path().string());
+    }
     std::sort(libs.begin(), libs.end());
     for (const auto& lib : libs) {
       // RTLD_GLOBAL: a plugin may depend on symbols of a plugin loaded before it.

@@ -151,7 +151,10 @@ TEST(CszooE2E, ConfigErrorsNameTheKeyPath) {
   EXPECT_NE(out.find("cannot open"), std::string::npos) << out;
   out = run(kCszoo + " fit " + (root / "bad.yaml").string() + " --python_paths /nonexistent", &st);
   EXPECT_EQ(st, 1);
-  EXPECT_NE(out.find("plugin path '/nonexistent' is not a directory"), std::string::npos) << out;
+  EXPECT_NE(
+      out.find("plugin path '/nonexistent' is neither a shared library (.so) nor a directory"),
+      std::string::npos)
+      << out;
   fs::remove_all(root);
 }
 

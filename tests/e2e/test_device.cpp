@@ -75,11 +75,14 @@ void expect_same_checkpoint(const fs::path& a, const fs::path& b) {
 
 TEST(DeviceE2E, FcMnistFitValidateCheckpointResumeOnTheCheckingDevice) {
   const fs::path root = e2e::temp_dir("cstorch_device", "fc");
+  // The plugin as a file (--plugin_paths) and as a folder (--python_paths, the seed's name).
+  const std::string plug_file = " --plugin_paths " + kDevicePlugin + "/check_device_plugin.so";
   const std::string plug = " --python_paths " + kDevicePlugin;
   int st = 0;
   // 60 steps, then resumed to 90, on each device.
   for (const std::string dev : {"check", "CPU"}) {
-    std::string out = cszoo("fit " + write_config(root, dev, dev, 60) + plug, &st);
+    std::string out =
+        cszoo("fit " + write_config(root, dev, dev, 60) + (dev == "check" ? plug_file : plug), &st);
     ASSERT_EQ(st, 0) << out;
     out = cszoo("fit " + write_config(root, dev, dev, 90) + plug, &st);
     ASSERT_EQ(st, 0) << out;
