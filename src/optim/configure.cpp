@@ -173,9 +173,12 @@ std::unique_ptr<Optimizer> configure_optimizer(const std::string& type, std::vec
     std::vector<std::string> unknown;
     for (auto& [k, v] : args.items())
       if (!used.count(k)) unknown.push_back(k);
-    if (!unknown.empty())
-      fmt::print(stderr, "warning: configure_optimizer({}): ignoring unknown arguments: {}\n", name,
-                 fmt::join(unknown, ", "));
+    // A misspelt argument would silently train with its default: an error, as for every key.
+    if (!unknown.empty()) {
+      used.insert("learning_rate");
+      fail("configure_optimizer({}): unknown argument{} '{}'; valid arguments: {}", name,
+           unknown.size() > 1 ? "s" : "", fmt::join(unknown, "', '"), fmt::join(used, ", "));
+    }
     return opt;
   }
   fail("configure_optimizer: unknown optimizer type '{}'; valid types: {}", type,
