@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "cstorch/nn/functional.h"
+#include "cstorch/recompute.h"
 #include "ref_util.h"
 
 namespace cstorch::reftest {
@@ -34,41 +35,62 @@ constexpr Tol kF16{1.0 / 1024, 0};  // one f16 ulp
 std::vector<Row> make_table() {
   return {
       // ---------------------------------------------------------------- creation
-      {"zeros", {}, [](const In&) { return cs::zeros({2, 3}); }, "torch.zeros(2, 3)", kExact, kNoGrad},
-      {"zeros_i64", {}, [](const In&) { return cs::zeros({4}, D::i64); },
+      {"zeros", {}, [](const In& x) { return cs::zeros({2, 3}, D::f32, x.device); }, "torch.zeros(2, 3)", kExact, kNoGrad},
+      {"zeros_i64", {}, [](const In& x) { return cs::zeros({4}, D::i64, x.device); },
        "torch.zeros(4, dtype=torch.int64)", kExact, kNoGrad},
-      {"ones", {}, [](const In&) { return cs::ones({3, 1, 2}); }, "torch.ones(3, 1, 2)", kExact, kNoGrad},
-      {"ones_bool", {}, [](const In&) { return cs::ones({3}, D::boolean); },
+      {"ones", {}, [](const In& x) { return cs::ones({3, 1, 2}, D::f32, x.device); }, "torch.ones(3, 1, 2)", kExact, kNoGrad},
+      {"ones_bool", {}, [](const In& x) { return cs::ones({3}, D::boolean, x.device); },
        "torch.ones(3, dtype=torch.bool)", kExact, kNoGrad},
-      {"full", {}, [](const In&) { return cs::full({2, 2}, 3.5); }, "torch.full((2, 2), 3.5)", kExact, kNoGrad},
-      {"full_bf16", {}, [](const In&) { return cs::full({3}, 0.1, D::bf16); },
+      {"full", {}, [](const In& x) { return cs::full({2, 2}, 3.5, D::f32, x.device); }, "torch.full((2, 2), 3.5)", kExact, kNoGrad},
+      {"full_bf16", {}, [](const In& x) { return cs::full({3}, 0.1, D::bf16, x.device); },
        "torch.full((3,), 0.1, dtype=torch.bfloat16)", kExact, kNoGrad | kNative},
-      {"full_0d", {}, [](const In&) { return cs::full({}, -2.0); }, "torch.full((), -2.0)", kExact, kNoGrad},
+      {"full_0d", {}, [](const In& x) { return cs::full({}, -2.0, D::f32, x.device); }, "torch.full((), -2.0)", kExact, kNoGrad},
       {"zeros_like", {{2, 3}}, [](const In& x) { return cs::zeros_like(x[0]); },
        "torch.zeros_like(x[0])", kExact, kNoGrad},
       {"ones_like_i64", {idx({2, 3}, 0, 5)}, [](const In& x) { return cs::ones_like(x[0]); },
        "torch.ones_like(x[0])", kExact, kNoGrad},
       {"full_like", {{3, 2}}, [](const In& x) { return cs::full_like(x[0], 7.25); },
        "torch.full_like(x[0], 7.25)", kExact, kNoGrad},
-      {"arange_end", {}, [](const In&) { return cs::arange(5); }, "torch.arange(5)", kExact, kNoGrad},
-      {"arange_f32_step", {}, [](const In&) { return cs::arange(1, 2.1, 0.25, D::f32); },
+      {"arange_end", {}, [](const In& x) { return cs::arange(5).to(x.device); }, "torch.arange(5)", kExact, kNoGrad},
+      {"arange_f32_step", {}, [](const In& x) { return cs::arange(1, 2.1, 0.25, D::f32).to(x.device); },
        "torch.arange(1, 2.1, 0.25, dtype=torch.float32)", kExact, kNoGrad},
-      {"arange_neg_step", {}, [](const In&) { return cs::arange(5, 0, -1.5, D::f32); },
+      {"arange_neg_step", {}, [](const In& x) { return cs::arange(5, 0, -1.5, D::f32).to(x.device); },
        "torch.arange(5, 0, -1.5, dtype=torch.float32)", kExact, kNoGrad},
-      {"arange_i64_range", {}, [](const In&) { return cs::arange(-3, 7, 2); },
+      {"arange_i64_range", {}, [](const In& x) { return cs::arange(-3, 7, 2).to(x.device); },
        "torch.arange(-3, 7, 2)", kExact, kNoGrad},
-      {"scalar_tensor", {}, [](const In&) { return cs::scalar_tensor(2.5); }, "torch.tensor(2.5)",
+      {"scalar_tensor", {}, [](const In& x) { return cs::scalar_tensor(2.5).to(x.device); }, "torch.tensor(2.5)",
        kExact, kNoGrad},
-      {"from_vector_f32", {}, [](const In&) { return cs::from_vector(std::vector<float>{1.5f, -2, 0.25f, 8}, {2, 2}); },
+      {"from_vector_f32", {}, [](const In& x) { return cs::from_vector(std::vector<float>{1.5f, -2, 0.25f, 8}, {2, 2}).to(x.device); },
        "torch.tensor([[1.5, -2], [0.25, 8]])", kExact, kNoGrad},
-      {"from_vector_i64", {}, [](const In&) { return cs::from_vector(std::vector<int64_t>{3, -1, 1LL << 40}, {3}); },
+      {"from_vector_i64", {}, [](const In& x) { return cs::from_vector(std::vector<int64_t>{3, -1, 1LL << 40}, {3}).to(x.device); },
        "torch.tensor([3, -1, 1 << 40])", kExact, kNoGrad | kNative},
-      {"from_vector_i32", {}, [](const In&) { return cs::from_vector(std::vector<int32_t>{7, -9}, {2, 1}); },
+      {"from_vector_i32", {}, [](const In& x) { return cs::from_vector(std::vector<int32_t>{7, -9}, {2, 1}).to(x.device); },
        "torch.tensor([[7], [-9]], dtype=torch.int32)", kExact, kNoGrad | kNative},
-      {"from_vector_bool", {}, [](const In&) { return cs::from_vector(std::vector<uint8_t>{1, 0, 1}, {3}, D::boolean); },
+      {"from_vector_bool", {}, [](const In& x) { return cs::from_vector(std::vector<uint8_t>{1, 0, 1}, {3}, D::boolean).to(x.device); },
        "torch.tensor([True, False, True])", kExact, kNoGrad | kNative},
-      {"scalar_tensor_i64", {}, [](const In&) { return cs::scalar_tensor(-4, D::i64); },
+      {"scalar_tensor_i64", {}, [](const In& x) { return cs::scalar_tensor(-4, D::i64).to(x.device); },
        "torch.tensor(-4)", kExact, kNoGrad},
+
+      // ---------------------------------------------------------------- random draws
+      // No torch expression (op_table.h): checked eager against traced and on every device
+      // against the CPU, the generator seeded alike before each run.
+      {"rand", {}, [](const In& x) { return cs::rand({4, 5}, D::f32, x.device); }, "", kExact, kNoGrad},
+      {"uniform_range", {}, [](const In& x) { return cs::uniform({3, 7}, -2, 3, D::f32, x.device); }, "",
+       kExact, kNoGrad},
+      {"randn_bf16", {}, [](const In& x) { return cs::randn({6, 5}, D::bf16, x.device); }, "", kExact, kNoGrad},
+      {"normal_then_randn", {},
+       [](const In& x) { return cs::normal({9}, 1.0, 2.0, D::f32, x.device) - cs::randn({9}, D::f32, x.device); },
+       "", kExact, kNoGrad},
+      {"bernoulli", {}, [](const In& x) { return cs::bernoulli({4, 6}, 0.3, D::f32, x.device); }, "", kExact,
+       kNoGrad},
+      {"dropout_train", {{4, 6}}, [](const In& x) { return cs::dropout(x[0], 0.4, true); }, ""},
+      {"sdpa_dropout", {{1, 2, 5, 4}, {1, 2, 6, 4}, {1, 2, 6, 3}},
+       [](const In& x) {
+         cs::nn::functional::AttentionOptions o;
+         o.dropout_p = 0.3;
+         return cs::nn::functional::scaled_dot_product_attention(x[0], x[1], x[2], o);
+       },
+       ""},
 
       // ---------------------------------------------------------------- unary elementwise
       {"neg", {{2, 3, 4}}, [](const In& x) { return cs::neg(x[0]); }, "torch.neg(x[0])"},
@@ -782,6 +804,11 @@ std::vector<Row> make_table() {
       {"mlp_like", {{4, 5}, {6, 5}, {6}, {3, 6}, idx({4}, 0, 3)},
        [](const In& x) { return cs::cross_entropy(cs::linear(cs::relu(cs::linear(x[0], x[1], x[2])), x[3]), x[4]); },
        "F.cross_entropy(F.linear(torch.relu(F.linear(x[0], x[1], x[2])), x[3]), x[4])"},
+      // Shapes at which the CPU's own GEMM applies epilogues (AVX-512 builds): traced, relu(linear)
+      // becomes a gemm node (the compiler's fuse_gemm_epilogue).
+      {"mlp_gemm_epilogues", {{16, 12}, {20, 12}, {20}, {8, 20}},
+       [](const In& x) { return cs::linear(cs::relu(cs::linear(x[0], x[1], x[2])), x[3]); },
+       "F.linear(torch.relu(F.linear(x[0], x[1], x[2])), x[3])"},
       {"reuse_input", {{3, 4}}, [](const In& x) { return x[0] * x[0] + cs::exp(x[0]) - x[0].t().t(); },
        "x[0] * x[0] + torch.exp(x[0]) - x[0].t().t()"},
       {"cat_same_twice", {{2, 3}}, [](const In& x) { return cs::cat({x[0], x[0].t().t(), x[0]}, 1); },
@@ -805,11 +832,18 @@ std::vector<Row> make_table() {
       {"causal_attention_like", {{2, 4, 3}, {2, 4, 3}, {2, 4, 3}},
        [](const In& x) {
          Tensor s = cs::matmul(x[0], x[1].transpose(-1, -2)) * 0.5;
-         Tensor m = cs::triu(cs::ones({4, 4}), 1) > 0.5;
+         Tensor m = cs::triu(cs::ones({4, 4}, D::f32, x.device), 1) > 0.5;
          return cs::matmul(cs::softmax(cs::masked_fill(s, m, -INFINITY), -1), x[2]);
        },
        "torch.matmul(torch.softmax(torch.masked_fill(torch.matmul(x[0], x[1].transpose(-1, -2)) * 0.5, "
        "torch.triu(torch.ones(4, 4), 1) > 0.5, float('-inf')), -1), x[2])"},
+      // Activation recomputation: the gradient re-runs the function (Recompute, RecomputeBarrier).
+      {"checkpoint_reads_outside_weight", {{3, 4}, {5, 4}},
+       [](const In& x) {
+         Tensor w = x[1];
+         return cs::checkpoint([w](const Tensor& t) { return cs::gelu(cs::linear(t, w)) * 0.5; }, x[0]);
+       },
+       "F.gelu(F.linear(x[0], x[1])) * 0.5"},
       {"softmax_dim_size1", {{3, 1}}, [](const In& x) { return cs::softmax(x[0], 1) * x[0]; },
        "torch.softmax(x[0], 1) * x[0]"},
       {"var_mean_norm_chain", {{4, 5}},

@@ -13,6 +13,15 @@
 // The lambda runs eagerly and inside cs::trace (grad inputs are then captured leaves, the
 // others step inputs), so it must not read tensor values. Inputs: a bare shape, or normal(),
 // uni(), pos(), nz(), idx(), mask(), vals(), typed(), nograd() below.
+//
+// Every row also runs on every other registered device (the tests' checking device) and must
+// give the CPU's outputs and gradients there: the harness moves the inputs with .to(device), so
+// a row is written once for all devices; a tensor the row creates itself is made on x.device
+// (creation functions take it; arange, scalar_tensor and from_vector are moved with .to).
+// Random rows (rand, dropout) have no torch expression (py empty: torch cannot reproduce the
+// Philox draws; test_random_ops.cpp checks their distributions): the harness seeds the
+// generator before each run, so they are checked eager against traced and against the CPU on
+// every device.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -25,7 +34,12 @@
 namespace cstorch::reftest {
 
 namespace cs = ::cstorch;
-using In = std::vector<Tensor>;
+
+// A row's inputs, already on the device the row runs on (`device`; the CPU is Device{}).
+struct In : std::vector<Tensor> {
+  using std::vector<Tensor>::vector;
+  Device device;
+};
 
 enum class Gen {
   normal,    // N(0, 1)
@@ -125,7 +139,7 @@ struct Row {
   std::string name;  // unique; letters, digits and '_' (it names the gtest)
   std::vector<Arg> inputs;
   std::function<Outs(const In&)> fn;
-  std::string py;  // Python expression over x (a tensor, or a tuple/list of tensors)
+  std::string py;  // Python expression over x (a tensor, or a tuple/list of tensors); "": none
   Tol tol = {};
   unsigned flags = 0;
 };

@@ -5,20 +5,44 @@
 // is one gtest (Ops/OpReference.Matches/<row>). Eager and traced results must also agree with
 // each other. --gtest_filter='*softmax*' runs (and sends to Python) only the matching rows;
 // CSTORCH_REF_KEEP=1 keeps the JSON files (they are kept anyway when a row fails).
+//
+// Devices, as ggml's test-backend-ops: every row also runs, eager and traced, on every other
+// registered device (this binary registers the checking device, tests/support/checking_device.h)
+// with the same input values, moved there with .to(device), and the same upstream gradients;
+// its outputs and input gradients, read back with .to(Device{}), must be the CPU's
+// (Ops/OpOnDevice.MatchesTheCpu/<device>_<row>). The tolerance on the checking device is none,
+// bitwise equality: it runs the CPU's kernels through the device ABI and answers the compiler's
+// questions as the CPU does, so the same programs run the same kernels in the same order. A
+// device with kernels of its own is held to the row's tolerance against the CPU's values.
+//
+// Coverage (OpReferenceTable.CoversEveryOp): every op of src/ir/ops.def must be exercised by a
+// row, i.e. be in a row's traced graph (forward and backward, on some device) or run as a
+// kernel of a row on the checking device (the compiler's fused and gemm), save the few listed
+// in ops_without_rows() with the reason no row can reach them. CSTORCH_REF_COVERAGE=1 prints the
+// rows that exercise each op.
 #include <gtest/gtest.h>
 
+#include <bitset>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <unordered_set>
 
 #include "cstorch/runtime.h"
+#include "ir/device.h"
 #include "op_table.h"
 #include "ref_util.h"
+#include "runtime/run_mode.h"
+#include "support/checking_device.h"
 
 namespace cstorch::reftest {
 namespace {
+
+using OpSet = std::bitset<ir::kNumOps>;
 
 // ------------------------------------------------------------------------------------------
 // Inputs.
@@ -66,6 +90,39 @@ bool differentiable(const Row& r) {
 bool wants_grad(const Row& r, const Arg& a) {
   return differentiable(r) && a.grad && is_floating(a.dtype);
 }
+bool has_torch_reference(const Row& r) {
+  return !r.py.empty();
+}
+
+// ------------------------------------------------------------------------------------------
+// Devices.
+
+// The devices besides the CPU that every row also runs on: each registered backend other than
+// the CPU's. The checking device is registered here, before the tests are listed.
+const std::vector<Device>& other_devices() {
+  static const std::vector<Device> devices = [] {
+    cstorch::testing::register_checking_device();
+    std::vector<Device> v;
+    const ir::DeviceBackend* cpu = &ir::device_backend(Device{});
+    for (DeviceType t : {DeviceType::GPU, DeviceType::CSX, DeviceType::Plugin})
+      if (const ir::DeviceBackend* b = ir::find_device_backend(Device{t, 0}); b && b != cpu)
+        v.push_back(Device{t, 0});
+    return v;
+  }();
+  return devices;
+}
+
+bool is_checking_device(Device d) {
+  return d == cstorch::testing::register_checking_device();
+}
+
+// A device's name as part of a gtest name ("check:0" -> "check0").
+std::string device_tag(Device d) {
+  std::string s;
+  for (char c : device_str(d))
+    if (std::isalnum(static_cast<unsigned char>(c))) s += c;
+  return s;
+}
 
 // ------------------------------------------------------------------------------------------
 // One mode's results: outputs then (for differentiable rows) one gradient per grad input.
@@ -92,11 +149,33 @@ void backward_from(const std::vector<Tensor>& outs, const std::vector<Tensor>& g
   total.backward();
 }
 
-struct RowRun {
-  json j;                                       // what goes to Python
-  std::string cpp_error;                        // a cstorch error that stopped this row
-  std::vector<std::string> agreement_failures;  // eager vs traced
-};
+// Adds the ops of the graph behind `roots` to `ops`. Called inside a traced body, where every
+// node reachable from a value computed in the trace is a node of that trace (forward and
+// backward alike; eager nodes have dropped their inputs).
+void note_traced_ops(const std::vector<Tensor>& roots, OpSet& ops) {
+  std::vector<const ir::Node*> stack;
+  std::unordered_set<const ir::Node*> seen;
+  for (auto& t : roots)
+    if (t.defined() && t.node()->trace_id != 0) stack.push_back(t.node().get());
+  while (!stack.empty()) {
+    const ir::Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    ops.set(static_cast<size_t>(n->op));
+    for (auto& i : n->inputs) stack.push_back(i.get());
+  }
+}
+
+// The names of the ops in `ops` that compute something (not input / constant).
+std::string op_names(const OpSet& ops) {
+  std::string s;
+  for (int i = 0; i < ir::kNumOps; ++i) {
+    const auto op = static_cast<ir::OpCode>(i);
+    if (ops.test(static_cast<size_t>(i)) && !ir::has_trait(op, ir::kLeaf))
+      s += (s.empty() ? "" : ", ") + std::string(ir::op_info(op).name);
+  }
+  return s.empty() ? "none" : s;
+}
 
 // Compares the eager and traced value of one tensor; returns "" when they agree.
 std::string compare_modes(const std::string& what, const Tensor& e, const Tensor& t) {
@@ -132,6 +211,247 @@ std::string compare_modes(const std::string& what, const Tensor& e, const Tensor
   return os.str();
 }
 
+// Compares `got`, computed on device `dev`, with the CPU's value `cpu`; returns "" when they
+// agree: `got` lives on `dev` and has the CPU's shape, dtype and bytes (on a device other than
+// the checking device: float values within the row's tolerance of the CPU's).
+std::string compare_with_cpu(const std::string& what, const Tensor& cpu, const Tensor& got,
+                             Device dev, const Row& row) {
+  if (got.device() != dev)
+    return what + ": on device " + device_str(got.device()) + ", not " + device_str(dev);
+  if (cpu.shape() != got.shape())
+    return what + ": shape " + shape_str(got.shape()) + ", the CPU's " + shape_str(cpu.shape());
+  if (cpu.dtype() != got.dtype())
+    return what + ": dtype " + dtype_name(got.dtype()) + ", the CPU's " + dtype_name(cpu.dtype());
+  const Tensor back = got.to(Device{});
+  const auto a = host_values(cpu), b = host_values(back);
+  const bool bitwise = is_checking_device(dev) || !is_floating(cpu.dtype());
+  const size_t item = itemsize(cpu.dtype());
+  const auto* pa = static_cast<const unsigned char*>(cpu.data_ptr());
+  const auto* pb = static_cast<const unsigned char*>(back.data_ptr());
+  double scale = 0;
+  for (double v : a)
+    if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
+  const double atol = row.tol.atol * ((row.flags & kNormTol) ? scale : 1.0);
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool ok = bitwise ? std::memcmp(pa + i * item, pb + i * item, item) == 0
+                            : (std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i] ||
+                                  std::abs(a[i] - b[i]) <= atol + row.tol.rtol * std::abs(a[i]);
+    if (!ok && bad++ == 0) first = i;
+  }
+  if (bad == 0) return "";
+  std::ostringstream os;
+  os.precision(9);
+  os << what << ": " << bad << " of " << a.size() << " elements differ from the CPU's ("
+     << (bitwise ? "bitwise equality required" : "the row's tolerance") << "); first at flat index "
+     << first << ": got " << b[first] << ", CPU " << a[first];
+  return os.str();
+}
+
+// ------------------------------------------------------------------------------------------
+// Running a row: on the CPU first (its results go to torch and are the other devices'
+// reference), then on each other device with the same inputs, upstream gradients and warm-up
+// values. Random rows draw the same numbers everywhere: the generator is seeded before each run.
+
+struct HostTensor {
+  Shape shape;
+  DType dtype = DType::f32;
+  std::vector<double> values;
+  Tensor on(Device d) const { return make_tensor(values, shape, dtype).to(d); }
+};
+
+// What one device computed for a row.
+struct DeviceRun {
+  ModeResult eager, traced;
+  bool eager_ok = false, traced_ok = false;
+  std::string error;                  // the cstorch error that stopped the run
+  std::vector<std::string> failures;  // the traced step's replay check
+};
+
+class RowRunner {
+ public:
+  explicit RowRunner(const Row& row) : row_(row), rng_(hash_name(row.name)) {
+    for (size_t i = 0; i < row.inputs.size(); ++i) {
+      const Arg& a = row.inputs[i];
+      inputs_.push_back({a.shape, a.dtype, generate(a, rng_)});
+      if (wants_grad(row, a)) grad_idx_.push_back(i);
+    }
+  }
+  const std::vector<HostTensor>& inputs() const { return inputs_; }
+  const std::vector<size_t>& grad_idx() const { return grad_idx_; }
+  // The upstream gradient of each output (none for non-float outputs), made by the first run.
+  const std::vector<std::optional<HostTensor>>& upstream() const { return upstream_; }
+  const OpSet& ops() const { return ops_; }
+
+  DeviceRun run(Device dev) {
+    DeviceRun out;
+    In x(row_.inputs.size());
+    x.device = dev;
+    try {
+      for (size_t i = 0; i < x.size(); ++i) x[i] = inputs_[i].on(dev);
+      for (size_t i : grad_idx_) x[i].set_requires_grad(true);
+    } catch (const std::exception& e) {
+      out.error = std::string("making the inputs: ") + e.what();
+      return out;
+    }
+    std::vector<Tensor> gs;
+    if (eager(x, dev, gs, out)) traced(x, dev, gs, out);
+    return out;
+  }
+
+ private:
+  bool eager(In& x, Device dev, std::vector<Tensor>& gs, DeviceRun& out) {
+    try {
+      manual_seed(seed());
+      out.eager.outputs = row_.fn(x).v;
+      if (!upstream_made_) {
+        for (auto& y : out.eager.outputs) {
+          if (differentiable(row_) && is_floating(y.dtype())) {
+            Arg ga(y.shape());
+            ga.dtype = y.dtype();
+            upstream_.push_back(HostTensor{y.shape(), y.dtype(), generate(ga, rng_)});
+          } else {
+            upstream_.push_back(std::nullopt);
+          }
+        }
+        upstream_made_ = true;
+      }
+      if (out.eager.outputs.size() != upstream_.size())
+        fail("{} outputs, the CPU's {}", out.eager.outputs.size(), upstream_.size());
+      for (auto& u : upstream_) gs.push_back(u ? u->on(dev) : Tensor());
+      if (differentiable(row_)) {
+        backward_from(out.eager.outputs, gs);
+        for (size_t i : grad_idx_)
+          out.eager.grads.push_back(x[i].grad().defined() ? x[i].grad() : zeros_like(x[i]));
+      }
+      out.eager_ok = true;
+      return true;
+    } catch (const std::exception& e) {
+      out.error = std::string("eager: ") + e.what();
+      try {
+        synchronize();
+      } catch (...) {
+      }
+      return false;
+    }
+  }
+
+  // Grad inputs are persistent leaves captured by the step; everything else (non-grad inputs
+  // and the upstream gradients) is a step input. The step is called twice: first with other
+  // values for the step inputs (trace, compile, run), then, after the grads are reset to none
+  // again, with the row's values (a replay of the compiled program), so a program that kept the
+  // first call's values would fail. On another device the step runs there.
+  void traced(In& x, Device dev, const std::vector<Tensor>& gs, DeviceRun& out) {
+    const size_t n_in = x.size();
+    try {
+      std::optional<runtime::StepDeviceScope> on_device;
+      if (dev != Device{}) on_device.emplace(dev);
+      for (size_t i : grad_idx_) x[i].set_grad(Tensor());
+      std::vector<bool> is_leaf(n_in, false);
+      for (size_t i : grad_idx_) is_leaf[i] = true;
+      std::vector<size_t> g_slots;
+      for (size_t k = 0; k < gs.size(); ++k)
+        if (gs[k].defined()) g_slots.push_back(k);
+      if (!warm_made_) {
+        Rng warm_rng(hash_name(row_.name) + 1);
+        for (size_t i = 0; i < n_in; ++i)
+          if (!is_leaf[i])
+            warm_.push_back(
+                {row_.inputs[i].shape, row_.inputs[i].dtype, generate(row_.inputs[i], warm_rng)});
+        for (size_t k : g_slots) {
+          Arg ga(gs[k].shape());
+          ga.dtype = gs[k].dtype();
+          warm_.push_back({ga.shape, ga.dtype, generate(ga, warm_rng)});
+        }
+        warm_made_ = true;
+      }
+      std::vector<Tensor> step_in, warm_in;
+      for (size_t i = 0; i < n_in; ++i)
+        if (!is_leaf[i]) step_in.push_back(x[i]);
+      for (size_t k : g_slots) step_in.push_back(gs[k]);
+      for (auto& w : warm_) warm_in.push_back(w.on(dev));
+      const bool diff = differentiable(row_);
+      const size_t n_out = upstream_.size();
+      auto step = trace(
+          [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+            In xs(n_in);
+            xs.device = dev;
+            size_t k = 0;
+            for (size_t i = 0; i < n_in; ++i) xs[i] = is_leaf[i] ? x[i] : in[k++];
+            std::vector<Tensor> res = row_.fn(xs).v;
+            if (diff) {
+              std::vector<Tensor> tg(res.size());
+              for (size_t s : g_slots) tg[s] = in[k++];
+              backward_from(res, tg);
+              for (size_t i : grad_idx_)
+                res.push_back(x[i].grad().defined() ? x[i].grad() : zeros_like(x[i]));
+            }
+            note_traced_ops(res, ops_);
+            return res;
+          },
+          row_.name);
+      RuntimeStats before = runtime_stats();
+      manual_seed(seed());
+      (void)step(warm_in);
+      synchronize();
+      for (size_t i : grad_idx_) x[i].set_grad(Tensor());
+      manual_seed(seed());
+      std::vector<Tensor> r = step(step_in);
+      synchronize();
+      RuntimeStats after = runtime_stats();
+      if (after.traces - before.traces != 1 || after.executions - before.executions != 2)
+        out.failures.push_back("traced: two calls of the step with one signature made " +
+                               std::to_string(after.traces - before.traces) + " traces and " +
+                               std::to_string(after.executions - before.executions) +
+                               " executions (expected 1 and 2: the second call must replay)");
+      if (r.size() != n_out + (diff ? grad_idx_.size() : 0))
+        throw std::runtime_error("traced step returned " + std::to_string(r.size()) + " tensors");
+      out.traced.outputs.assign(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(n_out));
+      out.traced.grads.assign(r.begin() + static_cast<std::ptrdiff_t>(n_out), r.end());
+      out.traced_ok = true;
+    } catch (const std::exception& e) {
+      out.error = std::string("traced: ") + e.what();
+      try {
+        synchronize();
+      } catch (...) {
+      }
+    }
+  }
+
+  uint64_t seed() const { return hash_name(row_.name); }
+
+  const Row& row_;
+  Rng rng_;  // the inputs, then the upstream gradients
+  std::vector<HostTensor> inputs_;
+  std::vector<size_t> grad_idx_;
+  std::vector<std::optional<HostTensor>> upstream_;
+  bool upstream_made_ = false;
+  std::vector<HostTensor> warm_;  // the first traced call's step inputs
+  bool warm_made_ = false;
+  OpSet ops_;
+};
+
+// What one other device did with a row.
+struct DeviceCheck {
+  std::string error;                  // a cstorch error that stopped the run there
+  std::vector<std::string> failures;  // values that are not the CPU's; the replay check
+};
+
+struct RowRun {
+  json j;                                       // what goes to Python
+  std::string cpp_error;                        // a cstorch error that stopped this row
+  std::vector<std::string> agreement_failures;  // eager vs traced
+  std::map<std::string, DeviceCheck> devices;   // by device_str
+  OpSet ops;                                    // what the row exercised (coverage)
+};
+
+json mode_json(const ModeResult& m) {
+  json jo = json::array(), jgr = json::array();
+  for (auto& y : m.outputs) jo.push_back(tensor_json(y));
+  for (auto& g : m.grads) jgr.push_back(tensor_json(g));
+  return {{"outputs", jo}, {"grads", jgr}};
+}
+
 RowRun run_row(const Row& row) {
   RowRun rr;
   json& j = rr.j;
@@ -143,156 +463,81 @@ RowRun run_row(const Row& row) {
   j["native"] = (row.flags & kNative) != 0;
   j["grad"] = differentiable(row);
 
-  Rng rng(hash_name(row.name));
-  std::vector<std::vector<double>> host;
+  RowRunner runner(row);
   json jin = json::array();
-  for (auto& a : row.inputs) {
-    host.push_back(generate(a, rng));
-    json t = tensor_json(a.shape, a.dtype, host.back());
-    t["requires_grad"] = wants_grad(row, a);
+  for (size_t i = 0; i < row.inputs.size(); ++i) {
+    const HostTensor& h = runner.inputs()[i];
+    json t = tensor_json(h.shape, h.dtype, h.values);
+    t["requires_grad"] = wants_grad(row, row.inputs[i]);
     jin.push_back(t);
   }
   j["inputs"] = jin;
+  const auto& grad_idx = runner.grad_idx();
 
-  const size_t n_in = row.inputs.size();
-  In x(n_in);
-  std::vector<size_t> grad_idx;
-  try {
-    for (size_t i = 0; i < n_in; ++i) {
-      x[i] = make_tensor(host[i], row.inputs[i].shape, row.inputs[i].dtype);
-      if (wants_grad(row, row.inputs[i])) {
-        x[i].set_requires_grad(true);
-        grad_idx.push_back(i);
-      }
-    }
-  } catch (const std::exception& e) {
-    rr.cpp_error = std::string("making the inputs: ") + e.what();
-    return rr;
+  // ---- the CPU: against torch (check_ops.py), and eager against traced
+  const DeviceRun cpu = runner.run(Device{});
+  rr.cpp_error = cpu.error;
+  rr.agreement_failures = cpu.failures;
+  if (cpu.eager_ok) {
+    json jg = json::array();
+    for (auto& u : runner.upstream())
+      jg.push_back(u ? tensor_json(u->shape, u->dtype, u->values) : json(nullptr));
+    j["upstream"] = jg;
+    j["eager"] = mode_json(cpu.eager);
   }
-
-  // ---- eager
-  ModeResult eager;
-  std::vector<Tensor> gs;
-  json jg = json::array();
-  try {
-    eager.outputs = row.fn(x).v;
-    for (auto& y : eager.outputs) {
-      if (differentiable(row) && is_floating(y.dtype())) {
-        Arg ga(y.shape());
-        ga.dtype = y.dtype();
-        auto gv = generate(ga, rng);
-        gs.push_back(make_tensor(gv, y.shape(), y.dtype()));
-        jg.push_back(tensor_json(y.shape(), y.dtype(), gv));
-      } else {
-        gs.push_back(Tensor());
-        jg.push_back(nullptr);
-      }
-    }
-    if (differentiable(row)) {
-      backward_from(eager.outputs, gs);
-      for (size_t i : grad_idx)
-        eager.grads.push_back(x[i].grad().defined() ? x[i].grad() : zeros_like(x[i]));
-    }
-    json jo = json::array(), jgr = json::array();
-    for (auto& y : eager.outputs) jo.push_back(tensor_json(y));
-    for (auto& g : eager.grads) jgr.push_back(tensor_json(g));
-    j["eager"] = {{"outputs", jo}, {"grads", jgr}};
-  } catch (const std::exception& e) {
-    rr.cpp_error = std::string("eager: ") + e.what();
-    try {
-      synchronize();
-    } catch (...) {
-    }
-    return rr;
-  }
-  j["upstream"] = jg;
-
-  // ---- traced: grad inputs are persistent leaves captured by the step; everything else
-  // (non-grad inputs and the upstream gradients) is a step input. The step is called twice:
-  // first with other values for the step inputs (trace, compile, run), then, after the grads
-  // are reset to none again, with the row's values (a replay of the compiled program), so a
-  // program that kept the first call's values would fail.
-  ModeResult traced;
-  try {
-    for (size_t i : grad_idx) x[i].set_grad(Tensor());
-    std::vector<Tensor> step_in, warm_in;
-    std::vector<bool> is_leaf(n_in, false);
-    for (size_t i : grad_idx) is_leaf[i] = true;
-    Rng warm_rng(hash_name(row.name) + 1);
-    for (size_t i = 0; i < n_in; ++i)
-      if (!is_leaf[i]) {
-        step_in.push_back(x[i]);
-        warm_in.push_back(make_tensor(generate(row.inputs[i], warm_rng), row.inputs[i].shape,
-                                      row.inputs[i].dtype));
-      }
-    std::vector<size_t> g_slots;
-    for (size_t k = 0; k < gs.size(); ++k)
-      if (gs[k].defined()) {
-        g_slots.push_back(k);
-        step_in.push_back(gs[k]);
-        Arg ga(gs[k].shape());
-        ga.dtype = gs[k].dtype();
-        warm_in.push_back(make_tensor(generate(ga, warm_rng), ga.shape, ga.dtype));
-      }
-    const bool diff = differentiable(row);
-    const size_t n_out = eager.outputs.size();
-    auto step = trace(
-        [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-          In xs(n_in);
-          size_t k = 0;
-          for (size_t i = 0; i < n_in; ++i) xs[i] = is_leaf[i] ? x[i] : in[k++];
-          std::vector<Tensor> res = row.fn(xs).v;
-          if (diff) {
-            std::vector<Tensor> tg(res.size());
-            for (size_t s : g_slots) tg[s] = in[k++];
-            backward_from(res, tg);
-            for (size_t i : grad_idx)
-              res.push_back(x[i].grad().defined() ? x[i].grad() : zeros_like(x[i]));
-          }
-          return res;
-        },
-        row.name);
-    RuntimeStats before = runtime_stats();
-    (void)step(warm_in);
-    synchronize();
-    for (size_t i : grad_idx) x[i].set_grad(Tensor());
-    std::vector<Tensor> r = step(step_in);
-    synchronize();
-    RuntimeStats after = runtime_stats();
-    if (after.traces - before.traces != 1 || after.executions - before.executions != 2)
-      rr.agreement_failures.push_back(
-          "traced: two calls of the step with one signature made " +
-          std::to_string(after.traces - before.traces) + " traces and " +
-          std::to_string(after.executions - before.executions) +
-          " executions (expected 1 and 2: the second call must replay)");
-    if (r.size() != n_out + (diff ? grad_idx.size() : 0))
-      throw std::runtime_error("traced step returned " + std::to_string(r.size()) + " tensors");
-    traced.outputs.assign(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(n_out));
-    traced.grads.assign(r.begin() + static_cast<std::ptrdiff_t>(n_out), r.end());
-    json jo = json::array(), jgr = json::array();
-    for (auto& y : traced.outputs) jo.push_back(tensor_json(y));
-    for (auto& g : traced.grads) jgr.push_back(tensor_json(g));
-    synchronize();
-    j["traced"] = {{"outputs", jo}, {"grads", jgr}};
-  } catch (const std::exception& e) {
-    rr.cpp_error = std::string("traced: ") + e.what();
-    try {
-      synchronize();
-    } catch (...) {
-    }
-  }
-
-  if (j.contains("traced")) {
-    for (size_t k = 0; k < eager.outputs.size(); ++k) {
-      auto m = compare_modes("output " + std::to_string(k), eager.outputs[k], traced.outputs[k]);
+  if (cpu.traced_ok) {
+    j["traced"] = mode_json(cpu.traced);
+    for (size_t k = 0; k < cpu.eager.outputs.size(); ++k) {
+      auto m =
+          compare_modes("output " + std::to_string(k), cpu.eager.outputs[k], cpu.traced.outputs[k]);
       if (!m.empty()) rr.agreement_failures.push_back(m);
     }
-    for (size_t k = 0; k < eager.grads.size(); ++k) {
-      auto m = compare_modes("grad of input " + std::to_string(grad_idx[k]), eager.grads[k],
-                             traced.grads[k]);
+    for (size_t k = 0; k < cpu.eager.grads.size(); ++k) {
+      auto m = compare_modes("grad of input " + std::to_string(grad_idx[k]), cpu.eager.grads[k],
+                             cpu.traced.grads[k]);
       if (!m.empty()) rr.agreement_failures.push_back(m);
     }
   }
+
+  // ---- every other device: each mode against the CPU's
+  for (Device dev : other_devices()) {
+    DeviceCheck& dc = rr.devices[device_str(dev)];
+    if (!cpu.eager_ok) {
+      dc.error = "not run: the CPU run failed (" + cpu.error + ")";
+      continue;
+    }
+    const bool check = is_checking_device(dev);
+    const auto kernels_before =
+        check ? cstorch::testing::checking_device_kernel_calls() : std::vector<int64_t>();
+    const DeviceRun run = runner.run(dev);
+    if (check) {
+      const auto kernels_after = cstorch::testing::checking_device_kernel_calls();
+      for (size_t op = 0; op < kernels_after.size(); ++op)
+        if (kernels_after[op] != kernels_before[op]) rr.ops.set(op);
+    }
+    dc.error = run.error;
+    dc.failures = run.failures;
+    auto compare = [&](const char* mode, const ModeResult& want, const ModeResult& got) {
+      for (size_t k = 0; k < want.outputs.size() && k < got.outputs.size(); ++k) {
+        auto m = compare_with_cpu(std::string(mode) + " output " + std::to_string(k),
+                                  want.outputs[k], got.outputs[k], dev, row);
+        if (!m.empty()) dc.failures.push_back(m);
+      }
+      for (size_t k = 0; k < want.grads.size() && k < got.grads.size(); ++k) {
+        auto m =
+            compare_with_cpu(std::string(mode) + " grad of input " + std::to_string(grad_idx[k]),
+                             want.grads[k], got.grads[k], dev, row);
+        if (!m.empty()) dc.failures.push_back(m);
+      }
+    };
+    try {
+      if (run.eager_ok) compare("eager", cpu.eager, run.eager);
+      if (run.traced_ok && cpu.traced_ok) compare("traced", cpu.traced, run.traced);
+    } catch (const std::exception& e) {
+      dc.failures.push_back(std::string("reading the results back: ") + e.what());
+    }
+  }
+  rr.ops |= runner.ops();
   return rr;
 }
 
@@ -304,17 +549,26 @@ struct Suite {
   std::string global_error;  // Python missing or the checker failed as a whole
 };
 
-// The rows whose gtest runs in this process (all of them unless --gtest_filter narrows it).
+// The rows whose gtests run in this process (all of them unless --gtest_filter narrows it; all
+// of them whenever the coverage test runs).
 std::set<std::string> selected_rows() {
   std::set<std::string> sel;
   auto* ut = ::testing::UnitTest::GetInstance();
   for (int i = 0; i < ut->total_test_suite_count(); ++i) {
     const auto* ts = ut->GetTestSuite(i);
-    if (std::string(ts->name()) != "Ops/OpReference") continue;
+    const std::string suite_name = ts->name();
     for (int k = 0; k < ts->total_test_count(); ++k) {
       const auto* ti = ts->GetTestInfo(k);
-      std::string n = ti->name();  // "Matches/<row>"
-      if (ti->should_run() && n.rfind("Matches/", 0) == 0) sel.insert(n.substr(8));
+      if (!ti->should_run()) continue;
+      const std::string n = ti->name();
+      if (suite_name == "OpReferenceTable" && n == "CoversEveryOp") return {};
+      if (suite_name == "Ops/OpReference" && n.rfind("Matches/", 0) == 0) sel.insert(n.substr(8));
+      if (suite_name == "Ops/OpOnDevice" && n.rfind("MatchesTheCpu/", 0) == 0) {
+        const std::string rest = n.substr(14);  // "<device>_<row>"
+        for (Device d : other_devices())
+          if (rest.rfind(device_tag(d) + "_", 0) == 0)
+            sel.insert(rest.substr(device_tag(d).size() + 1));
+      }
     }
   }
   return sel;
@@ -326,13 +580,15 @@ const Suite& suite() {
     auto t0 = std::chrono::steady_clock::now();
     auto sel = selected_rows();
     json rows = json::array();
+    const Tensor rng_before = rng_state();  // rows seed the generator: put it back afterwards
     for (auto& row : op_table()) {
       if (!sel.empty() && !sel.count(row.name)) continue;
       RowRun rr = run_row(row);
       rr.j["cpp_error"] = rr.cpp_error;
-      rows.push_back(rr.j);
+      if (has_torch_reference(row)) rows.push_back(rr.j);
       st.runs[row.name] = std::move(rr);
     }
+    set_rng_state(rng_before);
     auto t1 = std::chrono::steady_clock::now();
     auto dir = make_temp_dir("ref_ops");
     auto in = dir / "rows.json", out = dir / "verdicts.json";
@@ -360,10 +616,14 @@ const Suite& suite() {
       all_ok = all_ok && rr.cpp_error.empty() && rr.agreement_failures.empty();
     // The data (tens of MB) is kept only when something failed or CSTORCH_REF_KEEP is set.
     bool keep = !all_ok || std::getenv("CSTORCH_REF_KEEP");
-    std::printf("[reference] %zu rows: cstorch %.2f s, torch check %.2f s%s%s\n", rows.size(),
-                std::chrono::duration<double>(t1 - t0).count(),
-                std::chrono::duration<double>(t2 - t1).count(), keep ? "; data kept in " : "",
-                keep ? dir.c_str() : "");
+    std::string devices = "CPU";
+    for (Device d : other_devices()) devices += ", " + device_str(d);
+    std::printf(
+        "[reference] %zu rows (%zu against torch) on %s: cstorch %.2f s, torch check %.2f s%s%s\n",
+        st.runs.size(), rows.size(), devices.c_str(),
+        std::chrono::duration<double>(t1 - t0).count(),
+        std::chrono::duration<double>(t2 - t1).count(), keep ? "; data kept in " : "",
+        keep ? dir.c_str() : "");
     if (!keep) std::filesystem::remove_all(dir);
     return st;
   }();
@@ -388,16 +648,23 @@ std::vector<std::string> row_names() {
   return names;
 }
 
+const Row& row_named(const std::string& name) {
+  for (auto& r : op_table())
+    if (r.name == name) return r;
+  throw std::runtime_error("no row '" + name + "'");
+}
+
 class OpReference : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OpReference, Matches) {
   const std::string& name = GetParam();
   const Suite& s = suite();
   SCOPED_TRACE("row '" + name + "'");
-  ASSERT_TRUE(s.global_error.empty()) << s.global_error;
   const RowRun& rr = s.runs.at(name);
   EXPECT_TRUE(rr.cpp_error.empty()) << "row '" << name << "': cstorch raised: " << rr.cpp_error;
   for (auto& m : rr.agreement_failures) ADD_FAILURE() << "row '" << name << "': " << m;
+  if (!has_torch_reference(row_named(name))) return;  // a random row: eager vs traced only
+  ASSERT_TRUE(s.global_error.empty()) << s.global_error;
   auto it = s.verdicts.find(name);
   ASSERT_NE(it, s.verdicts.end()) << "row '" << name << "': no verdict from check_ops.py";
   const json& v = it->second;
@@ -418,9 +685,100 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpReference, ::testing::ValuesIn(row_names()),
                            return info.param;
                          });
 
+// One row on one other device against the CPU.
+struct DeviceRow {
+  Device device;
+  std::string row;
+};
+void PrintTo(const DeviceRow& r, std::ostream* os) {
+  *os << "row " << r.row << " on " << device_str(r.device);
+}
+
+std::vector<DeviceRow> device_rows() {
+  std::vector<DeviceRow> v;
+  for (Device d : other_devices())
+    for (auto& name : row_names()) v.push_back({d, name});
+  return v;
+}
+
+class OpOnDevice : public ::testing::TestWithParam<DeviceRow> {};
+
+TEST_P(OpOnDevice, MatchesTheCpu) {
+  const DeviceRow& p = GetParam();
+  const Suite& s = suite();
+  const RowRun& rr = s.runs.at(p.row);
+  const std::string where =
+      "row '" + p.row + "' (ops: " + op_names(rr.ops) + ") on device " + device_str(p.device);
+  const DeviceCheck& dc = rr.devices.at(device_str(p.device));
+  EXPECT_TRUE(dc.error.empty()) << where << ": " << dc.error;
+  for (auto& f : dc.failures) ADD_FAILURE() << where << ": " << f;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpOnDevice, ::testing::ValuesIn(device_rows()),
+                         [](const ::testing::TestParamInfo<DeviceRow>& info) {
+                           return device_tag(info.param.device) + "_" + info.param.row;
+                         });
+
 // The table covers every public op family; a quick guard that nobody emptied it.
 TEST(OpReferenceTable, HasRows) {
   EXPECT_GT(op_table().size(), 300u);
+}
+
+// The ops of ops.def that no row can reach, each with the reason. Every other op needs a row:
+// reached through a public function, a gradient or a traced step's compilation.
+const std::map<ir::OpCode, std::string>& ops_without_rows() {
+  static const std::map<ir::OpCode, std::string> m = [] {
+    std::map<ir::OpCode, std::string> m = {
+        {ir::OpCode::AllReduceStart,
+         "made by the gradient all-reduce pass only in a step trained data parallel over several "
+         "replicas (this process is one); tests/e2e's distributed tests run it"},
+        {ir::OpCode::AllReduceUnpack, "as all_reduce_start"},
+        {ir::OpCode::After,
+         "made by fuse_gemm_epilogue only for a parameter that a gemm updates in place (an "
+         "optimizer's state write), which no row has; tests/unit/compiler/test_fusion.cpp"},
+    };
+    // Row mlp_gemm_epilogues' first product (M 16, N 20, K 12, W transposed).
+    if (!ir::device_backend(Device{}).gemm_epilogue_applies(16, 20, 12, true))
+      m[ir::OpCode::Gemm] =
+          "this build's CPU backend applies no GEMM epilogue (built without AVX-512), so the "
+          "compiler makes no gemm";
+    return m;
+  }();
+  return m;
+}
+
+TEST(OpReferenceTable, CoversEveryOp) {
+  const Suite& s = suite();
+  ASSERT_EQ(s.runs.size(), op_table().size()) << "the coverage check needs every row to run";
+  OpSet covered;
+  std::map<size_t, std::string> first_row;
+  for (auto& row : op_table()) {
+    const OpSet& ops = s.runs.at(row.name).ops;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops.test(i) && !first_row.count(i)) first_row[i] = row.name;
+    covered |= ops;
+  }
+  const bool print = std::getenv("CSTORCH_REF_COVERAGE") != nullptr;
+  for (int i = 0; i < ir::kNumOps; ++i) {
+    const auto op = static_cast<ir::OpCode>(i);
+    const std::string name = ir::op_info(op).name;
+    if (print) {
+      std::string rows;
+      for (auto& row : op_table())
+        if (s.runs.at(row.name).ops.test(static_cast<size_t>(i))) rows += " " + row.name;
+      std::printf("[coverage] %s:%s\n", name.c_str(), rows.empty() ? " (none)" : rows.c_str());
+    }
+    const bool listed = ops_without_rows().count(op) > 0;
+    const bool hit = covered.test(static_cast<size_t>(i));
+    if (!listed && !hit)
+      ADD_FAILURE() << "op '" << name
+                    << "' (src/ir/ops.def) is exercised by no row of tests/reference/op_table.cpp: "
+                       "add a row that reaches it (a public function, a gradient or a traced "
+                       "step), or, where no row can, list it in ops_without_rows() with the reason";
+    if (listed && hit)
+      ADD_FAILURE() << "op '" << name << "' is listed in ops_without_rows() but row '"
+                    << first_row[static_cast<size_t>(i)] << "' exercises it: take it off the list";
+  }
 }
 
 }  // namespace

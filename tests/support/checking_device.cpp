@@ -24,8 +24,10 @@ namespace {
 // ever made accessible.
 constexpr size_t kReserve = size_t{64} << 30;
 constexpr size_t kAlign = 256;
+constexpr size_t kGiveBackBytes = size_t{64} << 10;
 
 std::atomic<int64_t> g_kernels{0}, g_to_host{0}, g_from_host{0}, g_in_use{0};
+std::atomic<int64_t> g_kernels_by_op[ir::kNumOps] = {};
 
 class Pool {
  public:
@@ -62,8 +64,13 @@ class Pool {
     return base_ + off;
   }
   void deallocate(void* p, size_t nbytes) {
+    const size_t off = static_cast<size_t>(static_cast<char*>(p) - base_), n = round(nbytes);
+    // The whole pages of a large free block are given back (read as zeros when reused): every
+    // window changes the protection of each page in use, so few resident pages keep it cheap.
+    const size_t from = page_round(off), to = (off + n) / page_ * page_;
+    if (n >= kGiveBackBytes && to > from) madvise(base_ + from, to - from, MADV_DONTNEED);
     std::lock_guard<std::mutex> l(mu_);
-    free_[round(nbytes)].push_back(static_cast<size_t>(static_cast<char*>(p) - base_));
+    free_[n].push_back(off);
   }
 
   // The device's memory is accessible while at least one window is open.
@@ -132,6 +139,7 @@ const ir::DeviceBackend& cpu() {
 void checked_kernel(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
                     void* out) {
   g_kernels.fetch_add(1, std::memory_order_relaxed);
+  g_kernels_by_op[static_cast<int>(n.op)].fetch_add(1, std::memory_order_relaxed);
   const ir::Kernel k = cpu().kernel(n.op);
   Window w;
   k(ctx, n, in, out);
@@ -197,6 +205,12 @@ Device register_checking_device() {
 
 CheckingDeviceStats checking_device_stats() {
   return {g_kernels.load(), g_to_host.load(), g_from_host.load(), g_in_use.load()};
+}
+
+std::vector<int64_t> checking_device_kernel_calls() {
+  std::vector<int64_t> v(ir::kNumOps);
+  for (int i = 0; i < ir::kNumOps; ++i) v[static_cast<size_t>(i)] = g_kernels_by_op[i].load();
+  return v;
 }
 
 }  // namespace cstorch::testing

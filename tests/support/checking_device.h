@@ -6,6 +6,7 @@
 // those on the CPU. A backend that passes the suite on it keeps every host touch explicit.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "cstorch/core/shape.h"
 
@@ -21,5 +22,8 @@ struct CheckingDeviceStats {
   int64_t bytes_in_use = 0;  // allocated and not freed
 };
 CheckingDeviceStats checking_device_stats();
+// Kernel calls on the device so far, per op (index: the ir::OpCode): which ops really ran there,
+// compiler-made ones (fused, gemm) included.
+std::vector<int64_t> checking_device_kernel_calls();
 
 }  // namespace cstorch::testing
