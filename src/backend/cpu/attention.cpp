@@ -15,8 +15,9 @@
 // A bias gradient that broadcasts over B or H is summed by the tasks sharing its slice, so
 // such tasks are grouped into one.
 //
-// GEMMs are single-threaded OpenBLAS calls on per-thread tiles (sgemm_serial). Scratch is
-// thread-local and grows once, so steady-state steps do not allocate.
+// GEMMs are single-threaded calls on per-thread tiles (sgemm_serial: the own AVX-512 GEMM or
+// OpenBLAS). Scratch is the node's planned workspace: one slot per thread of the (capped)
+// parallel loop, holding the tiles and the packed B^T panels of the thread's GEMMs.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -85,10 +86,12 @@ struct Geo {
 struct Ctx {
   Geo g;
   ir::AttentionAttrs at;
-  // The kernel's workspace: `slots` per-thread scratch areas of `slot_floats` floats.
+  // The kernel's workspace: `slots` per-thread scratch areas of `slot_floats` floats, each the
+  // tiles then the GEMMs' packed panels (gemm_ws: the same slots, at offset tile_floats).
   float* ws = nullptr;
   size_t slot_floats = 0;
   int slots = 0;
+  Scratch gemm_ws;
   float* scratch() const {
     const int t = omp_get_thread_num();
     CS_CHECK(t < slots, "attention: thread {} has no workspace slot ({} planned)", t, slots);
@@ -121,14 +124,29 @@ Geo geometry(const ir::Node& n) {
   return Geo{qs[0], qs[h], qs[t], ks[t], qs[3], vs[3], 0, 0, 0, 0, at.bthd};
 }
 
-// Floats of one thread's scratch: the forward's score tile, output accumulator and row
-// statistics; the backward's three score-sized tiles and row statistics. 64-byte multiples.
-size_t slot_floats(const ir::Node& n) {
+// Floats of one thread's tiles: the forward's score tile, output accumulator and row
+// statistics; the backward's three score-sized tiles and row statistics. A 64-byte multiple.
+size_t tile_floats(const ir::Node& n) {
   const Geo g = geometry(n);
   const int64_t bk = std::min(g.Tk, kBkMax);
   const int64_t f =
       n.op == ir::OpCode::Attention ? kBq * (bk + g.Dv) + 2 * kBq : 3 * kBq * bk + 3 * kBq;
   return static_cast<size_t>((f + 15) / 16 * 16);
+}
+
+// Floats of one thread's GEMM scratch: the products with a transposed B are Q K^T (N = keys of
+// a tile <= bk, K = D) and, backward, dO V^T (K = Dv). A 64-byte multiple.
+size_t gemm_floats(const ir::Node& n) {
+  const Geo g = geometry(n);
+  const int64_t bk = std::min(g.Tk, kBkMax);
+  size_t f = sgemm_avx512_scratch_floats(bk, g.D, true, false);
+  if (n.op == ir::OpCode::AttentionGrad)
+    f = std::max(f, sgemm_avx512_scratch_floats(bk, g.Dv, true, false));
+  return (f + 15) / 16 * 16;
+}
+
+size_t slot_floats(const ir::Node& n) {
+  return tile_floats(n) + gemm_floats(n);
 }
 
 Ctx make_ctx(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in) {
@@ -139,6 +157,8 @@ Ctx make_ctx(const ir::KernelContext& ctx, const ir::Node& n, const void* const*
   c.slots = static_cast<int>(ctx.workspace_bytes / (c.slot_floats * sizeof(float)));
   CS_CHECK(c.slots >= 1, "{}: the kernel needs a workspace of at least {} bytes, got {}", n.name(),
            c.slot_floats * sizeof(float), ctx.workspace_bytes);
+  const size_t tiles = tile_floats(n);
+  c.gemm_ws = Scratch{c.ws + tiles, c.slot_floats, c.slot_floats - tiles, c.slots, n.name()};
   Geo& g = c.g;
   g = geometry(n);
   g.qrow = c.at.bthd ? g.H * g.D : g.D;
@@ -171,7 +191,7 @@ void scores(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t 
   const Geo& g = c.g;
   sgemm_serial(false, true, nr, nc, g.D, static_cast<float>(c.at.scale),
                c.Q + g.q(b, h) + i0 * g.qrow, g.qrow, c.K + g.k(b, h) + j0 * g.krow, g.krow, 0.f, S,
-               nc);
+               nc, c.gemm_ws);
   for (int64_t r = 0; r < nr; ++r) {
     const int64_t i = i0 + r;
     float* row = S + r * nc;
@@ -258,7 +278,7 @@ void forward_block(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t nr, f
       }
     }
     sgemm_serial(false, false, nr, g.Dv, nc, 1.f, S, nc, c.V + g.v(b, h) + j0 * g.vrow, g.vrow, 1.f,
-                 acc, g.Dv);
+                 acc, g.Dv, c.gemm_ws);
   }
   float* o = out + g.o(b, h) + i0 * g.orow;
   for (int64_t r = 0; r < nr; ++r) {
@@ -390,10 +410,10 @@ void backward_head(const Ctx& c, const float* O, const float* dO, const GradOut&
       }
       // dV[j0.., :] += Pd^T dO[i0.., :]
       sgemm_serial(true, false, nc, g.Dv, nr, 1.f, P, nc, dOh + i0 * g.orow, g.orow, 1.f,
-                   dVh + j0 * g.vrow, g.vrow);
+                   dVh + j0 * g.vrow, g.vrow, c.gemm_ws);
       // dP = dO V^T
       sgemm_serial(false, true, nr, nc, g.Dv, 1.f, dOh + i0 * g.orow, g.orow, Vh + j0 * g.vrow,
-                   g.vrow, 0.f, dP, nc);
+                   g.vrow, 0.f, dP, nc, c.gemm_ws);
       for (int64_t r = 0; r < nr; ++r) {
         const float* p = S + r * nc;
         float* dp = dP + r * nc;
@@ -425,9 +445,9 @@ void backward_head(const Ctx& c, const float* O, const float* dO, const GradOut&
       }
       // dQ[i0..] += scale * dS K[j0..];  dK[j0..] += scale * dS^T Q[i0..]
       sgemm_serial(false, false, nr, g.D, nc, scale, dP, nc, Kh + j0 * g.krow, g.krow, 1.f,
-                   dQh + i0 * g.qrow, g.qrow);
+                   dQh + i0 * g.qrow, g.qrow, c.gemm_ws);
       sgemm_serial(true, false, nc, g.D, nr, scale, dP, nc, Qh + i0 * g.qrow, g.qrow, 1.f,
-                   dKh + j0 * g.krow, g.krow);
+                   dKh + j0 * g.krow, g.krow, c.gemm_ws);
     }
   }
 }

@@ -108,12 +108,17 @@ class CpuBackend final : public ir::DeviceBackend {
 }  // namespace
 
 size_t attention_workspace_bytes(const ir::Node& n, int threads);  // attention.cpp
+size_t linalg_workspace_bytes(const ir::Node& n, int threads);     // linalg.cpp
 
 size_t workspace_bytes(const ir::Node& n, int threads) {
   switch (n.op) {
     case ir::OpCode::Attention:
     case ir::OpCode::AttentionGrad:
       return attention_workspace_bytes(n, threads);
+    case ir::OpCode::Matmul:
+    case ir::OpCode::Linear:
+    case ir::OpCode::Gemm:
+      return linalg_workspace_bytes(n, threads);
     default:
       return 0;
   }

@@ -22,7 +22,8 @@
 #include <algorithm>
 #include <array>
 #include <utility>
-#include <vector>
+
+#include "cstorch/core/error.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -251,18 +252,20 @@ constexpr KernelRow kKernels[2][2] = {{kernel_row<1, false>(std::make_index_sequ
                                       {kernel_row<1, true>(std::make_index_sequence<kMr>{}),
                                        kernel_row<2, true>(std::make_index_sequence<kMr>{})}};
 
-// Packed-panel scratch of the calling thread, 64-byte aligned; grows to the largest size seen
-// and never shrinks, so steady-state steps do not allocate.
-float* pack_scratch(size_t floats) {
-  thread_local std::vector<float> buf;
-  const size_t need = floats + 16;
-  if (buf.size() < need) buf.resize(need);
-  auto p = reinterpret_cast<uintptr_t>(buf.data());
-  return reinterpret_cast<float*>((p + 63) & ~uintptr_t{63});
-}
-
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
+}
+
+// K blocks of equal size (at most kKc), so no block is a sliver. With an addend, one K block: C
+// may be the addend's own storage (the planner writes a momentum update in place), so no
+// partial sum may be stored before the addend is read.
+int64_t k_blocks(int64_t K, bool addend) {
+  return addend ? 1 : std::max<int64_t>(1, ceil_div(K, kKc));
+}
+
+// Floats of one thread's packed B panels: the column panels of one N block, kNr * kc_max each.
+int64_t pack_area(int64_t N, int64_t K, bool addend) {
+  return ceil_div(std::min(N, kNc), kNr) * kNr * ceil_div(K, k_blocks(K, addend));
 }
 
 TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_t i, int64_t j) {
@@ -290,7 +293,7 @@ TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_
 
 bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                  int threads, const GemmEpilogue& ep) {
+                  int threads, const Scratch& ws, const GemmEpilogue& ep) {
   if (M <= 0 || N <= 0) return true;
   // op(A)[i][k] = A[i * ars + k * acs], op(B)[k][j] = B[k * brs + j * bcs]. A is always read in
   // place (the kernel broadcasts its elements); B is read in place when its rows are
@@ -299,22 +302,26 @@ bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
   const int64_t brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
   const bool pack_b = bcs != 1;
   const int64_t astride = acs == 1 ? ars : acs;
-  // K blocks of equal size (at most kKc), so no block is a sliver.
-  // With an addend, one K block: C may be the addend's own storage (the planner writes a
-  // momentum update in place), so no partial sum may be stored before the addend is read.
-  const int64_t kblocks = ep.addend ? 1 : std::max<int64_t>(1, ceil_div(K, kKc));
+  const int64_t kblocks = k_blocks(K, ep.addend != nullptr);
   const int64_t kc_max = ceil_div(K, kblocks);
-  threads = std::max(1, threads);
-  // Each thread packs the B panels it reads into its own area (panel stride kNr * kc_max).
-  const int64_t area = ceil_div(std::min(N, kNc), kNr) * kNr * kc_max;
-  float* bp_all = pack_b ? pack_scratch(static_cast<size_t>(area * threads)) : nullptr;
+  // Inside a parallel region the product runs on the calling thread (a nested team would have
+  // one thread, numbered 0, and every caller would pack into area 0).
+  threads = omp_in_parallel() ? 1 : std::max(1, threads);
+  // Each thread packs the B panels it reads into its own area of ws (panel stride kNr * kc_max):
+  // team thread t into area t, a lone calling thread into its own slot; at most ws.slots threads.
+  const size_t area = pack_b ? static_cast<size_t>(pack_area(N, K, ep.addend != nullptr)) : 0;
+  const bool use_ws = area > 0;  // (K = 0 packs nothing)
+  if (use_ws) threads = std::max(1, std::min(threads, ws.slots));
+  const int first_slot = threads == 1 ? omp_get_thread_num() : 0;  // area of team thread 0
+  if (use_ws) ws.slot(first_slot + threads - 1, area);             // checked before any team starts
   auto body = [&](int t, int nt) {
     // Each thread owns a fixed rectangle of C: a range of 32-column panels (or, when there are
     // fewer panels than threads, a range of 12-row panels), the same one on every call. It
     // packs only the B panels it uses, into its own part of the buffer, so no thread waits for
     // another and no packed line moves between cores (measured on 2 cores: packing into panels
     // that the other core had read cost 6x the single-thread time).
-    float* bp = pack_b ? bp_all + t * area : nullptr;  // panel jp at bp + (jp - j0) * kNr * kc_max
+    // Panel jp at bp + (jp - j0) * kNr * kc_max.
+    float* bp = use_ws ? ws.base + static_cast<size_t>(first_slot + t) * ws.stride : nullptr;
     for (int64_t jc = 0; jc < N; jc += kNc) {
       const int64_t nc = std::min(kNc, N - jc), nbp = ceil_div(nc, kNr);
       // Rows [r0, r1) x column panels [j0, j1) of this thread. Rows in contiguous equal ranges
@@ -367,6 +374,11 @@ bool own_gemm_one_k_block(int64_t K) {
   return K <= kKc;
 }
 
+size_t sgemm_avx512_scratch_floats(int64_t N, int64_t K, bool tb, bool addend) {
+  if (!tb || N <= 0 || K <= 0) return 0;
+  return static_cast<size_t>(pack_area(N, K, addend));
+}
+
 #else
 
 bool own_gemm_applies(int64_t, int64_t, int64_t, bool) {
@@ -375,11 +387,22 @@ bool own_gemm_applies(int64_t, int64_t, int64_t, bool) {
 bool own_gemm_one_k_block(int64_t) {
   return false;
 }
+size_t sgemm_avx512_scratch_floats(int64_t, int64_t, bool, bool) {
+  return 0;
+}
 bool sgemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                  int64_t, float, float*, int64_t, int, const GemmEpilogue&) {
+                  int64_t, float, float*, int64_t, int, const Scratch&, const GemmEpilogue&) {
   return false;
 }
 
 #endif
+
+float* Scratch::slot(int t, size_t need) const {
+  CS_CHECK(t >= 0 && t < slots && need <= floats,
+           "{}: thread {} needs a workspace area of {} floats; the kernel's workspace has {} "
+           "area(s) of {} floats",
+           op, t, need, slots, floats);
+  return base + static_cast<size_t>(t) * stride;
+}
 
 }  // namespace cstorch::cpu

@@ -1,8 +1,25 @@
 // cstorch's own f32 GEMM (gemm.cpp), used by linalg.cpp ahead of OpenBLAS where it applies.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace cstorch::cpu {
+
+// Per-thread scratch memory handed down to the GEMMs from a kernel's planned workspace (kernels
+// never allocate): `slots` areas of `floats` floats each, area t at base + t * stride. A GEMM
+// that starts its own team gives team thread t area t and runs on at most `slots` threads; one
+// that runs on the calling thread alone uses area omp_get_thread_num() (the caller's slot inside
+// a parallel loop that the kernel capped at `slots` threads).
+struct Scratch {
+  float* base = nullptr;
+  size_t stride = 0;  // floats between consecutive areas
+  size_t floats = 0;  // usable floats of each area
+  int slots = 0;
+  const char* op = "gemm";  // the kernel's op, for errors
+  // Area t, of at least `need` floats; an error naming the op and the sizes when the workspace
+  // has no such area or a smaller one.
+  float* slot(int t, size_t need) const;
+};
 
 // Whether sgemm_avx512 is the faster path for this product (else OpenBLAS): AVX-512 built in,
 // at most 2^26 multiply-adds (above, OpenBLAS's cache blocking wins: 2048^3 runs at 144
@@ -38,13 +55,20 @@ struct GemmEpilogue {
   float update_scale = 0.f;
 };
 
+// Floats of the scratch area one thread of sgemm_avx512 needs for a product of N columns and
+// inner size K, with an addend epilogue or not: its packed B panels when tb (B^T), 0 when B is
+// read in place or the build has no AVX-512. Enough for any M and for any N' <= N.
+size_t sgemm_avx512_scratch_floats(int64_t N, int64_t K, bool tb, bool addend);
+
 // C[M, N] = epilogue(alpha * op(A)[M, K] @ op(B)[K, N] + beta * C), row-major (op = transpose
-// when ta / tb), on a team of `threads` OpenMP threads (1: the calling thread only; call with 1
-// from inside a parallel region). beta == 0 never reads C. Each result equals, bitwise, the
-// plain product followed by separate bias, addcmul and relu passes. Returns false, doing
-// nothing, when the build has no AVX-512 (callers then use OpenBLAS).
+// when ta / tb), on a team of `threads` OpenMP threads (1: the calling thread only; inside a
+// parallel region always 1), capped at ws.slots when B is packed, each thread packing into its
+// own area of `ws` (sgemm_avx512_scratch_floats). Results do not depend on the team size. beta
+// == 0 never reads C. Each result equals, bitwise, the plain product followed by separate bias,
+// addcmul and relu passes. Returns false, doing nothing, when the build has no AVX-512 (callers
+// then use OpenBLAS).
 bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                  int threads, const GemmEpilogue& ep = {});
+                  int threads, const Scratch& ws, const GemmEpilogue& ep = {});
 
 }  // namespace cstorch::cpu

@@ -1,10 +1,13 @@
-// CPU kernels for matmul (batched, broadcasting, transpose flags) and linear, through OpenBLAS
-// sgemm. 16-bit inputs are widened to f32 in a per-thread scratch buffer that grows once.
+// CPU kernels for matmul (batched, broadcasting, transpose flags), linear and the fused Gemm,
+// through gemm.cpp's own GEMM or OpenBLAS sgemm. Their scratch memory is the node's planned
+// workspace (workspace_bytes below): the f32 copies of 16-bit operands, then one area per thread
+// for the packed B panels of the own GEMM (or the product buffer of an OpenBLAS product whose
+// output is its addend's storage).
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "backend/cpu/blas.h"
 #include "backend/cpu/dtype_dispatch.h"
@@ -16,14 +19,6 @@
 
 namespace cstorch::cpu {
 namespace {
-
-// Per-thread f32 scratch for bf16/f16 GEMMs; grows to the largest size seen, never shrinks,
-// so steady-state steps do not allocate. The f32 path never touches it.
-float* scratch(size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
 
 template <class T>
 void widen(const T* src, float* dst, int64_t n) {
@@ -58,11 +53,34 @@ void sgemm1(CBLAS_TRANSPOSE TA, CBLAS_TRANSPOSE TB, int64_t M, int64_t N, int64_
 // Below this many multiply-adds a product runs on one thread: a fork/join costs more.
 constexpr double kParallelMinMacs = static_cast<double>(1 << 20);
 
+double macs_of(int64_t M, int64_t N, int64_t K) {
+  return static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+}
+
 // Threads for one product: the whole team, or 1 below kParallelMinMacs or inside a parallel
 // region.
 int gemm_threads(double macs) {
   const int threads = omp_get_max_threads();
   return threads <= 1 || macs < kParallelMinMacs || omp_in_parallel() ? 1 : threads;
+}
+
+// The scratch of one gemm() call below, from the product alone: the floats of one thread's area
+// (the own GEMM's packed B panels; on the OpenBLAS path with an addend, the product buffer P,
+// ldc = N) and the areas it uses when called outside a parallel region by a team of `threads`
+// (gemm_threads; P is the calling thread's alone).
+struct GemmNeed {
+  size_t floats = 0;
+  int slots = 0;
+};
+GemmNeed gemm_need(bool tb, int64_t M, int64_t N, int64_t K, bool addend, int threads) {
+  if (M <= 0 || N <= 0) return {};
+  if (own_gemm_applies(M, N, K, tb)) {
+    const size_t f = sgemm_avx512_scratch_floats(N, K, tb, addend);
+    if (f == 0) return {};
+    return {f, macs_of(M, N, K) < kParallelMinMacs ? 1 : std::max(1, threads)};
+  }
+  if (addend) return {static_cast<size_t>(M * N), 1};
+  return {};
 }
 
 // C = op(A) @ op(B) + beta * C through OpenBLAS on `threads` threads of our team: split into
@@ -142,17 +160,19 @@ void epilogue_pass(int64_t M, int64_t N, const float* P, float* C, int64_t ldc,
 // copied into C first and accumulated onto (beta 1; beta must then be 0), large products are
 // split into row (or column) blocks, one single-threaded sgemm per thread, and the rest of the
 // epilogue follows in one pass. K = 0 gives beta * C (+ epilogue).
+// Scratch: `ws` (gemm_need's areas; the own GEMM's team is capped at ws.slots, a call on one
+// thread uses area omp_get_thread_num()).
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const Scratch& ws,
           const GemmEpilogue& ep = {}) {
   if (M == 0 || N == 0) return;
-  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  const int threads = gemm_threads(macs);
+  const int threads = gemm_threads(macs_of(M, N, K));
   if (own_gemm_applies(M, N, K, tb) &&
-      sgemm_avx512(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc, threads, ep))
+      sgemm_avx512(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc, threads, ws, ep))
     return;
-  // C may be the addend's storage (an in-place state write): the product goes to scratch first.
-  float* P = ep.addend == C ? scratch(static_cast<size_t>(M * ldc)) : C;
+  // C may be the addend's storage (an in-place state write): the product goes to the calling
+  // thread's scratch area first.
+  float* P = ep.addend == C ? ws.slot(omp_get_thread_num(), static_cast<size_t>(M * ldc)) : C;
   if (ep.bias) {
     parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) std::memcpy(P + i * ldc, ep.bias, sizeof(float) * N);
@@ -163,16 +183,129 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
   if (ep.addend || ep.relu || ep.gate || ep.update) epilogue_pass(M, N, P, C, ldc, ep);
 }
 
+int64_t prod(const Shape& s, size_t end) {
+  int64_t p = 1;
+  for (size_t i = 0; i < end; ++i) p *= s[i];
+  return p;
+}
+
 struct MatmulGeom {
   int64_t m, n, k;
   bool ta, tb;
   int64_t nbatch;
   int64_t a_batch, b_batch;  // number of distinct batch matrices in A and B
+  // A shared B and an untransposed, unbroadcast A: the batch folds into one tall GEMM.
+  bool folds() const { return b_batch == 1 && !ta && a_batch == nbatch; }
+  // Many small products: one GEMM per task of a parallel loop. Large products: one after
+  // another, each split over the pool.
+  bool in_tasks() const { return nbatch > 1 && m * n * k < (1 << 18); }
 };
 
+MatmulGeom matmul_geom(const ir::Node& n) {
+  const auto& at = n.attr<ir::MatmulAttrs>();
+  const Shape& sa = n.inputs[0]->shape;
+  const Shape& sb = n.inputs[1]->shape;
+  const size_t ra = sa.size(), rb = sb.size();
+  MatmulGeom g;
+  g.ta = at.trans_a;
+  g.tb = at.trans_b;
+  g.m = at.trans_a ? sa[ra - 1] : sa[ra - 2];
+  g.k = at.trans_a ? sa[ra - 2] : sa[ra - 1];
+  g.n = at.trans_b ? sb[rb - 2] : sb[rb - 1];
+  g.nbatch = prod(n.shape, n.shape.size() - 2);
+  g.a_batch = prod(sa, ra - 2);
+  g.b_batch = prod(sb, rb - 2);
+  return g;
+}
+
+// A kernel's workspace: `shared` floats (the f32 copies of 16-bit operands), then `slots` areas
+// of `floats` floats for its gemm() calls. Both parts are 64-byte multiples.
+struct Layout {
+  size_t shared = 0;
+  GemmNeed gemm;
+  size_t bytes() const {
+    return (shared + gemm.floats * static_cast<size_t>(gemm.slots)) * sizeof(float);
+  }
+};
+
+size_t round16(size_t floats) {
+  return (floats + 15) / 16 * 16;
+}
+
+Layout layout_of(size_t shared, GemmNeed g) {
+  g.floats = round16(g.floats);
+  if (g.floats == 0) g.slots = 0;
+  return {round16(shared), g};
+}
+
+Layout matmul_layout(const ir::Node& n, int threads) {
+  const MatmulGeom g = matmul_geom(n);
+  const size_t shared =
+      n.dtype == DType::f32 ? 0 : n.inputs[0]->numel() + n.inputs[1]->numel() + n.numel();
+  if (g.k == 0) return layout_of(shared, {});
+  if (g.folds())
+    return layout_of(shared, gemm_need(g.tb, g.nbatch * g.m, g.n, g.k, false, threads));
+  GemmNeed need = gemm_need(g.tb, g.m, g.n, g.k, false, threads);
+  // One task per product: at most one area per thread of the (capped) loop.
+  if (g.in_tasks() && need.floats)
+    need.slots = static_cast<int>(std::min<int64_t>(std::max(1, threads), g.nbatch));
+  return layout_of(shared, need);
+}
+
+Layout linear_layout(const ir::Node& n, int threads) {
+  const Shape& sx = n.inputs[0]->shape;
+  const int64_t N = n.inputs[1]->shape[0], K = n.inputs[1]->shape[1];
+  const int64_t M = prod(sx, sx.size() - 1);
+  const size_t shared = n.dtype == DType::f32 ? 0
+                                              : n.inputs[0]->numel() + n.inputs[1]->numel() +
+                                                    (n.inputs.size() > 2 ? N : 0) + n.numel();
+  return layout_of(shared, gemm_need(true, M, N, K, false, threads));
+}
+
+struct GemmGeom {
+  int64_t M, N, K;
+};
+GemmGeom gemm_geom(const ir::Node& n) {
+  const auto& at = n.attr<ir::GemmAttrs>();
+  const Shape& sa = n.inputs[0]->shape;
+  const int64_t N = n.shape.back(), M = n.numel() / std::max<int64_t>(N, 1);
+  return {M, N, at.trans_a ? sa[0] : sa.back()};
+}
+
+Layout gemm_layout(const ir::Node& n, int threads) {
+  const auto& at = n.attr<ir::GemmAttrs>();
+  const GemmGeom g = gemm_geom(n);
+  return layout_of(0, gemm_need(at.trans_b, g.M, g.N, g.K, at.addend, threads));
+}
+
+// The kernel's view of its workspace (laid out as `l`, for any team): the shared floats and as
+// many per-thread areas as the workspace holds. An error naming the op and the sizes when it
+// holds less than the shared part and one area.
+struct Bound {
+  float* shared = nullptr;
+  Scratch ws;
+};
+Bound bind_workspace(const ir::KernelContext& ctx, const ir::Node& n, const Layout& l) {
+  const size_t need = (l.shared + l.gemm.floats) * sizeof(float);
+  CS_CHECK(ctx.workspace_bytes >= need && (need == 0 || ctx.workspace),
+           "{}: the kernel needs a workspace of at least {} bytes ({} floats of f32 operand "
+           "copies, then {} floats per thread), got {}",
+           n.name(), need, l.shared, l.gemm.floats, ctx.workspace_bytes);
+  Bound b;
+  b.shared = static_cast<float*>(ctx.workspace);
+  b.ws.op = n.name();
+  if (l.gemm.floats) {
+    b.ws.base = b.shared + l.shared;
+    b.ws.stride = b.ws.floats = l.gemm.floats;
+    b.ws.slots = static_cast<int>(std::min<size_t>(
+        (ctx.workspace_bytes / sizeof(float) - l.shared) / l.gemm.floats, 1 << 20));
+  }
+  return b;
+}
+
 // C[batch, m, n] = op(A)[batch, m, k] @ op(B)[batch, k, n] in f32; batch dims broadcast.
-void matmul_f32(const ir::Node& node, const MatmulGeom& g, const float* A, const float* B,
-                float* C) {
+void matmul_f32(const ir::Node& node, const MatmulGeom& g, const float* A, const float* B, float* C,
+                const Scratch& ws) {
   const int64_t m = g.m, n = g.n, k = g.k;
   if (m == 0 || n == 0) return;
   if (k == 0) {
@@ -180,9 +313,8 @@ void matmul_f32(const ir::Node& node, const MatmulGeom& g, const float* A, const
     return;
   }
   const int lda = static_cast<int>(g.ta ? m : k), ldb = static_cast<int>(g.tb ? k : n);
-  // A shared B and an untransposed, unbroadcast A: the batch folds into one tall GEMM.
-  if (g.b_batch == 1 && !g.ta && g.a_batch == g.nbatch) {
-    gemm(g.ta, g.tb, g.nbatch * m, n, k, A, lda, B, ldb, 0.f, C, n);
+  if (g.folds()) {
+    gemm(g.ta, g.tb, g.nbatch * m, n, k, A, lda, B, ldb, 0.f, C, n, ws);
     return;
   }
   const Shape& sa = node.inputs[0]->shape;
@@ -204,65 +336,49 @@ void matmul_f32(const ir::Node& node, const MatmulGeom& g, const float* A, const
       stra *= da;
       strb *= db;
     }
-    gemm(g.ta, g.tb, m, n, k, A + offa, lda, B + offb, ldb, 0.f, C + bi * cmat, n);
+    gemm(g.ta, g.tb, m, n, k, A + offa, lda, B + offb, ldb, 0.f, C + bi * cmat, n, ws);
   };
-  // Many small products: one GEMM per task. Large products: one after another, each split
-  // over the pool.
-  const int64_t flops = m * n * k;
-  if (g.nbatch > 1 && flops < (1 << 18)) {
-    parallel_for(g.nbatch, std::max<int64_t>(1, (1 << 18) / flops), [&](int64_t b, int64_t e) {
-      for (int64_t bi = b; bi < e; ++bi) gemm_batch(bi);
-    });
+  if (g.in_tasks()) {
+    // Each task's product uses its thread's area of ws: the loop has at most ws.slots threads.
+    parallel_for(
+        g.nbatch, std::max<int64_t>(1, (1 << 18) / (m * n * k)),
+        [&](int64_t b, int64_t e) {
+          for (int64_t bi = b; bi < e; ++bi) gemm_batch(bi);
+        },
+        ws.floats ? std::max(1, ws.slots) : 0);
   } else {
     for (int64_t bi = 0; bi < g.nbatch; ++bi) gemm_batch(bi);
   }
 }
 
-int64_t prod(const Shape& s, size_t end) {
-  int64_t p = 1;
-  for (size_t i = 0; i < end; ++i) p *= s[i];
-  return p;
+// y[M, N] = x[M, K] @ W[N, K]^T (+ b[N]), the bias as gemm's epilogue.
+void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, const float* w, const float* bias,
+                float* y, const Scratch& ws) {
+  gemm(false, true, M, N, K, x, K, w, K, 0.f, y, N, ws, GemmEpilogue{.bias = bias});
 }
 
 }  // namespace
 
 void cpu_Matmul(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
-  const auto& at = n.attr<ir::MatmulAttrs>();
-  const Shape& sa = n.inputs[0]->shape;
-  const Shape& sb = n.inputs[1]->shape;
-  const size_t ra = sa.size(), rb = sb.size();
-  MatmulGeom g;
-  g.ta = at.trans_a;
-  g.tb = at.trans_b;
-  g.m = at.trans_a ? sa[ra - 1] : sa[ra - 2];
-  g.k = at.trans_a ? sa[ra - 2] : sa[ra - 1];
-  g.n = at.trans_b ? sb[rb - 2] : sb[rb - 1];
-  g.nbatch = prod(n.shape, n.shape.size() - 2);
-  g.a_batch = prod(sa, ra - 2);
-  g.b_batch = prod(sb, rb - 2);
+  const MatmulGeom g = matmul_geom(n);
+  const Bound ws = bind_workspace(ctx, n, matmul_layout(n, 1));
   if (n.dtype == DType::f32) {
     matmul_f32(n, g, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
-               static_cast<float*>(out));
+               static_cast<float*>(out), ws.ws);
     return;
   }
   dispatch_float(n.dtype, "matmul", [&]<class T>(T*) {
     if constexpr (!std::is_same_v<T, float>) {
       const int64_t na = n.inputs[0]->numel(), nb = n.inputs[1]->numel(), nc = n.numel();
-      float* a = scratch(static_cast<size_t>(na + nb + nc));
+      float* a = ws.shared;
       float* b = a + na;
       float* c = b + nb;
       widen(static_cast<const T*>(in[0]), a, na);
       widen(static_cast<const T*>(in[1]), b, nb);
-      matmul_f32(n, g, a, b, c);
+      matmul_f32(n, g, a, b, c, ws.ws);
       narrow(c, static_cast<T*>(out), nc);
     }
   });
-}
-
-// y[M, N] = x[M, K] @ W[N, K]^T (+ b[N]), the bias as gemm's epilogue.
-static void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, const float* w,
-                       const float* bias, float* y) {
-  gemm(false, true, M, N, K, x, K, w, K, 0.f, y, N, GemmEpilogue{.bias = bias});
 }
 
 void cpu_Linear(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
@@ -271,22 +387,24 @@ void cpu_Linear(const ir::KernelContext& ctx, const ir::Node& n, const void* con
   const Shape& sx = n.inputs[0]->shape;
   const int64_t M = prod(sx, sx.size() - 1);
   const bool has_bias = n.inputs.size() > 2;
+  const Bound ws = bind_workspace(ctx, n, linear_layout(n, 1));
   if (n.dtype == DType::f32) {
     linear_f32(M, N, K, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
-               has_bias ? static_cast<const float*>(in[2]) : nullptr, static_cast<float*>(out));
+               has_bias ? static_cast<const float*>(in[2]) : nullptr, static_cast<float*>(out),
+               ws.ws);
     return;
   }
   dispatch_float(n.dtype, "linear", [&]<class T>(T*) {
     if constexpr (!std::is_same_v<T, float>) {
       const int64_t nx = M * K, nw = N * K, nb = has_bias ? N : 0, ny = M * N;
-      float* x = scratch(static_cast<size_t>(nx + nw + nb + ny));
+      float* x = ws.shared;
       float* w = x + nx;
       float* b = w + nw;
       float* y = b + nb;
       widen(static_cast<const T*>(in[0]), x, nx);
       widen(static_cast<const T*>(in[1]), w, nw);
       if (has_bias) widen(static_cast<const T*>(in[2]), b, nb);
-      linear_f32(M, N, K, x, w, has_bias ? b : nullptr, y);
+      linear_f32(M, N, K, x, w, has_bias ? b : nullptr, y, ws.ws);
       narrow(y, static_cast<T*>(out), ny);
     }
   });
@@ -296,9 +414,8 @@ void cpu_Linear(const ir::KernelContext& ctx, const ir::Node& n, const void* con
 // [relu], then [relu_grad by y], then [P += out * r in place]: gemm with its epilogue.
 void cpu_Gemm(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const auto& at = n.attr<ir::GemmAttrs>();
-  const Shape& sa = n.inputs[0]->shape;
-  const int64_t N = n.shape.back(), M = n.numel() / std::max<int64_t>(N, 1);
-  const int64_t K = at.trans_a ? sa[0] : sa.back();
+  const auto [M, N, K] = gemm_geom(n);
+  const Bound ws = bind_workspace(ctx, n, gemm_layout(n, 1));
   GemmEpilogue ep;
   if (at.bias) ep.bias = static_cast<const float*>(in[2]);
   if (at.addend) {
@@ -320,16 +437,32 @@ void cpu_Gemm(const ir::KernelContext& ctx, const ir::Node& n, const void* const
   }
   gemm(at.trans_a, at.trans_b, M, N, K, static_cast<const float*>(in[0]), at.trans_a ? M : K,
        static_cast<const float*>(in[1]), n.inputs[1]->shape[1], 0.f, static_cast<float*>(out), N,
-       ep);
+       ws.ws, ep);
 }
 
 void sgemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                  const Scratch& ws) {
   if (own_gemm_applies(M, N, K, tb) &&
-      sgemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1))
+      sgemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1, ws))
     return;
   sgemm1(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, A, lda, B, ldb,
          beta, C, ldc, alpha);
+}
+
+// Matmul, Linear and Gemm: the workspace of their layouts for a team of `threads` (device.cpp's
+// workspace_bytes).
+size_t linalg_workspace_bytes(const ir::Node& n, int threads) {
+  switch (n.op) {
+    case ir::OpCode::Matmul:
+      return matmul_layout(n, threads).bytes();
+    case ir::OpCode::Linear:
+      return linear_layout(n, threads).bytes();
+    case ir::OpCode::Gemm:
+      return gemm_layout(n, threads).bytes();
+    default:
+      return 0;
+  }
 }
 
 }  // namespace cstorch::cpu

@@ -2,17 +2,22 @@
 // (src/backend/cpu/gemm.cpp) against a double-precision host reference: every transpose
 // combination, leading dimensions wider than the matrix, alpha and beta (0, 1, other), K of 0 and K
 // spanning several blocks, row and column remainders of every size, a bias row added once over
-// several K blocks, and teams of 1-4 threads (each thread packs its own panels; a shared buffer
-// raced here before). The padding columns of C must never be written.
+// several K blocks, and teams of 1-4 threads (each thread packs its own panels into its own area
+// of the scratch it is handed; a shared buffer raced here before). The padding columns of C and
+// the memory between and after the scratch areas must never be written.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "backend/cpu/device.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "ir/node.h"
+#include "unit/test_util.h"
 
 namespace {
 
@@ -36,11 +41,21 @@ int check(const Case& c, std::mt19937& rng) {
   const std::vector<float> C0 = C;
   std::vector<float> bias(c.N);
   for (auto& x : bias) x = u(rng);
+  // One scratch area per thread of the size sgemm_avx512_scratch_floats gives, a guard of 16
+  // floats after each, all filled with a pattern the GEMM must not touch outside the areas.
+  const size_t floats = cstorch::cpu::sgemm_avx512_scratch_floats(c.N, c.K, c.tb, false);
+  const size_t stride = floats + 16;
+  std::vector<float> ws(stride * c.threads, -7.f);
+  const cstorch::cpu::Scratch scratch{ws.data(), stride, floats, c.threads};
   if (!cstorch::cpu::sgemm_avx512(
           c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc,
-          c.threads, cstorch::cpu::GemmEpilogue{.bias = c.bias ? bias.data() : nullptr}))
+          c.threads, scratch, cstorch::cpu::GemmEpilogue{.bias = c.bias ? bias.data() : nullptr}))
     return -1;  // no AVX-512 in this build
   int bad = 0;
+  for (int t = 0; t < c.threads; ++t)
+    for (size_t i = floats; i < stride; ++i)
+      if (ws[t * stride + i] != -7.f && bad++ < 3)
+        ADD_FAILURE() << "scratch guard " << i - floats << " after area " << t << " was written";
   for (int64_t i = 0; i < c.M; ++i) {
     for (int64_t j = 0; j < ldc; ++j) {
       const float got = C[i * ldc + j];
@@ -119,6 +134,20 @@ namespace {
 namespace ir = cstorch::ir;
 namespace cpu = cstorch::cpu;
 
+// A kernel context with the workspace a program plans for the node: cpu::workspace_bytes(n,
+// threads) bytes, 64-byte aligned (threads: the backend's own count by default).
+struct Workspace {
+  explicit Workspace(const ir::Node& n, int threads = cpu::workspace_threads())
+      : Workspace(cpu::workspace_bytes(n, threads)) {}
+  explicit Workspace(size_t bytes) : mem(bytes / sizeof(float) + 16) {
+    auto p = reinterpret_cast<uintptr_t>(mem.data());
+    ctx.workspace = bytes ? reinterpret_cast<void*>((p + 63) & ~uintptr_t{63}) : nullptr;
+    ctx.workspace_bytes = bytes;
+  }
+  std::vector<float> mem;
+  ir::KernelContext ctx;
+};
+
 ir::NodePtr leaf(const cstorch::Shape& s) {
   auto n = ir::Node::make(ir::OpCode::Constant, ir::NoAttrs{}, {});
   n->shape = s;
@@ -157,17 +186,17 @@ void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
     auto lin = op(ir::OpCode::Linear, ir::NoAttrs{}, {A, W, b});
     auto relu = op(ir::OpCode::Relu, ir::NoAttrs{}, {lin});
     const void* in_lin[] = {a.data(), w.data(), bias.data()};
-    cpu::cpu_Linear(ir::KernelContext{}, *lin, in_lin, tmp.data());
+    cpu::cpu_Linear(Workspace(*lin).ctx, *lin, in_lin, tmp.data());
     const void* in_relu[] = {tmp.data()};
     cpu::cpu_Relu(ir::KernelContext{}, *relu, in_relu, want.data());
     auto g =
         op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_b = true, .bias = true, .relu = true}, {A, W, b});
-    cpu::cpu_Gemm(ir::KernelContext{}, *g, in_lin, got.data());
+    cpu::cpu_Gemm(Workspace(*g).ctx, *g, in_lin, got.data());
     EXPECT_EQ(got, want) << "relu(linear) M" << M << " N" << N << " K" << K;
   }
   auto mm = op(ir::OpCode::Matmul, ir::MatmulAttrs{.trans_a = ta}, {A, Bm});
   const void* in_mm[] = {a.data(), bm.data()};
-  cpu::cpu_Matmul(ir::KernelContext{}, *mm, in_mm, tmp.data());
+  cpu::cpu_Matmul(Workspace(*mm).ctx, *mm, in_mm, tmp.data());
   // relu_grad(matmul, y)
   {
     auto rg = op(ir::OpCode::ReluGrad, ir::NoAttrs{}, {mm, y});
@@ -175,7 +204,7 @@ void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
     cpu::cpu_ReluGrad(ir::KernelContext{}, *rg, in_rg, want.data());
     auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .relu_grad = true}, {A, Bm, y});
     const void* in_g[] = {a.data(), bm.data(), yv.data()};
-    cpu::cpu_Gemm(ir::KernelContext{}, *g, in_g, got.data());
+    cpu::cpu_Gemm(Workspace(*g).ctx, *g, in_g, got.data());
     EXPECT_EQ(got, want) << "relu_grad(matmul) M" << M << " N" << N << " K" << K;
   }
   // addcmul(matmul, C, s), into a fresh buffer and in place over C
@@ -185,10 +214,10 @@ void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
     cpu::cpu_Addcmul(ir::KernelContext{}, *ac, in_ac, want.data());
     auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .addend = true}, {A, Bm, C, s});
     const void* in_g[] = {a.data(), bm.data(), c.data(), &sv};
-    cpu::cpu_Gemm(ir::KernelContext{}, *g, in_g, got.data());
+    cpu::cpu_Gemm(Workspace(*g).ctx, *g, in_g, got.data());
     std::vector<float> inplace = c;
     const void* in_gi[] = {a.data(), bm.data(), inplace.data(), &sv};
-    cpu::cpu_Gemm(ir::KernelContext{}, *g, in_gi, inplace.data());
+    cpu::cpu_Gemm(Workspace(*g).ctx, *g, in_gi, inplace.data());
     EXPECT_EQ(inplace, got) << "in place, M" << M << " N" << N << " K" << K;
     if (K < 8 || cpu::own_gemm_one_k_block(K)) {  // what the fusion pass creates
       EXPECT_EQ(got, want) << "addcmul(matmul) M" << M << " N" << N << " K" << K;
@@ -209,7 +238,7 @@ void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
                    {A, Bm, C, s, P, r});
       std::vector<float> mom = c;
       const void* in_gu[] = {a.data(), bm.data(), mom.data(), &sv, p.data(), &rv};
-      cpu::cpu_Gemm(ir::KernelContext{}, *gu, in_gu, mom.data());
+      cpu::cpu_Gemm(Workspace(*gu).ctx, *gu, in_gu, mom.data());
       EXPECT_EQ(mom, want) << "momentum with update, M" << M << " N" << N << " K" << K;
       EXPECT_EQ(p, p_want) << "parameter update, M" << M << " N" << N << " K" << K;
     }
@@ -222,6 +251,107 @@ TEST(GemmKernel, EqualsTheSeparateKernelsOnBothPaths) {
   expect_gemm_node_matches(64, 70, 900, false);  // own GEMM, bias over several K blocks
   expect_gemm_node_matches(20, 30, 4, true);     // K < 8: OpenBLAS and an epilogue pass
   expect_gemm_node_matches(20, 30, 4, false);
+}
+
+}  // namespace
+
+// ---- the kernels' workspaces ------------------------------------------------------------
+
+namespace {
+
+namespace ir = cstorch::ir;
+namespace cpu = cstorch::cpu;
+
+// Runs `f` with the pool's team at `threads`, restoring it after.
+template <class F>
+void with_threads(int threads, F&& f) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  f();
+  omp_set_num_threads(saved);
+}
+
+// The workspace is planned from the node alone, one area per thread of the team a product runs
+// on; handed fewer areas than the running team has threads, a kernel caps its team (here at 1)
+// and computes the same bits.
+TEST(GemmKernel, WorkspacePerThreadAndTheTeamCappedAtItsAreas) {
+  if (!cpu::own_gemm_applies(128, 256, 784, true)) GTEST_SKIP() << "built without AVX-512";
+  std::mt19937 rng(5);
+  // Linear 128 x 256 x 784 (B^T packed, on the whole team), a batched B^T matmul of small
+  // products (one per task of a parallel loop) and a folded one.
+  auto x = leaf({128, 784}), w = leaf({256, 784}), qa = leaf({16, 16, 32}), kb = leaf({16, 24, 32}),
+       fa = leaf({4, 32, 200}), fb = leaf({96, 200});
+  auto xv = random_vec(128 * 784, rng), wv = random_vec(256 * 784, rng),
+       qv = random_vec(16 * 16 * 32, rng), kv = random_vec(16 * 24 * 32, rng),
+       fav = random_vec(4 * 32 * 200, rng), fbv = random_vec(96 * 200, rng);
+  auto lin = op(ir::OpCode::Linear, ir::NoAttrs{}, {x, w});
+  auto bmm = op(ir::OpCode::Matmul, ir::MatmulAttrs{.trans_b = true}, {qa, kb});
+  auto fmm = op(ir::OpCode::Matmul, ir::MatmulAttrs{.trans_b = true}, {fa, fb});
+  struct Run {
+    ir::NodePtr n;
+    std::vector<const void*> in;
+    ir::Kernel k;
+  };
+  const Run runs[] = {{lin, {xv.data(), wv.data()}, &cpu::cpu_Linear},
+                      {bmm, {qv.data(), kv.data()}, &cpu::cpu_Matmul},
+                      {fmm, {fav.data(), fbv.data()}, &cpu::cpu_Matmul}};
+  for (const auto& r : runs) {
+    const size_t one = cpu::workspace_bytes(*r.n, 1);
+    EXPECT_GT(one, 0u) << r.n->name();
+    EXPECT_EQ(cpu::workspace_bytes(*r.n, 4), 4 * one) << r.n->name();
+    std::vector<float> want(r.n->numel()), capped(r.n->numel()), full(r.n->numel());
+    with_threads(1, [&] { r.k(Workspace(*r.n, 1).ctx, *r.n, r.in.data(), want.data()); });
+    with_threads(4, [&] {
+      r.k(Workspace(*r.n, 1).ctx, *r.n, r.in.data(), capped.data());
+      r.k(Workspace(*r.n, 4).ctx, *r.n, r.in.data(), full.data());
+    });
+    EXPECT_EQ(capped, want) << r.n->name();
+    EXPECT_EQ(full, want) << r.n->name();
+  }
+  // Products that need no scratch (B read in place) plan none; an OpenBLAS product with an
+  // addend plans one product buffer, whatever the team.
+  auto nt = op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {x, leaf({784, 256})});
+  EXPECT_EQ(cpu::workspace_bytes(*nt, 4), 0u);
+  auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.addend = true},
+              {leaf({20, 4}), leaf({4, 30}), leaf({20, 30}), leaf({})});
+  EXPECT_EQ(cpu::workspace_bytes(*g, 1), 608 * sizeof(float));  // 20 x 30, rounded to 64 bytes
+  EXPECT_EQ(cpu::workspace_bytes(*g, 4), 608 * sizeof(float));  // 20 x 30, rounded to 64 bytes
+}
+
+// A workspace smaller than the kernel needs is an error naming the op and the sizes, before
+// anything is written.
+TEST(GemmKernel, TooSmallWorkspaceIsAnError) {
+  std::mt19937 rng(9);
+  auto x = leaf({128, 784}), w = leaf({256, 784});
+  auto xv = random_vec(128 * 784, rng), wv = random_vec(256 * 784, rng);
+  const void* in_lin[] = {xv.data(), wv.data()};
+  std::vector<float> out(128 * 256);
+  if (cpu::own_gemm_applies(128, 256, 784, true)) {
+    auto lin = op(ir::OpCode::Linear, ir::NoAttrs{}, {x, w});
+    const size_t need = cpu::workspace_bytes(*lin, 1);
+    EXPECT_ERROR(cpu::cpu_Linear(ir::KernelContext{}, *lin, in_lin, out.data()), "linear",
+                 std::to_string(need), "got 0");
+    EXPECT_ERROR(cpu::cpu_Linear(Workspace(need - 64).ctx, *lin, in_lin, out.data()), "linear",
+                 std::to_string(need), std::to_string(need - 64));
+  }
+  // The product buffer of an OpenBLAS product written over its addend.
+  auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.addend = true},
+              {leaf({20, 4}), leaf({4, 30}), leaf({20, 30}), leaf({})});
+  auto a = random_vec(80, rng), b = random_vec(120, rng), c = random_vec(600, rng);
+  const float s = 0.5f;
+  const void* in_g[] = {a.data(), b.data(), c.data(), &s};
+  EXPECT_ERROR(cpu::cpu_Gemm(ir::KernelContext{}, *g, in_g, c.data()), "gemm",
+               std::to_string(cpu::workspace_bytes(*g, 1)));
+  // The f32 copies of 16-bit operands.
+  auto h = leaf({8, 16}), k = leaf({16, 8});
+  h->dtype = k->dtype = cstorch::DType::bf16;
+  auto mm = op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {h, k});
+  const size_t need = cpu::workspace_bytes(*mm, 4);
+  EXPECT_EQ(need, (128 + 128 + 64) * sizeof(float));
+  std::vector<uint16_t> hv(128), kv(128), o(64);
+  const void* in_mm[] = {hv.data(), kv.data()};
+  EXPECT_ERROR(cpu::cpu_Matmul(Workspace(need - 4).ctx, *mm, in_mm, o.data()), "matmul",
+               std::to_string(need));
 }
 
 }  // namespace
