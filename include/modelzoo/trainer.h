@@ -56,6 +56,11 @@ class Trainer {
  public:
   // From the `trainer.init` map; `view.path()` prefixes error messages.
   explicit Trainer(const ConfigView& init);
+  // The code form with a backend object (cstorch::backend(...)): `init` then names neither
+  // `device` nor `backend` (both given is an error, as in the YAML form). The backend's
+  // cluster_config is read when the Trainer is made, so changing it between two Trainers
+  // (backend->options().cluster_config.num_csx = 2) takes effect for the second.
+  Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backend);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -132,6 +137,7 @@ class Trainer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::shared_ptr<cstorch::Backend> backend_;
+  cstorch::ClusterConfig cluster_;  // the backend's as the Trainer was made
   ModelPtr model_;
   std::unique_ptr<cstorch::optim::Optimizer> optimizer_;
   std::vector<std::shared_ptr<cstorch::optim::lr_scheduler::LRScheduler>> schedulers_;

@@ -168,10 +168,23 @@ struct Trainer::Impl {
   std::vector<std::shared_ptr<CoreCallback>> core;
 };
 
-Trainer::Trainer(const ConfigView& init) : impl_(std::make_unique<Impl>()) {
+Trainer::Trainer(const ConfigView& init) : Trainer(init, nullptr) {}
+
+Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backend)
+    : impl_(std::make_unique<Impl>()) {
   init.check_keys({"device", "backend", "model_dir", "seed", "model", "optimizer", "schedulers",
                    "precision", "loop", "checkpoint", "logging", "callbacks", "loggers", "cs_ip"});
-  backend_ = make_backend(init);
+  if (backend) {
+    // A backend object (the code form): its cluster_config as it is now, so a change between
+    // two Trainers takes effect.
+    if (init.has("device") || init.has("backend"))
+      cstorch::fail(
+          "backend and device are mutually exclusive arguments of Trainer. Please only provide "
+          "one or the other");
+    backend_ = std::move(backend);
+  } else {
+    backend_ = make_backend(init);
+  }
   model_dir_ = init.get_string("model_dir", "./model_dir");
   cs_ip_ = init.get_string("cs_ip", "");
   seed_ = static_cast<uint64_t>(init.get_int("seed", 0));
@@ -475,7 +488,8 @@ void Trainer::load_checkpoint(const std::string& path) {
 
 void Trainer::setup_replicas() {
   namespace dist = cstorch::distributed;
-  const auto& cc = backend_->options().cluster_config;
+  cluster_ = backend_->options().cluster_config;
+  const auto& cc = cluster_;
   // Replicas: the CSX backend's num_csx; on a GPU or plugin device, one per process of a
   // --multireplica launch (which sets num_csx to the launch's size), each on its own device.
   const auto type = backend_->type();
@@ -610,7 +624,7 @@ void Trainer::combine_validation(double& sum, int64_t& steps) {
 void Trainer::write_run_metadata() {
   if (!cstorch::distributed::is_main_process()) return;
   const auto& o = backend_->options();
-  const auto& c = o.cluster_config;
+  const auto& c = cluster_;
   cstorch::Config labels = cstorch::Config::object();
   for (const auto& l : c.job_labels) {
     auto eq = l.find('=');

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "cstorch/cstorch.h"
 #include "modelzoo/loggers.h"
@@ -475,4 +476,36 @@ TEST(Trainer, FailedForwardClosesTheAutocastScope) {
   modelzoo::Trainer t(ConfigView(c, "trainer.init"));
   EXPECT_NE(error_of([&] { t.fit(tiny(4)); }).find("matmul"), std::string::npos);
   EXPECT_FALSE(cs::amp::autocast_dtype().has_value());
+}
+
+// The code form: Trainer(init, backend object). device/backend keys beside it are an error, and
+// a change to the backend's cluster_config between two Trainers takes effect for the second only.
+TEST(Trainer, CodeFormTakesABackendObject) {
+  Config c = init_config();
+  c.erase("device");
+  cs::BackendOptions o;
+  o.cluster_config.num_workers_per_csx = 1;
+  auto backend = cs::backend("CSX", o);
+  Config with_device = c;
+  with_device["device"] = "CSX";
+  EXPECT_NE(error_of([&] {
+              modelzoo::Trainer t(ConfigView(with_device, "trainer.init"), backend);
+            }).find("backend and device are mutually exclusive arguments of Trainer"),
+            std::string::npos);
+  std::string dir1 = c["model_dir"].get<std::string>() + "/one";
+  std::string dir2 = c["model_dir"].get<std::string>() + "/two";
+  c["model_dir"] = dir1;
+  modelzoo::Trainer t1(ConfigView(c, "trainer.init"), backend);
+  backend->options().cluster_config.num_workers_per_csx = 2;
+  c["model_dir"] = dir2;
+  modelzoo::Trainer t2(ConfigView(c, "trainer.init"), backend);
+  EXPECT_EQ(t1.backend(), backend);
+  t1.fit(tiny(4));
+  t2.fit(tiny(4));
+  auto workers = [](const std::string& dir) {
+    std::ifstream in(std::filesystem::path(dir) / "run_metadata.json");
+    return nlohmann::json::parse(in)["cluster_config"]["num_workers_per_csx"].get<int>();
+  };
+  EXPECT_EQ(workers(dir1), 1);
+  EXPECT_EQ(workers(dir2), 2);
 }
