@@ -35,4 +35,14 @@ inline std::filesystem::path temp_dir(const std::string& prefix, const std::stri
   return d;
 }
 
+// mpirun with N processes as CI needs it (root in a container: --allow-run-as-root; shared
+// memory without cross-process attach; one kernel thread per replica on a small machine).
+inline std::string mpirun(int n) {
+  std::string cmd =
+      std::string("OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 ") +
+      CSTORCH_MPIEXEC + " -np " + std::to_string(n) + " --oversubscribe --bind-to none";
+  if (::geteuid() == 0) cmd += " --allow-run-as-root";
+  return cmd + " ";
+}
+
 }  // namespace e2e

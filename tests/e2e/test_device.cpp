@@ -21,13 +21,7 @@ const std::string kBin = CSTORCH_BINARY_DIR;
 const std::string kCszoo = kBin + "/cszoo";
 const std::string kDevicePlugin = kBin + "/tests/device_plugins";
 
-std::string mpirun(int n) {
-  std::string cmd =
-      std::string("OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 ") +
-      CSTORCH_MPIEXEC + " -np " + std::to_string(n) + " --oversubscribe --bind-to none";
-  if (::geteuid() == 0) cmd += " --allow-run-as-root";
-  return cmd + " ";
-}
+using e2e::mpirun;
 
 // FC-MNIST for `steps` steps on `device`, validating and checkpointing every 30 steps.
 std::string write_config(const fs::path& root, const std::string& name, const std::string& device,

@@ -26,15 +26,7 @@ const std::string kBin = CSTORCH_BINARY_DIR;
 const std::string kCszoo = kBin + "/cszoo";
 const std::string kPlugins = kBin + "/tests/plugins";
 
-// mpirun with N processes as CI needs it (root in a container: --allow-run-as-root; shared
-// memory without cross-process attach; one kernel thread per replica on a small machine).
-std::string mpirun(int n) {
-  std::string cmd =
-      std::string("OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 ") +
-      CSTORCH_MPIEXEC + " -np " + std::to_string(n) + " --oversubscribe --bind-to none";
-  if (::geteuid() == 0) cmd += " --allow-run-as-root";
-  return cmd + " ";
-}
+using e2e::mpirun;
 
 struct Setup {
   fs::path root, data;

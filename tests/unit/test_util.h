@@ -4,9 +4,12 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -14,6 +17,15 @@
 #include "cstorch/tensor.h"
 
 namespace cstorch::testing {
+
+// An empty folder in the temp directory, unique to this process: `<prefix>_<name>_<pid>`.
+inline std::filesystem::path temp_dir(const std::string& prefix, const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() /
+           (prefix + "_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
 
 using F = std::vector<float>;
 using D = std::vector<double>;

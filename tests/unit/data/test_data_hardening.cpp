@@ -21,11 +21,7 @@ using cs::testing::expect_error;
 namespace {
 
 fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() /
-           ("cstorch_data_hardening_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  return cs::testing::temp_dir("cstorch_data_hardening", name);
 }
 
 // A token file with dataset "data" of shape (rows, 3, 8), int32. `written_rows` rows are

@@ -22,11 +22,7 @@ using cs::testing::expect_error;
 namespace {
 
 fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() /
-           ("cstorch_config_limits_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  return cs::testing::temp_dir("cstorch_config_limits", name);
 }
 
 std::string write(const fs::path& p, const std::string& text) {

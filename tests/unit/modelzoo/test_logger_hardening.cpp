@@ -17,6 +17,8 @@
 #include "modelzoo/loggers.h"
 #include "modelzoo/trainer.h"
 
+#include "unit/test_util.h"
+
 namespace cs = cstorch;
 namespace fs = std::filesystem;
 using modelzoo::Config;
@@ -25,11 +27,7 @@ using modelzoo::ConfigView;
 namespace {
 
 fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() /
-           ("cstorch_logger_hardening_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  return cs::testing::temp_dir("cstorch_logger_hardening", name);
 }
 
 // Steps of the "loss" rows of a metrics file, with their counts.
