@@ -72,17 +72,18 @@ double timed(F f) {
 
 int main(int argc, char** argv) {
   CLI::App app{"cstorch checkpoint benchmark"};
-  std::string dir, one = "h.5.attn.c_proj.weight";
+  std::string dir, one = "h.5.attn.c_proj.weight", ext = "mdl";
   int repeats = 3;
   bool keep = false;
   app.add_option("--dir", dir, "Folder for the files")->required();
   app.add_option("--repeats", repeats, "Timed repeats");
   app.add_option("--tensor", one, "The one tensor to read");
   app.add_flag("--keep", keep, "Keep the checkpoint file");
+  app.add_option("--ext", ext, "File extension, which picks the format (mdl, pt, safetensors)");
   CLI11_PARSE(app, argc, argv);
   int64_t bytes = 0;
   cs::State state = gpt2_state(&bytes);
-  std::string path = dir + "/cstorch.mdl";
+  std::string path = dir + "/cstorch." + ext;
   nlohmann::json out{{"bytes", bytes}, {"tensors", state.size()}, {"one", one}};
   std::vector<double> save, load_cold, load_warm, one_cold, one_warm;
   for (int r = 0; r < repeats; ++r) {

@@ -1,13 +1,14 @@
 // cszoo: the Model Zoo command line. Each command group registers its subcommands on the app
-// (see kCommandGroups); `cszoo checkpoint {info, diff, convert}` is the first group, the
+// (see kCommandGroups); `cszoo checkpoint {info, diff, convert, verify}` is the first group, the
 // Trainer adds fit / validate / validate_all the same way.
 //
 //   cszoo checkpoint info model_dir/checkpoint_100.mdl
 //   cszoo checkpoint diff a.mdl b.pt
 //   cszoo checkpoint convert checkpoint_100.mdl weights.safetensors
+//   cszoo checkpoint verify checkpoint_100.mdl
 //
 // Exit status: 0 on success; 1 on an error (printed as "error: ..."); diff exits 2 when the
-// checkpoints differ (like diff(1)).
+// checkpoints differ (like diff(1)); verify exits 2 when a tensor is damaged.
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -25,7 +26,7 @@ namespace {
 using RegisterCommands = std::function<void(CLI::App& app, int& status)>;
 
 void register_checkpoint(CLI::App& app, int& status) {
-  auto* ckpt = app.add_subcommand("checkpoint", "Inspect, compare and convert checkpoints");
+  auto* ckpt = app.add_subcommand("checkpoint", "Inspect, compare, convert and verify checkpoints");
   ckpt->require_subcommand(1);
 
   auto* info = ckpt->add_subcommand(
@@ -60,6 +61,18 @@ void register_checkpoint(CLI::App& app, int& status) {
     std::printf("wrote %s (%s)\n", conv_out.c_str(),
                 cstorch::checkpoint_format_name(cstorch::checkpoint_format_for_path(conv_out)));
     status = 0;
+  });
+
+  auto* verify = ckpt->add_subcommand(
+      "verify",
+      "Read every tensor of a checkpoint and check it against the file's checksums; list the "
+      "damaged ones (exit status 2 when there are any)");
+  static std::string verify_path;
+  verify->add_option("path", verify_path, "Checkpoint file")->required();
+  verify->callback([&status] {
+    auto v = cstorch::verify_checkpoint(verify_path);
+    std::fputs(cstorch::format_checkpoint_verification(v).c_str(), stdout);
+    status = v.intact() ? 0 : 2;
   });
 }
 

@@ -137,4 +137,26 @@ struct CheckpointDiff {
 CheckpointDiff checkpoint_diff(const std::string& a, const std::string& b);
 std::string format_checkpoint_diff(const CheckpointDiff& d);
 
+// What `cszoo checkpoint verify` reports: every tensor of a checkpoint read and checked against
+// the checksums the file stores (HDF5: Fletcher-32 per chunk, or the object header's checksum
+// for a 0-d tensor; PyTorch: the zip CRC-32 of each storage; safetensors: the CRC-32 cstorch
+// keeps in __metadata__). A tensor that fails (checksum mismatch, unreadable data) is listed
+// with the reason; the others are intact. Damage outside the tensors' data that keeps the file
+// from being opened (its structure, the zip directory, the safetensors header) is an error.
+struct CheckpointVerification {
+  int64_t tensors = 0;    // tensors read (each key of tied tensors counts)
+  int64_t unchecked = 0;  // of those, read without a stored checksum to check (older or
+                          // foreign files): readable, but damage to their values goes unseen
+  struct Damage {
+    std::string key;
+    std::string reason;
+  };
+  std::vector<Damage> damaged;
+  bool intact() const { return damaged.empty(); }
+};
+CheckpointVerification verify_checkpoint(const std::string& path);
+// "damaged: KEY: REASON" lines, then "N tensors verified, all intact" or "N tensors verified,
+// M damaged" (and how many had no checksum).
+std::string format_checkpoint_verification(const CheckpointVerification& v);
+
 }  // namespace cstorch

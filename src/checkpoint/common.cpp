@@ -15,11 +15,15 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <system_error>
 #include <thread>
+
+#include <zlib.h>
 
 #include "core/internal.h"
 #include "runtime/trace_context.h"
@@ -54,6 +58,49 @@ const void* tensor_identity(const Tensor& t) {
   // Two handles on one node are one tensor (the same parameter registered twice, or a detached
   // view of it): in-place updates of one are seen by the other, so they are stored once.
   return t.impl() ? static_cast<const void*>(t.impl()->node.get()) : nullptr;
+}
+
+size_t checksum_parts(size_t n) {
+  // Parts of at least 32 MiB, up to 8 threads: a thread's start is then negligible. Test hook:
+  // CSTORCH_TEST_CHECKSUM_PART_BYTES sets another part size (small buffers in parts).
+  const char* h = std::getenv("CSTORCH_TEST_CHECKSUM_PART_BYTES");
+  const size_t part =
+      h && std::atoll(h) > 0 ? static_cast<size_t>(std::atoll(h)) : size_t{32} << 20;
+  if (n < 2 * part) return 1;
+  static const size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  return std::min({h ? size_t{8} : threads, size_t{8}, n / part});
+}
+
+void run_parts(size_t parts, const std::function<void(size_t)>& f) {
+  std::vector<std::thread> others;
+  others.reserve(parts > 0 ? parts - 1 : 0);
+  try {
+    for (size_t i = 1; i < parts; ++i) others.emplace_back(f, i);
+  } catch (const std::system_error&) {
+    // No more threads: the caller's thread does the parts left.
+    for (size_t i = others.size() + 1; i < parts; ++i) f(i);
+  }
+  if (parts > 0) f(0);
+  for (auto& t : others) t.join();
+}
+
+uint32_t crc32(const void* data, size_t n, uint32_t crc) {
+  auto* p = static_cast<const Bytef*>(data);
+  const size_t parts = checksum_parts(n);
+  if (parts <= 1) return static_cast<uint32_t>(::crc32_z(crc, p, n));
+  // Each part's CRC on its own thread, then combined in order.
+  const size_t len = (n / parts + 63) & ~size_t{63};
+  std::vector<uLong> part(parts);
+  run_parts(parts, [&](size_t i) {
+    size_t b = std::min(n, i * len), e = std::min(n, b + len);
+    part[i] = ::crc32_z(0, p + b, e - b);
+  });
+  uLong r = crc;
+  for (size_t i = 0; i < parts; ++i) {
+    size_t b = std::min(n, i * len), e = std::min(n, b + len);
+    r = ::crc32_combine64(r, part[i], static_cast<z_off64_t>(e - b));
+  }
+  return static_cast<uint32_t>(r);
 }
 
 bool valid_utf8(const std::string& s) {
@@ -378,6 +425,20 @@ void FileWriter::write(const void* data, size_t n) {
     if (w < 0 && errno == EINTR) continue;
     CS_CHECK(w > 0, "save {}: write failed: {}", shown_, errno_text());
     p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void FileWriter::write_at(uint64_t offset, const void* data, size_t n) {
+  CS_CHECK(offset <= offset_ && n <= offset_ - offset, "save {}: rewrite past the end", shown_);
+  flush();
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd_, p, std::min<size_t>(n, size_t{1} << 30), static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    CS_CHECK(w > 0, "save {}: write failed: {}", shown_, errno_text());
+    p += w;
+    offset += static_cast<uint64_t>(w);
     n -= static_cast<size_t>(w);
   }
 }
@@ -794,6 +855,55 @@ std::string checkpoint_info(const std::string& path) {
   out += fmt::format("values: {}\n", ls.size() - r->entries.size());
   out += lines;
   return out;
+}
+
+CheckpointVerification verify_checkpoint(const std::string& path) {
+  auto r = ckpt::open_any(path);
+  CheckpointVerification v;
+  // Each storage is read once; its keys share the outcome.
+  struct Outcome {
+    std::string error;
+    bool verified = false;
+  };
+  std::map<int64_t, Outcome> done;
+  const std::string prefix = fmt::format("checkpoint {}: ", path);
+  for (const auto& e : r->entries) {
+    auto it = done.find(e.storage);
+    if (it == done.end()) {
+      Outcome o;
+      try {
+        r->verified = false;
+        (void)r->read(e);
+        o.verified = r->verified;
+      } catch (const Error& err) {
+        o.error = err.what();
+        if (o.error.rfind(prefix, 0) == 0) o.error = o.error.substr(prefix.size());
+      }
+      it = done.emplace(e.storage, std::move(o)).first;
+    }
+    ++v.tensors;
+    if (!it->second.error.empty())
+      v.damaged.push_back({e.info.key, it->second.error});
+    else if (!it->second.verified)
+      ++v.unchecked;
+  }
+  return v;
+}
+
+std::string format_checkpoint_verification(const CheckpointVerification& v) {
+  std::string out;
+  for (const auto& d : v.damaged)
+    out += fmt::format("damaged: {}: {}\n", ckpt::show_key(d.key), d.reason);
+  if (v.intact())
+    out += fmt::format("{} tensors verified, all intact", v.tensors);
+  else
+    out += fmt::format("{} tensors verified, {} damaged", v.tensors, v.damaged.size());
+  if (v.unchecked > 0)
+    out += fmt::format(
+        " ({} without a stored checksum: read, but their values could not be "
+        "checked)",
+        v.unchecked);
+  return out + "\n";
 }
 
 bool CheckpointDiff::identical() const {

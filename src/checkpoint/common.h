@@ -47,6 +47,11 @@ class FormatReader {
   // use the structure (load_structure, then read).
   virtual std::optional<Tensor> read_direct(const std::string& key) { return std::nullopt; }
 
+  // Set by each read: whether the bytes just read were checked against a checksum stored in
+  // the file (false: the file holds none for them, e.g. an HDF5 file written before
+  // checksums, or safetensors from another writer). Damage that a check finds is an error.
+  bool verified = false;
+
   std::string path;
   CheckpointFormat format = CheckpointFormat::HDF5;
   int64_t version = 0;
@@ -81,6 +86,16 @@ cstorch::detail::HostBytes tensor_bytes(const Tensor& t, const std::string& path
                                         const std::string& key);
 // Identity of a tensor's storage, for tied-weight detection on save.
 const void* tensor_identity(const Tensor& t);
+
+// CRC-32 (zip's and safetensors metadata's checksum; zlib's implementation). `crc` continues a
+// checksum over earlier bytes. Large buffers are summed in parts on several threads.
+uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
+
+// Checksums of large buffers are computed in parts on several threads: how many parts for
+// `n` bytes (1: on the caller's thread alone), and running f(0) .. f(parts - 1), f(0) on the
+// caller's thread (f must not throw).
+size_t checksum_parts(size_t n);
+void run_parts(size_t parts, const std::function<void(size_t)>& f);
 
 bool valid_utf8(const std::string& s);
 std::optional<DType> dtype_from_name(const std::string& name);  // "f32", ... "bool"
@@ -123,6 +138,8 @@ class FileWriter {
   FileWriter(const std::string& path, const std::string& shown_path);
   ~FileWriter();
   void write(const void* data, size_t n);
+  // Overwrites n bytes already written at `offset` (e.g. a header filled in at the end).
+  void write_at(uint64_t offset, const void* data, size_t n);
   uint64_t offset() const { return offset_; }
   void close();  // flushes; errors name the file
 

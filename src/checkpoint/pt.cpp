@@ -6,12 +6,14 @@
 // Reading accepts what torch.save writes (PyTorch 1.6 and newer; pickle protocols 2 to 5):
 // dicts, OrderedDicts, lists, tuples, ints, floats, bools, strings, None and tensors (views
 // with offsets and strides included). Any other pickled object is an error naming it; no code
-// from the file is ever run.
+// from the file is ever run. Every record read (data.pkl, each storage) is checked against the
+// CRC-32 of the zip central directory (zlib's crc32), so damaged bytes are an error naming the
+// record and the tensor rather than wrong values.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "checkpoint/common.h"
@@ -19,41 +21,6 @@
 namespace cstorch {
 namespace ckpt {
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// CRC-32 (zip's polynomial 0xEDB88320), slicing by 8.
-
-struct CrcTables {
-  std::array<std::array<uint32_t, 256>, 8> t;
-  CrcTables() {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; ++i)
-      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xFF];
-  }
-};
-
-uint32_t crc32(const void* data, size_t n, uint32_t crc = 0) {
-  static const CrcTables tab;
-  const auto& t = tab.t;
-  auto* p = static_cast<const uint8_t*>(data);
-  crc = ~crc;
-  while (n >= 8) {
-    uint32_t a, b;
-    std::memcpy(&a, p, 4);
-    std::memcpy(&b, p + 4, 4);
-    a ^= crc;
-    crc = t[7][a & 0xFF] ^ t[6][(a >> 8) & 0xFF] ^ t[5][(a >> 16) & 0xFF] ^ t[4][a >> 24] ^
-          t[3][b & 0xFF] ^ t[2][(b >> 8) & 0xFF] ^ t[1][(b >> 16) & 0xFF] ^ t[0][b >> 24];
-    p += 8;
-    n -= 8;
-  }
-  while (n--) crc = (crc >> 8) ^ t[0][(crc ^ *p++) & 0xFF];
-  return ~crc;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Little-endian byte helpers.
@@ -313,11 +280,18 @@ class ZipReader {
     CS_CHECK(e.usize <= limit, "checkpoint {}: record {} is implausibly large ({} bytes)",
              f_.path(), name, e.usize);
     std::string s = f_.read_string(e.data, static_cast<size_t>(e.usize), name.c_str());
-    CS_CHECK(crc32(s.data(), s.size()) == e.crc,
-             "checkpoint {}: record {} fails its CRC check: "
-             "the file is damaged",
-             f_.path(), name);
+    check_crc(name, crc32(s.data(), s.size()), "");
     return s;
+  }
+
+  // A mismatch with the record's CRC-32 (central directory) is an error naming the record and,
+  // when the record is a tensor's storage, the tensor (`what`: " (the storage of ...)").
+  void check_crc(const std::string& name, uint32_t crc, const std::string& what) {
+    const ZipEntry& e = entry(name);
+    CS_CHECK(crc == e.crc,
+             "checkpoint {}: record {}{} is damaged: its bytes fail the CRC-32 check (stored "
+             "{:08x}, computed {:08x})",
+             f_.path(), name, what, e.crc, crc);
   }
 
  private:
@@ -945,7 +919,8 @@ class PtReader : public FormatReader {
     const View& v = views_[static_cast<size_t>(e.storage)];
     DType dt = e.info.dtype;
     size_t item = itemsize(dt);
-    const ZipEntry& z = zip_.entry(prefix_ + "data/" + v.storage->s);
+    const std::string record = prefix_ + "data/" + v.storage->s;
+    const ZipEntry& z = zip_.entry(record);
     CS_CHECK(z.usize == static_cast<uint64_t>(v.storage->numel) * item,
              "checkpoint {}: storage {} of tensor '{}' holds {} bytes, expected {}", path,
              v.storage->s, show_key(e.info.key), z.usize, v.storage->numel * item);
@@ -957,24 +932,44 @@ class PtReader : public FormatReader {
       if (v.shape[i] != 1 && v.stride[i] != expect) contiguous = false;
       expect *= v.shape[i];
     }
-    return make_host_tensor(v.shape, dt, [&](void* dst) {
+    const uint64_t begin = static_cast<uint64_t>(v.offset) * item;  // within the record
+    // The record's CRC-32 is checked on the first read of each storage (a storage under several
+    // views is checked once): the bytes outside the view are read for it too.
+    const bool check = !checked_.count(v.storage->s);
+    bool checked = false;
+    const std::string what = fmt::format(" (the storage of tensor '{}')", show_key(e.info.key));
+    verified = true;
+    Tensor t = make_host_tensor(v.shape, dt, [&](void* dst) {
       if (contiguous) {
-        f_.read(z.data + static_cast<uint64_t>(v.offset) * item, dst, static_cast<size_t>(n) * item,
-                "tensor data");
+        const uint64_t len = static_cast<uint64_t>(n) * item;
+        f_.read(z.data + begin, dst, static_cast<size_t>(len), "tensor data");
+        if (check) {
+          uint32_t crc = crc_span(z.data, begin, 0);
+          crc = crc32(dst, static_cast<size_t>(len), crc);
+          crc = crc_span(z.data + begin + len, z.usize - begin - len, crc);
+          zip_.check_crc(record, crc, what);
+          checked = true;
+        }
       } else {
-        // A strided view: read the storage span it touches, then gather.
+        // A strided view: read the storage span it touches (the whole record when it is
+        // checked), then gather.
         int64_t hi = v.offset;
         for (size_t i = 0; i < v.shape.size(); ++i) hi += (v.shape[i] - 1) * v.stride[i];
-        std::string span =
-            f_.read_string(z.data + static_cast<uint64_t>(v.offset) * item,
-                           static_cast<size_t>(hi - v.offset + 1) * item, "tensor data");
+        uint64_t from = check ? 0 : begin;
+        uint64_t len = check ? z.usize : static_cast<uint64_t>(hi - v.offset + 1) * item;
+        std::string span = f_.read_string(z.data + from, static_cast<size_t>(len), "tensor data");
+        if (check) {
+          zip_.check_crc(record, crc32(span.data(), span.size()), what);
+          checked = true;
+        }
+        const char* base = span.data() + (begin - from);
         std::vector<int64_t> idx(v.shape.size(), 0);
         char* out = static_cast<char*>(dst);
         for (int64_t k = 0; k < n; ++k) {
           int64_t src = 0;
           for (size_t i = 0; i < idx.size(); ++i) src += idx[i] * v.stride[i];
-          std::memcpy(out + k * static_cast<int64_t>(item),
-                      span.data() + src * static_cast<int64_t>(item), item);
+          std::memcpy(out + k * static_cast<int64_t>(item), base + src * static_cast<int64_t>(item),
+                      item);
           for (size_t i = idx.size(); i-- > 0;) {
             if (++idx[i] < v.shape[i]) break;
             idx[i] = 0;
@@ -986,6 +981,8 @@ class PtReader : public FormatReader {
         for (int64_t i = 0; i < n; ++i) b[i] = b[i] != 0;
       }
     });
+    if (checked) checked_.insert(v.storage->s);
+    return t;
   }
 
  private:
@@ -1096,8 +1093,22 @@ class PtReader : public FormatReader {
     return static_cast<int64_t>(entries.size() - 1);
   }
 
+  // Continues `crc` over `n` bytes of the file at `at` (read in blocks).
+  uint32_t crc_span(uint64_t at, uint64_t n, uint32_t crc) const {
+    std::vector<char> buf(static_cast<size_t>(std::min<uint64_t>(n, 4 << 20)));
+    while (n > 0) {
+      size_t k = static_cast<size_t>(std::min<uint64_t>(n, buf.size()));
+      f_.read(at, buf.data(), k, "tensor data");
+      crc = crc32(buf.data(), k, crc);
+      at += k;
+      n -= k;
+    }
+    return crc;
+  }
+
   FileReader f_;
   ZipReader zip_;
+  std::set<std::string> checked_;  // storages whose record passed its CRC check
   std::string prefix_;
   std::vector<View> views_;
   std::map<std::tuple<const PyObj*, int64_t, Shape, Shape>, int64_t> view_ids_;

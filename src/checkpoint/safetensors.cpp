@@ -3,7 +3,9 @@
 // and the tensors' bytes (offsets relative to the end of the header). A cstorch state that is
 // not a flat map of distinct tensors keeps its structure (docs/checkpoint-format.md) in
 // __metadata__["cstorch_structure"], so it round-trips; files without it load as a flat map in
-// header order.
+// header order. Each tensor cstorch writes has its CRC-32 (zlib's) in
+// __metadata__["cstorch.crc32.<name>"] (8 lowercase hex digits), checked when it is read; files
+// without these keys (other writers) load unchecked.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -42,6 +44,20 @@ std::optional<DType> st_dtype_from(const std::string& s) {
 
 // Header size limit (the reference implementation uses 100 MB).
 constexpr uint64_t kMaxHeader = 100u << 20;
+
+// The metadata key holding the CRC-32 of tensor `name`'s bytes.
+const std::string kCrcPrefix = "cstorch.crc32.";
+
+std::optional<uint32_t> parse_crc(const std::string& s) {
+  if (s.size() != 8) return std::nullopt;
+  uint32_t v = 0;
+  for (char c : s) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    v = v << 4 | static_cast<uint32_t>(d);
+  }
+  return v;
+}
 
 class SafetensorsReader : public FormatReader {
  public:
@@ -100,6 +116,7 @@ class SafetensorsReader : public FormatReader {
         CS_CHECK(s->is_string(), "checkpoint {}: cstorch_structure metadata is not a string", p);
         structure = parse_json(s->get<std::string>(), p, "cstorch_structure metadata");
       }
+      read_checksums(*m, by_name, p);
     }
     if (structure) {
       root = decode_structure(*structure, p, [&](const std::string& key, const Json& t) {
@@ -127,8 +144,16 @@ class SafetensorsReader : public FormatReader {
 
   Tensor read(const Entry& e) override {
     const auto& t = tensors_[static_cast<size_t>(e.storage)];
+    verified = t.crc.has_value();
     return make_host_tensor(t.shape, t.dtype, [&](void* dst) {
       f_.read(data_start_ + t.begin, dst, static_cast<size_t>(e.info.nbytes), "tensor data");
+      if (t.crc) {
+        uint32_t crc = crc32(dst, static_cast<size_t>(e.info.nbytes));
+        CS_CHECK(crc == *t.crc,
+                 "checkpoint {}: tensor '{}' (safetensors entry '{}') is damaged: its bytes fail "
+                 "the CRC-32 check (stored {:08x}, computed {:08x})",
+                 path, show_key(e.info.key), t.name, *t.crc, crc);
+      }
       if (t.dtype == DType::boolean) {
         auto* b = static_cast<uint8_t*>(dst);
         for (int64_t i = 0; i < e.info.nbytes; ++i) b[i] = b[i] != 0;
@@ -142,7 +167,36 @@ class SafetensorsReader : public FormatReader {
     DType dtype;
     Shape shape;
     uint64_t begin, end;
+    std::optional<uint32_t> crc;  // from __metadata__, when the writer stored one
   };
+  // The per-tensor CRC-32 keys. A file that has them has one for every tensor (a tensor
+  // without one, or a key naming no tensor, means the header was damaged, e.g. a name changed).
+  void read_checksums(const Json& meta, const std::map<std::string, int64_t>& by_name,
+                      const std::string& p) {
+    size_t found = 0;
+    for (auto& [k, v] : meta.items()) {
+      if (k.rfind(kCrcPrefix, 0) != 0) continue;
+      std::string name = k.substr(kCrcPrefix.size());
+      auto it = by_name.find(name);
+      CS_CHECK(it != by_name.end(),
+               "checkpoint {}: safetensors metadata {} holds the checksum of a tensor '{}' the "
+               "file does not have: the header is damaged",
+               p, k, name);
+      auto crc = v.is_string() ? parse_crc(v.get<std::string>()) : std::nullopt;
+      CS_CHECK(crc.has_value(),
+               "checkpoint {}: safetensors metadata {} is not a CRC-32 (8 hex digits): the "
+               "header is damaged",
+               p, k);
+      tensors_[static_cast<size_t>(it->second)].crc = crc;
+      ++found;
+    }
+    if (found == 0) return;
+    for (const auto& t : tensors_)
+      CS_CHECK(t.crc.has_value(),
+               "checkpoint {}: safetensors entry '{}' has no checksum (metadata {}{}) while the "
+               "other tensors have one: the header is damaged",
+               p, t.name, kCrcPrefix, t.name);
+  }
   // As the format's reference implementation requires: the tensors' data, in offset order,
   // tiles the data buffer exactly, from its start to the end of the file, without gaps or
   // overlaps. A header length a few bytes off (the JSON still parses: the header's padding
@@ -230,29 +284,44 @@ void save_safetensors(const State& state, const std::string& path) {
     for (auto& v : state.items()) flat = flat && v.is_tensor();
   if (flat) flat = structure.at("keys").size() == items.size();
 
-  Json header = Json::object();
-  if (!flat) header["__metadata__"] = Json{{"cstorch_structure", structure.dump()}};
-  uint64_t off = 0;
-  for (auto& it : items) {
-    Json shape = Json::array();
-    for (auto d : it.t.shape()) shape.push_back(d);
-    uint64_t n = static_cast<uint64_t>(it.t.numel()) * itemsize(it.t.dtype());
-    header[it.name] = Json{{"dtype", st_dtype(it.t.dtype())},
-                           {"shape", shape},
-                           {"data_offsets", Json::array({off, off + n})}};
-    off += n;
-  }
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned, as the spec suggests
+  // The header holds each tensor's CRC-32, known once its bytes have been read: it is written
+  // with placeholders (the same length: 8 hex digits) and rewritten after the data.
+  Json meta = Json::object();
+  if (!flat) meta["cstorch_structure"] = structure.dump();
+  for (auto& it : items) meta[kCrcPrefix + it.name] = "00000000";
+  auto make_header = [&] {
+    Json header = Json::object();
+    header["__metadata__"] = meta;
+    uint64_t off = 0;
+    for (auto& it : items) {
+      Json shape = Json::array();
+      for (auto d : it.t.shape()) shape.push_back(d);
+      uint64_t n = static_cast<uint64_t>(it.t.numel()) * itemsize(it.t.dtype());
+      header[it.name] = Json{{"dtype", st_dtype(it.t.dtype())},
+                             {"shape", shape},
+                             {"data_offsets", Json::array({off, off + n})}};
+      off += n;
+    }
+    std::string h = header.dump();
+    h.append((8 - h.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned, as the spec suggests
+    return h;
+  };
+  const std::string h = make_header();
   AtomicFile out(path);
   {
     FileWriter w(out.temp_path(), path);
     uint64_t n = h.size();
     w.write(&n, 8);
     w.write(h.data(), h.size());
-    for (auto& it : items)
-      w.write(tensor_bytes(it.t, path, it.name).data(),
-              static_cast<size_t>(it.t.numel()) * itemsize(it.t.dtype()));
+    for (auto& it : items) {
+      const auto bytes = tensor_bytes(it.t, path, it.name);
+      size_t nb = static_cast<size_t>(it.t.numel()) * itemsize(it.t.dtype());
+      meta[kCrcPrefix + it.name] = fmt::format("{:08x}", crc32(bytes.data(), nb));
+      w.write(bytes.data(), nb);
+    }
+    const std::string final_header = make_header();
+    CS_CHECK(final_header.size() == h.size(), "save {}: the header changed size", path);
+    w.write_at(8, final_header.data(), final_header.size());
     w.close();
   }
   out.commit();

@@ -1,6 +1,6 @@
 // End to end: a save killed with SIGKILL half way leaves the previous checkpoint loadable and
 // the partial file refused; a run resumed from a checkpoint in a new process reproduces the
-// uninterrupted run bit for bit; the cszoo checkpoint commands.
+// uninterrupted run bit for bit; the cszoo checkpoint commands (verify on damaged files too).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -141,6 +141,44 @@ TEST(CheckpointE2E, CszooCheckpointCommands) {
   EXPECT_EQ(status, 2) << out;
   EXPECT_NE(out.find("model.fc.weight: max abs diff 0.25"), std::string::npos) << out;
   out = run(kCszoo + " checkpoint info " + (dir / "missing.mdl").string(), &status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("error: cannot open checkpoint"), std::string::npos) << out;
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointE2E, CszooCheckpointVerify) {
+  auto dir = temp_dir("verify");
+  std::vector<float> w(60), b(6);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.37f * static_cast<float>(i) - 5.1f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 1.0f / static_cast<float>(i + 3);
+  State s = State::map({{"model", State::map({{"fc.weight", from_vector(w, {10, 6})},
+                                              {"fc.bias", from_vector(b, {6})}})},
+                        {"step", 5}});
+  for (const char* ext : {".mdl", ".pt", ".safetensors"}) {
+    SCOPED_TRACE(ext);
+    std::string p = (dir / (std::string("c") + ext)).string();
+    save(s, p);
+    int status = 0;
+    std::string out = run(kCszoo + " checkpoint verify " + p, &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_EQ(out, "2 tensors verified, all intact\n");
+    // One bit of each tensor's data flipped.
+    std::ifstream in(p, std::ios::binary);
+    std::string file((std::istreambuf_iterator<char>(in)), {});
+    for (const std::vector<float>* v : {&w, &b}) {
+      size_t at = file.find(std::string(reinterpret_cast<const char*>(v->data()), v->size() * 4));
+      ASSERT_NE(at, std::string::npos);
+      file[at + 9] = static_cast<char>(file[at + 9] ^ 0x08);
+    }
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << file;
+    out = run(kCszoo + " checkpoint verify " + p, &status);
+    EXPECT_EQ(status, 2) << out;
+    EXPECT_NE(out.find("damaged: model.fc.weight: "), std::string::npos) << out;
+    EXPECT_NE(out.find("damaged: model.fc.bias: "), std::string::npos) << out;
+    EXPECT_NE(out.find("2 tensors verified, 2 damaged"), std::string::npos) << out;
+  }
+  int status = 0;
+  std::string out = run(kCszoo + " checkpoint verify " + (dir / "missing.mdl").string(), &status);
   EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("error: cannot open checkpoint"), std::string::npos) << out;
   fs::remove_all(dir);
