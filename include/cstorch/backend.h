@@ -56,9 +56,19 @@ std::shared_ptr<Backend> backend();
 
 // The older one-call setup of seed 001 (`cstorch.configure(...)`), defaults as documented
 // there. It creates the CSX backend (this project's cluster: `num_csx` replicas) with these
-// options; `checkpoint_steps` becomes the DataExecutor's default and `model_dir` the default
-// directory for checkpoints. Calling it a second time in a process is an error, and so is
-// calling it after a backend of another type exists.
+// options. Calling it a second time in a process is an error, and so is calling it after a
+// backend of another type exists.
+//
+// checkpoint_steps (k >= 0): the default checkpoint_steps of every DataExecutor and of the loop
+// of a range-for over a DataLoader. It decides at which steps weights may be fetched: a
+// checkpoint_closure, or cstorch::save() inside a step closure, works only at the loop's
+// checkpoint steps (a DataExecutor: k-1, 2k-1, ...; a range-for over a DataLoader: 0, k, 2k,
+// ...; both: the last step; k = 0: the last step only) and is refused elsewhere with an error
+// that says so (see cstorch/utils/data.h, cstorch/checkpoint.h).
+//
+// model_dir: where the run's artefacts go. Checkpoints saved by a relative path are written
+// there, and a load by a relative path looks there first (cstorch/checkpoint.h); the backend's
+// artifact_dir (the compile_only / validate_only reports) is <model_dir>/cerebras_logs.
 //
 // compile_dir: where each compiled program's report is kept. The default (the seed's, or the
 // site's: $CSTORCH_DEFAULT_COMPILE_DIR) is used where this process can write it or create it;
