@@ -19,7 +19,7 @@ namespace modelzoo {
 
 namespace {
 
-// Options shared by fit / validate / validate_all (api.md §11).
+// Options shared by fit / validate / validate_all.
 struct CommonOptions {
   std::string params;
   std::string model_dir;

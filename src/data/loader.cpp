@@ -250,7 +250,7 @@ DataLoader::DataLoader(InputFn fn, Config args) : fn_(std::move(fn)), args_(std:
            "DataLoader: replica {} of {} is not valid", replica_, num_replicas_);
   auto workers_arg = int_arg("num_workers");
   if (num_replicas_ > 1) {
-    // The workers of the whole cluster, assigned round-robin to the replicas (seed 004): the
+    // The workers of the whole cluster, assigned round-robin to the replicas: the
     // loader's num_workers is the total; by default num_workers_per_csx per replica.
     int per_csx = 1;
     if (auto b = cstorch::detail::existing_backend())

@@ -124,7 +124,7 @@ bool writable_dir(const std::filesystem::path& dir) {
   return std::filesystem::is_directory(p, ec) && ::access(p.c_str(), W_OK | X_OK) == 0;
 }
 
-// configure()'s compile_dir: as given, except the seed's default (or the site's,
+// configure()'s compile_dir: as given, except the default (or the site's,
 // $CSTORCH_DEFAULT_COMPILE_DIR) where this process cannot write, which falls back to
 // <model_dir>/cached_compile with one warning.
 std::string resolve_compile_dir(const ConfigureOptions& o) {

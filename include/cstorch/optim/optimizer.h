@@ -52,7 +52,7 @@ class Optimizer {
   // pruning schedule, no sparsity configuration), so nothing here calls this method. What it
   // returns changes no update, no state_dict() and no checkpoint. It is kept, and required of
   // custom optimizers, so that optimizers written against this interface declare the names as
-  // they must for a sparsity feature; the built-in lists are tested against the reference ones.
+  // they must for a sparsity feature; the built-in lists are checked by the unit tests.
   virtual std::vector<std::string> state_names_to_sparsify() const = 0;
   virtual std::string name() const = 0;
 

@@ -1,4 +1,4 @@
-// Data loading and the execution loop (api.md §6).
+// Data loading and the execution loop.
 //
 //   DataLoader loader(input_fn, {{"batch_size", 64}, {"num_epochs", 2}, {"num_workers", 2}});
 //   DataExecutor executor(loader, {.checkpoint_steps = 100});
@@ -97,7 +97,7 @@ class TensorLoader : public Loader {
 using InputFn =
     std::function<std::shared_ptr<Loader>(const Config& args, const WorkerInfo& worker)>;
 
-// The step arguments of api.md §6. Unset optionals were not given.
+// The step arguments of a DataLoader. Unset optionals were not given.
 struct StepArgs {
   std::optional<int64_t> num_steps, max_steps, num_epochs, steps_per_epoch;
   int64_t initial_step = 0;

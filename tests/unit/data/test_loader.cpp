@@ -1,5 +1,5 @@
-// DataLoader, step arguments and DataExecutor: every step-argument combination and error of
-// api.md §6, the checkpoint schedule, exactly-once delivery over 1/2/4 sharded workers,
+// DataLoader, step arguments and DataExecutor: every step-argument combination and error, the
+// checkpoint schedule, exactly-once delivery over 1/2/4 sharded workers,
 // deterministic order whatever the timing, restartable state (in process; the new-process
 // resume is tests/e2e/test_data_resume.cpp), worker errors surfacing without hanging threads,
 // closures seeing their step's state, and the data-wait counter.
@@ -103,7 +103,7 @@ class CountingLoader : public Loader {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Step arguments (api.md §6)
+// Step arguments
 
 TEST(StepArgs, EveryCombination) {
   struct Row {
