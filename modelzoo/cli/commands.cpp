@@ -58,7 +58,7 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
                 "Data parallel over every process the launch provides (mpirun -np N): the "
                 "backend becomes CSX with num_csx N");
   cmd->add_option("--cs_ip", o.cs_ip,
-                  "Address of the CS system (seed 004); recorded in run_metadata.json only: the "
+                  "Address of the CS system; recorded in run_metadata.json only: the "
                   "replicas are the processes of this launch");
 }
 
