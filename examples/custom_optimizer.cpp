@@ -1,4 +1,4 @@
-// A user-written optimizer and learning-rate scheduler, as the seed describes: subclass
+// A user-written optimizer and learning-rate scheduler: subclass
 // cstorch::optim::Optimizer (preinitialize creates all state, step uses tensor ops only,
 // state_names_to_sparsify) and cstorch::optim::lr_scheduler::LRScheduler (closed_form_lr as
 // tensor ops of the step). Both run inside a traced training step; the example fits a small

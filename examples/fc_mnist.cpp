@@ -1,4 +1,4 @@
-// FC-MNIST: the seed's custom training loop in C++. Trains a fully connected network on MNIST
+// FC-MNIST: a custom training loop with a DataExecutor. Trains a fully connected network on MNIST
 // IDX files (synthetic digits are generated on first run when no files are present), printing
 // the loss from a step closure, then reports test accuracy. --precision bf16 / f16 trains in
 // mixed precision (f16 with dynamic loss scaling).

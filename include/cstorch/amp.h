@@ -45,9 +45,9 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
 // ---------------------------------------------------------------------------------------------
 // Loss scaling.
-// Loss scaling. Defaults as seed 001's table: loss_scale 0.0 (no scaling: the seed's loop
-// builds a GradScaler only when loss_scale != 0.0), overflow_tolerance 0.05, max_gradient_norm
-// 0.05 (which only applies with dynamic scaling and global gradient clipping on).
+// Loss scaling. Defaults: loss_scale 0.0 (no scaling; a training loop builds a GradScaler only
+// when loss_scale != 0.0), overflow_tolerance 0.05, max_gradient_norm 0.05 (which only applies
+// with dynamic scaling and global gradient clipping on).
 struct GradScalerOptions {
   // "dynamic"; a positive number: the static loss scale; 0.0: no scaling (scale() returns the
   // loss, step() is optimizer.step()). A negative or non-finite number is an error.
@@ -58,9 +58,9 @@ struct GradScalerOptions {
   double max_loss_scale = 32768.0;      // 2^15
   // The largest fraction of steps with a non-finite gradient tolerated before the scale halves.
   double overflow_tolerance = 0.05;
-  // Global gradient clipping built into the scaler (the seed's "DLS + GCC" case): with dynamic
-  // scaling and global_gradient_clipping on, unscale_() clips the gradients to this global
-  // norm; otherwise it has no effect. Must be > 0.
+  // Global gradient clipping built into the scaler (dynamic loss scaling with global gradient
+  // clipping, "DLS + GCC"): with dynamic scaling and global_gradient_clipping on, unscale_()
+  // clips the gradients to this global norm; otherwise it has no effect. Must be > 0.
   double max_gradient_norm = 0.05;
   bool global_gradient_clipping = false;
 };

@@ -10,7 +10,7 @@
 
 namespace cstorch {
 
-// Cluster settings of the CSX backend (seed 001 table); validated, recorded in run metadata.
+// Cluster settings of the CSX backend; validated, recorded in run metadata.
 struct ClusterConfig {
   int num_csx = 1;
   int max_wgt_servers = 24;
@@ -54,16 +54,27 @@ std::shared_ptr<Backend> backend(const std::string& type, BackendOptions opts = 
 // The current backend; error if none was created.
 std::shared_ptr<Backend> backend();
 
-// The older one-call setup of seed 001 (`cstorch.configure(...)`), defaults as documented
-// there. It creates the CSX backend (this project's cluster: `num_csx` replicas) with these
-// options; `checkpoint_steps` becomes the DataExecutor's default and `model_dir` the default
-// directory for checkpoints. Calling it a second time in a process is an error, and so is
-// calling it after a backend of another type exists.
+// The older one-call setup (`cstorch.configure(...)` in Python), with the defaults below. It
+// creates the CSX backend (this project's cluster: `num_csx` replicas) with these
+// options. Calling it a second time in a process is an error, and so is calling it after a
+// backend of another type exists.
 //
-// compile_dir: where each compiled program's report is kept. The default (the seed's, or the
-// site's: $CSTORCH_DEFAULT_COMPILE_DIR) is used where this process can write it or create it;
-// elsewhere (a user without rights in /opt) configure() falls back to <model_dir>/cached_compile
-// with one warning on stderr naming both paths. Any other compile_dir is used as given.
+// checkpoint_steps (k >= 0): the default checkpoint_steps of every DataExecutor and of the loop
+// of a range-for over a DataLoader. It decides at which steps weights may be fetched: a
+// checkpoint_closure, or cstorch::save() inside a step closure, works only at the loop's
+// checkpoint steps (a DataExecutor: k-1, 2k-1, ...; a range-for over a DataLoader: 0, k, 2k,
+// ...; both: the last step; k = 0: the last step only) and is refused elsewhere with an error
+// that says so (see cstorch/utils/data.h, cstorch/checkpoint.h).
+//
+// model_dir: where the run's artefacts go. Checkpoints saved by a relative path are written
+// there, and a load by a relative path looks there first (cstorch/checkpoint.h); the backend's
+// artifact_dir (the compile_only / validate_only reports) is <model_dir>/cerebras_logs.
+//
+// compile_dir: where each compiled program's report is kept. The default
+// (/opt/cerebras/cached_compile, or the site's: $CSTORCH_DEFAULT_COMPILE_DIR) is used where this
+// process can write it or create it; elsewhere (a user without rights in /opt) configure() falls
+// back to <model_dir>/cached_compile with one warning on stderr naming both paths. Any other
+// compile_dir is used as given.
 inline constexpr const char* kDefaultCompileDir = "/opt/cerebras/cached_compile";
 struct ConfigureOptions {
   std::string model_dir = "./";

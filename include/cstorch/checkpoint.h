@@ -19,6 +19,17 @@
 // under several keys (tied weights: the same tensor object) is stored once and loads as one
 // shared tensor.
 //
+// After cstorch::configure(), saves by a relative path write into its model_dir (the first
+// save creates it), and loads by a relative path read the file in model_dir when there is one
+// there, else the file relative to the working directory (as torch.load would); absolute paths
+// are used as they are. Without configure(), paths are relative to the working directory.
+//
+// Inside a step closure queued by a training loop (a DataExecutor, or a range-for over a
+// DataLoader), the save functions fetch the weights only at the loop's checkpoint steps: at any
+// other step they refuse with an error that names the step, lists the checkpoint steps and says
+// why ("It is only possible to fetch weights on predetermined checkpoint steps ..."). Outside
+// step closures a save first waits for every queued step, at any step.
+//
 // Every problem is a cstorch::Error naming the file and, where there is one, the key: missing
 // or unreadable file, partially written file ("partially written"), a newer format version,
 // damaged content, unsupported dtypes or objects.

@@ -2,6 +2,7 @@
 #pragma once
 #include "cstorch/amp.h"
 #include "cstorch/backend.h"
+#include "cstorch/checkpoint.h"
 #include "cstorch/config.h"
 #include "cstorch/metrics.h"
 #include "cstorch/nn/functional.h"

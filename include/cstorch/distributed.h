@@ -1,4 +1,4 @@
-// Multi-replica data parallel (api.md §12): replicas are the processes of an MPI launch
+// Multi-replica data parallel: replicas are the processes of an MPI launch
 // (`mpirun -np N prog`, or `cszoo fit PARAMS --num_csx N`, which launches them itself). A
 // process started without a launcher is a launch of one and needs no MPI at all.
 //
@@ -20,7 +20,7 @@
 
 namespace cstorch::distributed {
 
-// The seed's `cstorch.distributed.ClusterConfig`.
+// `cstorch.distributed.ClusterConfig` of the Python API: the same ClusterConfig.
 using ClusterConfig = ::cstorch::ClusterConfig;
 
 // True when an MPI launcher (mpirun) started this process, even as a launch of one. Does not
@@ -68,7 +68,7 @@ void barrier();
 [[noreturn]] void abort(const std::string& message, int code = 1);
 
 // Input workers of replica `replica` when `num_workers` workers feed `num_replicas` replicas
-// round-robin (seed 004): workers w with w % num_replicas == replica, in order. Fewer workers
+// round-robin: workers w with w % num_replicas == replica, in order. Fewer workers
 // than replicas is an error that says how many are needed.
 std::vector<int> workers_of_replica(int num_workers, int num_replicas, int replica);
 

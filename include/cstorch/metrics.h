@@ -13,7 +13,7 @@
 // when the metric is constructed (even if that happens while a step is being traced).
 // update() uses tensor ops only and updates the state with in-place ops (add_), so inside
 // cstorch::trace it records state writes of the compiled step and every replay accumulates —
-// the seed's `compute_on_system`. Outside a trace update() runs eagerly with the same result.
+// what `compute_on_system` asks for. Outside a trace update() runs eagerly with the same result.
 // compute() reads the state on the host (synchronising first; an error inside a traced step:
 // use a step closure); compute_tensor() returns the value as a 0-d f32 tensor built from the
 // state with tensor ops (usable anywhere). reset() zeroes the state.

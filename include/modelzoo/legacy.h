@@ -1,4 +1,5 @@
-// The legacy interfaces of seed 002 / 004, as adapters over the Trainer:
+// The legacy interfaces (the `run` entry point and its runners, params.yaml), as adapters over
+// the Trainer:
 //
 // - legacy `params.yaml` files (`train_input`, `eval_input`, `model`, `optimizer`,
 //   `runconfig`) convert to the Trainer form (convert_legacy_params);
@@ -27,7 +28,7 @@ class BaseRunner {
   virtual ~BaseRunner() = default;
   virtual std::string name() const = 0;
 
-  // The hooks of seed 002. Subclasses should call the base version.
+  // The runner hooks. Subclasses should call the base version.
   virtual void on_train_start() {}
   virtual void on_train_end() {}
   virtual void on_eval_start() {}
@@ -59,7 +60,7 @@ class BaseRunner {
   Config params_;
 };
 
-// The predefined runners (seed 002's PyTorchRunner, PyTorchCSCompiler, PyTorchCSRunner).
+// The predefined runners (PyTorchRunner, PyTorchCSCompiler, PyTorchCSRunner in Python).
 class CpuGpuRunner : public BaseRunner {
  public:
   using BaseRunner::BaseRunner;

@@ -1,4 +1,4 @@
-// modelzoo::Trainer: the YAML-driven training loop (api.md §10).
+// modelzoo::Trainer: the YAML-driven training loop (keys: docs/trainer.md).
 //
 //   trainer:
 //     init: {device | backend, model_dir, seed, model, optimizer, schedulers, precision, loop,
@@ -102,7 +102,8 @@ class Trainer {
   void add_callback(CallbackPtr cb);
   const std::vector<CallbackPtr>& callbacks() const { return callbacks_; }
 
-  // The full training state under the checkpoint keys of api.md §10. With several replicas it
+  // The full training state under the checkpoint keys model, optimizer, schedulers,
+  // grad_scaler, dataloader and global_step. With several replicas it
   // is collective (every replica calls it): the sharded optimizer state and every replica's
   // data position (`dataloader: {replicas: [...]}`) are gathered on the main process; the
   // other processes get a state without them.

@@ -19,7 +19,7 @@ namespace modelzoo {
 
 namespace {
 
-// Options shared by fit / validate / validate_all (api.md §11).
+// Options shared by fit / validate / validate_all.
 struct CommonOptions {
   std::string params;
   std::string model_dir;
@@ -59,7 +59,7 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
                 "Data parallel over every process the launch provides (mpirun -np N): the "
                 "backend becomes CSX with num_csx N");
   cmd->add_option("--cs_ip", o.cs_ip,
-                  "Address of the CS system (seed 004); recorded in run_metadata.json only: the "
+                  "Address of the CS system; recorded in run_metadata.json only: the "
                   "replicas are the processes of this launch");
 }
 

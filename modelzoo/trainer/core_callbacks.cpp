@@ -121,8 +121,8 @@ PrecisionCallback::PrecisionCallback(const ConfigView& p) {
   } else {
     cstorch::fail("{}: must be bf16 or f16, got '{}'", p.child_path("dtype"), dt);
   }
-  // f16 needs loss scaling (dynamic unless a number is given); bf16 only when asked. As in the
-  // seed's loop, a GradScaler is built only when the factor is not 0.0 (0.0: no loss scaling).
+  // f16 needs loss scaling (dynamic unless a number is given); bf16 only when asked. A
+  // GradScaler is built only when the factor is not 0.0 (0.0: no loss scaling).
   if (!p.has("loss_scaling_factor") && dtype_ != cstorch::DType::f16) return;
   cstorch::amp::GradScalerOptions o;
   o.loss_scale = std::string("dynamic");

@@ -1,4 +1,4 @@
-// Legacy params.yaml conversion and the runner API (seed 002) over the Trainer.
+// Legacy params.yaml conversion and the runner API over the Trainer.
 #include "modelzoo/legacy.h"
 
 #include "cstorch/distributed.h"
@@ -61,7 +61,7 @@ Config convert_legacy_params(const Config& params, const std::string& mode_in) {
     std::string type = o.at("optimizer_type").as_string();
     args.erase("optimizer_type");
     if (args.contains("learning_rate") && !args["learning_rate"].is_number()) {
-      init["schedulers"] = args["learning_rate"];  // a schedule: the scheduler forms of api.md §4
+      init["schedulers"] = args["learning_rate"];  // a schedule: configure_lr_scheduler's forms
       args.erase("learning_rate");
     }
     init["optimizer"] = {{type, args}};
@@ -86,14 +86,14 @@ Config convert_legacy_params(const Config& params, const std::string& mode_in) {
   if (r.has("model_dir")) init["model_dir"] = rc["model_dir"];
   if (r.has("seed")) init["seed"] = rc["seed"];
 
-  // cs_ip names the CS system (seed 004); here it is recorded in the run metadata only.
+  // cs_ip names the CS system; here it is recorded in the run metadata only.
   if (r.has("cs_ip")) init["cs_ip"] = r.at("cs_ip").as_string();
 
   std::string mode = mode_in.empty() ? r.get_string("mode", "train") : mode_in;
   std::string device = r.get_string("target_device", "CPU");
   const bool compile_only = r.get_bool("compile_only", false),
              validate_only = r.get_bool("validate_only", false);
-  // multireplica: True (seed 004) trains data parallel over every process of the launch, as
+  // multireplica: True trains data parallel over every process of the launch, as
   // --multireplica does: the CSX backend with num_csx = the launch's size. Training only.
   int replicas = 0;
   if (r.get_bool("multireplica", false)) {

@@ -265,8 +265,8 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
           path, [&] { return cstorch::optim::configure_lr_scheduler(*optimizer_, form); }));
     };
     // `{Name: {args}}` entries become configure_lr_scheduler's `{scheduler: Name, args...}`
-    // form; that form itself (a map with `scheduler`, or a list of them, as in seed 001 and
-    // legacy params files) is passed through.
+    // form; that form itself (a map with `scheduler`, or a list of them, as in legacy params
+    // files) is passed through.
     auto to_form = [](const ConfigView& e) {
       if (e.value().is_object() && e.value().contains("scheduler")) return e.value();
       auto [name, args] = e.named_entry();

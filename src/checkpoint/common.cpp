@@ -26,10 +26,34 @@
 #include <zlib.h>
 
 #include "core/internal.h"
+#include "runtime/checkpoint_steps.h"
+#include "runtime/run_mode.h"
 #include "runtime/trace_context.h"
 
 namespace cstorch {
 namespace ckpt {
+
+std::string save_path(const std::string& path, const char* what) {
+  runtime::require_checkpoint_step(what);
+  std::string resolved = runtime::resolve_model_path(path);
+  if (resolved != path) {  // under configure()'s model_dir, which the first save creates
+    std::error_code ec;
+    std::filesystem::create_directories(runtime::configured_model_dir(), ec);
+  }
+  return resolved;
+}
+
+std::string load_path(const std::string& path) {
+  const std::string in_model_dir = runtime::resolve_model_path(path);
+  if (in_model_dir == path) return path;
+  std::error_code ec;
+  if (std::filesystem::exists(in_model_dir, ec)) return in_model_dir;
+  CS_CHECK(std::filesystem::exists(path, ec),
+           "load {}: no such file in model_dir '{}' (set by cstorch::configure) nor in the "
+           "working directory",
+           path, runtime::configured_model_dir());
+  return path;
+}
 
 std::string join_key(const std::string& prefix, const std::string& k) {
   return prefix.empty() ? k : prefix + "." + k;
@@ -649,7 +673,8 @@ CheckpointFormat detect_checkpoint_format(const std::string& path) {
   fail("load {}: not a checkpoint (neither HDF5, a PyTorch zip file nor safetensors)", path);
 }
 
-void save(const State& state, const std::string& path) {
+void save(const State& state, const std::string& path_arg) {
+  const std::string path = ckpt::save_path(path_arg, "cstorch::save");
   switch (checkpoint_format_for_path(path)) {
     case CheckpointFormat::HDF5:
       return save_hdf5(state, path);
@@ -660,25 +685,29 @@ void save(const State& state, const std::string& path) {
   }
 }
 
-State load(const std::string& path, std::optional<Device> map_location) {
+State load(const std::string& path_arg, std::optional<Device> map_location) {
+  const std::string path = ckpt::load_path(path_arg);
   ckpt::check_map_location(map_location, path);
   auto r = ckpt::open_any(path);
   return ckpt::materialize(*r, map_location);
 }
 
-State load_hdf5(const std::string& path, std::optional<Device> map_location) {
+State load_hdf5(const std::string& path_arg, std::optional<Device> map_location) {
+  const std::string path = ckpt::load_path(path_arg);
   ckpt::check_map_location(map_location, path);
   auto r = ckpt::open_hdf5(path);
   return ckpt::materialize(*r, map_location);
 }
 
-State load_pt(const std::string& path, std::optional<Device> map_location) {
+State load_pt(const std::string& path_arg, std::optional<Device> map_location) {
+  const std::string path = ckpt::load_path(path_arg);
   ckpt::check_map_location(map_location, path);
   auto r = ckpt::open_pt(path);
   return ckpt::materialize(*r, map_location);
 }
 
-State load_safetensors(const std::string& path, std::optional<Device> map_location) {
+State load_safetensors(const std::string& path_arg, std::optional<Device> map_location) {
+  const std::string path = ckpt::load_path(path_arg);
   ckpt::check_map_location(map_location, path);
   auto r = ckpt::open_safetensors(path);
   return ckpt::materialize(*r, map_location);

@@ -70,6 +70,16 @@ std::unique_ptr<FormatReader> open_any(const std::string& path, bool lazy = fals
 State materialize(FormatReader& r, std::optional<Device> map_location);
 void check_map_location(const std::optional<Device>& d, const std::string& path);
 
+// The file a save to `path` writes: relative to configure()'s model_dir when configure() was
+// called (creating that folder), else `path`. Inside a step closure queued by a training loop,
+// first refuses (naming `what`) unless the closure's step is one of the loop's checkpoint steps.
+std::string save_path(const std::string& path, const char* what);
+
+// The file a load of `path` reads: after configure(), a relative path names the file in
+// model_dir when there is one there, else the file relative to the working directory (neither:
+// an error naming both places); otherwise `path`.
+std::string load_path(const std::string& path);
+
 // Fills `shared_with` of entries from their storage ids.
 void link_shared(std::vector<Entry>& entries);
 

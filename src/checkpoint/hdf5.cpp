@@ -888,8 +888,9 @@ std::unique_ptr<FormatReader> open_hdf5(const std::string& path, bool lazy) {
 
 }  // namespace ckpt
 
-void save_hdf5(const State& state, const std::string& path) {
+void save_hdf5(const State& state, const std::string& path_arg) {
   using namespace ckpt;
+  const std::string path = save_path(path_arg, "save_hdf5");
   h5_init();
   AtomicFile out(path);
   const std::string& tmp = out.temp_path();

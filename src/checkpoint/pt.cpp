@@ -1123,8 +1123,9 @@ std::unique_ptr<FormatReader> open_pt(const std::string& path) {
 
 }  // namespace ckpt
 
-void save_pt(const State& state, const std::string& path) {
+void save_pt(const State& state, const std::string& path_arg) {
   using namespace ckpt;
+  const std::string path = save_path(path_arg, "save_pt");
   PickleWriter pw(path);
   pw.value(state, "", 0);
   pw.finish();

@@ -249,8 +249,9 @@ std::unique_ptr<FormatReader> open_safetensors(const std::string& path) {
 
 }  // namespace ckpt
 
-void save_safetensors(const State& state, const std::string& path) {
+void save_safetensors(const State& state, const std::string& path_arg) {
   using namespace ckpt;
+  const std::string path = save_path(path_arg, "save_safetensors");
   struct Item {
     std::string name;
     Tensor t;

@@ -20,6 +20,7 @@
 #include "cstorch/distributed.h"
 #include "cstorch/utils/data.h"
 #include "data/host_tensor.h"
+#include "runtime/checkpoint_steps.h"
 #include "runtime/sync.h"
 
 namespace cstorch::detail {
@@ -249,7 +250,7 @@ DataLoader::DataLoader(InputFn fn, Config args) : fn_(std::move(fn)), args_(std:
            "DataLoader: replica {} of {} is not valid", replica_, num_replicas_);
   auto workers_arg = int_arg("num_workers");
   if (num_replicas_ > 1) {
-    // The workers of the whole cluster, assigned round-robin to the replicas (seed 004): the
+    // The workers of the whole cluster, assigned round-robin to the replicas: the
     // loader's num_workers is the total; by default num_workers_per_csx per replica.
     int per_csx = 1;
     if (auto b = cstorch::detail::existing_backend())
@@ -603,12 +604,37 @@ void DataLoader::load_state_dict(const State& st) {
 // ---------------------------------------------------------------------------------------------
 // DataExecutor
 
-DataExecutor::DataExecutor(DataLoader& loader, int64_t num_steps, int64_t checkpoint_steps)
+namespace {
+runtime::CheckpointSchedule schedule_of(const DataExecutor& e) {
+  const char* source = e.checkpoint_from_configure() ? "configured in cstorch::configure"
+                       : e.checkpoint_given()        ? "given to the DataExecutor"
+                                              : "by default: cstorch::configure was not called";
+  return {e.initial_step(), e.last_step(), e.checkpoint_interval(), e.checkpoint_offset(), source};
+}
+}  // namespace
+
+DataExecutor::DataExecutor(DataLoader& loader, int64_t num_steps,
+                           std::optional<int64_t> checkpoint_steps)
     : DataExecutor(loader, ExecutorOptions{num_steps, checkpoint_steps}) {}
 
-DataExecutor::DataExecutor(DataLoader& loader, ExecutorOptions o)
-    : loader_(loader), ckpt_(o.checkpoint_steps), initial_(loader.step_args().initial_step) {
-  CS_CHECK(g_current == nullptr, "DataExecutor: another DataExecutor is already running");
+DataExecutor::DataExecutor(DataLoader& loader, ExecutorOptions o) : DataExecutor(loader, o, 1) {}
+
+DataExecutor::DataExecutor(DataLoader& loader, LoaderLoop)
+    : DataExecutor(loader, ExecutorOptions{}, 0) {}
+
+DataExecutor::DataExecutor(DataLoader& loader, ExecutorOptions o, int64_t checkpoint_offset)
+    : loader_(loader), ckpt_(0), initial_(loader.step_args().initial_step) {
+  CS_CHECK(g_current == nullptr,
+           "DataExecutor: another DataExecutor is already running (or a range-for over a "
+           "DataLoader); one loop runs at a time");
+  if (o.checkpoint_steps) {
+    ckpt_ = *o.checkpoint_steps;
+    ckpt_given_ = true;
+  } else if (const ConfigureOptions* c = configured()) {
+    ckpt_ = c->checkpoint_steps;
+    ckpt_from_configure_ = true;
+  }
+  ckpt_offset_ = checkpoint_offset;
   CS_CHECK(ckpt_ >= 0, "DataExecutor: checkpoint_steps must be >= 0, got {}", ckpt_);
   CS_CHECK(initial_ >= 0, "DataExecutor: initial_step must be >= 0, got {}", initial_);
   if (o.num_steps == -1) {
@@ -619,6 +645,8 @@ DataExecutor::DataExecutor(DataLoader& loader, ExecutorOptions o)
   }
   step_ = initial_ - 1;
   g_current = this;
+  runtime::set_checkpoint_schedule(
+      std::make_shared<const runtime::CheckpointSchedule>(schedule_of(*this)));
 }
 DataExecutor::~DataExecutor() {
   finish();
@@ -627,6 +655,7 @@ DataExecutor::~DataExecutor() {
 void DataExecutor::finish() {
   if (g_current != this) return;
   g_current = nullptr;
+  runtime::set_checkpoint_schedule(nullptr);
   cstorch::detail::end_step_numbering(step_ + 1);
 }
 DataExecutor* DataExecutor::current() {
@@ -634,18 +663,10 @@ DataExecutor* DataExecutor::current() {
 }
 
 bool DataExecutor::is_checkpoint_step(int64_t s) const {
-  if (s < initial_ || s > last_step()) return false;
-  if (s == last_step()) return true;
-  return ckpt_ > 0 && (s + 1) % ckpt_ == 0;
+  return schedule_of(*this).contains(s);
 }
 std::vector<int64_t> DataExecutor::checkpoint_steps() const {
-  std::vector<int64_t> r;
-  if (ckpt_ > 0) {
-    int64_t first = ((initial_ + 1 + ckpt_ - 1) / ckpt_) * ckpt_ - 1;  // smallest k*m-1 >= initial
-    for (int64_t s = first; s <= last_step(); s += ckpt_) r.push_back(s);
-  }
-  if (r.empty() || r.back() != last_step()) r.push_back(last_step());
-  return r;
+  return schedule_of(*this).steps();
 }
 
 bool DataExecutor::fetch() {
@@ -676,6 +697,15 @@ DataExecutor::iterator DataExecutor::begin() {
   return iterator(this, !ok);
 }
 
+DataLoader::iterator DataLoader::begin() {
+  auto loop = std::shared_ptr<DataExecutor>(new DataExecutor(*this, DataExecutor::LoaderLoop{}));
+  auto it = loop->begin();
+  return iterator(std::move(loop), it);
+}
+DataLoader::iterator DataLoader::end() {
+  return iterator(nullptr, DataExecutor::iterator(nullptr, true));
+}
+
 DataExecutor::iterator& DataExecutor::iterator::operator++() {
   if (!ex_->fetch()) {
     end_ = true;
@@ -691,17 +721,9 @@ namespace cstorch::detail {
 void check_checkpoint_step(const char* what) {
   auto* ex = utils::data::DataExecutor::current();
   CS_CHECK(ex != nullptr,
-           "{}: no DataExecutor is running; checkpoint closures run inside a DataExecutor loop",
+           "{}: no DataExecutor is running (nor a range-for over a DataLoader); checkpoint "
+           "closures run inside such a loop, at its checkpoint steps",
            what);
-  int64_t s = ex->step();
-  if (!ex->is_checkpoint_step(s)) {
-    auto steps = ex->checkpoint_steps();
-    std::string list;
-    for (size_t i = 0; i < steps.size() && i < 20; ++i)
-      list += (i ? ", " : "") + std::to_string(steps[i]);
-    if (steps.size() > 20) list += fmt::format(", ..., {}", steps.back());
-    fail("{}: step {} is not a checkpoint step; checkpoints can be taken at steps {}", what, s,
-         list);
-  }
+  if (!ex->is_checkpoint_step(ex->step())) runtime::checkpoint_schedule()->refuse(what, ex->step());
 }
 }  // namespace cstorch::detail

@@ -1,6 +1,6 @@
 // configure_lr_scheduler: a scheduler (or a SequentialLR / ChainedLR of several) from
-// configuration, with the seed's number / map / list rules and errors for unknown names, unknown
-// keys and old aliases.
+// configuration, with the number / map / list rules and errors for unknown names, unknown keys
+// and old aliases.
 #include <algorithm>
 #include <cctype>
 #include <functional>

@@ -109,6 +109,7 @@ std::shared_ptr<Backend> backend(const std::string& type, BackendOptions opts) {
 
 namespace {
 std::unique_ptr<ConfigureOptions> g_configured;
+std::string g_model_dir;  // g_configured->model_dir, absolute
 
 // Whether `dir` exists as a writable directory or could be created: its nearest existing
 // ancestor is a directory this process may write into. Creates nothing.
@@ -123,7 +124,7 @@ bool writable_dir(const std::filesystem::path& dir) {
   return std::filesystem::is_directory(p, ec) && ::access(p.c_str(), W_OK | X_OK) == 0;
 }
 
-// configure()'s compile_dir: as given, except the seed's default (or the site's,
+// configure()'s compile_dir: as given, except the default (or the site's,
 // $CSTORCH_DEFAULT_COMPILE_DIR) where this process cannot write, which falls back to
 // <model_dir>/cached_compile with one warning.
 std::string resolve_compile_dir(const ConfigureOptions& o) {
@@ -149,7 +150,14 @@ std::shared_ptr<Backend> configure(const ConfigureOptions& o) {
   }
   CS_CHECK(o.checkpoint_steps >= 0, "configure: checkpoint_steps must be >= 0, got {}",
            o.checkpoint_steps);
+  std::error_code ec;
+  const std::filesystem::path model_dir = std::filesystem::absolute(o.model_dir, ec);
+  CS_CHECK(!ec && !o.model_dir.empty(), "configure: model_dir '{}' is not a usable path",
+           o.model_dir);
   BackendOptions b;
+  // Model artefacts (the compile_only / validate_only reports) go under model_dir.
+  b.artifact_dir =
+      (std::filesystem::path(o.model_dir) / "cerebras_logs").lexically_normal().string();
   b.compile_dir = resolve_compile_dir(o);
   b.compile_only = o.compile_only;
   b.validate_only = o.validate_only;
@@ -166,6 +174,7 @@ std::shared_ptr<Backend> configure(const ConfigureOptions& o) {
   auto be = backend("CSX", std::move(b));
   std::lock_guard<std::mutex> l(g_mu);
   g_configured = std::make_unique<ConfigureOptions>(o);
+  g_model_dir = model_dir.lexically_normal().string();
   return be;
 }
 
@@ -182,6 +191,17 @@ RunMode current_run_mode() {
   if (o.validate_only) return RunMode::ValidateOnly;
   if (o.compile_only) return RunMode::CompileOnly;
   return RunMode::Execute;
+}
+
+std::string configured_model_dir() {
+  std::lock_guard<std::mutex> l(g_mu);
+  return g_model_dir;
+}
+
+std::string resolve_model_path(const std::string& path) {
+  const std::string dir = configured_model_dir();
+  if (dir.empty() || path.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(dir) / path).string();
 }
 
 std::string current_compile_dir() {

@@ -6,6 +6,7 @@
 
 #include "cstorch/runtime.h"
 #include "ir/device.h"
+#include "runtime/checkpoint_steps.h"
 #include "runtime/sync.h"
 
 namespace cstorch::runtime {
@@ -214,7 +215,8 @@ int64_t current_step() {
 
 namespace detail {
 void enqueue_closure(std::function<void()> fn, std::string what) {
-  runtime::Executor::get().enqueue(std::move(fn), false, current_step(), std::move(what));
+  runtime::Executor::get().enqueue(runtime::bind_checkpoint_schedule(std::move(fn)), false,
+                                   current_step(), std::move(what));
 }
 // A DataExecutor has finished numbering steps: executions count on from `next`.
 void end_step_numbering(int64_t next) {

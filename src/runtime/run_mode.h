@@ -12,6 +12,12 @@ enum class RunMode { Execute, CompileOnly, ValidateOnly };
 RunMode current_run_mode();
 // The current backend's artifact directory (where compile_only / validate_only reports go).
 std::string current_artifact_dir();
+// configure()'s model_dir as an absolute path (made so when configure() ran), or empty when
+// configure() was not called: checkpoints saved by a relative path go there.
+std::string configured_model_dir();
+// `path` under configured_model_dir() when configure() was called and `path` is relative, else
+// `path` unchanged.
+std::string resolve_model_path(const std::string& path);
 // The CSX backend's compile_dir (empty for other backends or when unset): every compiled
 // program's report is written there.
 std::string current_compile_dir();

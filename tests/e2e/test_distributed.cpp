@@ -351,9 +351,9 @@ TEST(DistributedE2E, TextModelsSplitTheGlobalBatchAcrossReplicas) {
   }
 }
 
-// Seed 004's switches: `runconfig.multireplica: True` in a legacy params.yaml trains on every
-// process of an mpirun launch (both through `cszoo fit` and the runner form `cszoo run`), and
-// cs_ip (runconfig or --cs_ip) is accepted and recorded in run_metadata.json.
+// The multi-replica switches: `runconfig.multireplica: True` in a legacy params.yaml trains on
+// every process of an mpirun launch (both through `cszoo fit` and the runner form `cszoo run`),
+// and cs_ip (runconfig or --cs_ip) is accepted and recorded in run_metadata.json.
 TEST(DistributedE2E, MultireplicaInParamsAndCsIp) {
   const fs::path root = setup().root / "switches";
   fs::create_directories(root);
@@ -415,9 +415,9 @@ TEST(DistributedE2E, AFailingRankStopsEveryRank) {
   EXPECT_FALSE(fs::exists(ckpt("fault", 200)));
 }
 
-// Seed 000's pattern: one launch, two trainers with different cluster_configs. The first runs
-// 2 replicas (equal to one replica with the whole batch), the second 1 replica (rank 1 sits it
-// out); each writes its own run metadata.
+// One backend reused with another cluster_config: one launch, two trainers with different
+// cluster_configs. The first runs 2 replicas (equal to one replica with the whole batch), the
+// second 1 replica (rank 1 sits it out); each writes its own run metadata.
 TEST(DistributedE2E, TrainersWithDifferentClusterConfigsInOneLaunch) {
   int st = 0;
   const auto& s = setup();

@@ -347,7 +347,7 @@ using ChainedScheduler = ChainedLR;
 
 namespace cstorch::optim {
 
-// Builds a scheduler from configuration (seed 001):
+// Builds a scheduler from configuration:
 //   a number                   -> ConstantLR with that rate;
 //   {scheduler: Name, args...} -> that scheduler (Name case-insensitive, "LR" suffix optional;
 //                                 "param_group_key" picks the driven group key);

@@ -45,6 +45,14 @@ class Optimizer {
   // One update from the parameters' .grad (parameters without a gradient are skipped).
   // Implementations call ensure_initialized() first and use tensor ops only.
   virtual void step() = 0;
+  // The names of the state tensors that weight sparsity would sparsify along with each
+  // parameter (masked where the parameter's weights are pruned, so that pruned weights stay
+  // zero), e.g. {"momentum_buffer"} for SGD; every optimizer must say which they are.
+  // Recorded only: this project has no weight sparsity (no sparse or masked parameters, no
+  // pruning schedule, no sparsity configuration), so nothing here calls this method. What it
+  // returns changes no update, no state_dict() and no checkpoint. It is kept, and required of
+  // custom optimizers, so that optimizers written against this interface declare the names as
+  // they must for a sparsity feature; the built-in lists are checked by the unit tests.
   virtual std::vector<std::string> state_names_to_sparsify() const = 0;
   virtual std::string name() const = 0;
 

@@ -1,8 +1,10 @@
-// Data loading and the execution loop (api.md §6).
+// Data loading and the execution loop.
 //
 //   DataLoader loader(input_fn, {{"batch_size", 64}, {"num_epochs", 2}, {"num_workers", 2}});
 //   DataExecutor executor(loader, {.checkpoint_steps = 100});
 //   for (const Batch& batch : executor) { auto loss = step(batch); log(loss); }
+//   // or, without a DataExecutor (checkpoint_steps from cstorch::configure):
+//   for (const Batch& batch : loader) { ... }
 //
 // DataLoader(input_fn, args): `num_workers` worker threads each call input_fn(args, worker) to
 // build their own Loader (so they can shard) and stream its batches into a bounded per-worker
@@ -13,8 +15,12 @@
 //
 // DataExecutor(loader, num_steps, checkpoint_steps) numbers the steps, re-iterates the loader
 // when an epoch ends, knows the checkpoint steps (k-1, 2k-1, ..., and the last step) and
-// measures how long the client waited for data. checkpoint_closure(fn) is a step closure that
-// may only be called at checkpoint steps.
+// measures how long the client waited for data. A range-for over the DataLoader itself runs the
+// same loop with the step arguments' number of steps; its checkpoint steps are 0, k, 2k, ...
+// and the last step (the steps where `i % checkpoint_steps == 0` for a batch index i counted
+// from zero). checkpoint_closure(fn) is a step closure that may only be called at checkpoint
+// steps, and cstorch::save() inside any step closure queued by such a loop is refused at a step
+// that is not a checkpoint step: weights are fetched at checkpoint steps only.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -91,7 +97,7 @@ class TensorLoader : public Loader {
 using InputFn =
     std::function<std::shared_ptr<Loader>(const Config& args, const WorkerInfo& worker)>;
 
-// The step arguments of api.md §6. Unset optionals were not given.
+// The step arguments of a DataLoader. Unset optionals were not given.
 struct StepArgs {
   std::optional<int64_t> num_steps, max_steps, num_epochs, steps_per_epoch;
   int64_t initial_step = 0;
@@ -176,6 +182,21 @@ class DataLoader {
   // Used by DataExecutor: remember the state after the batch of `step` for closures.
   void record_step(int64_t step);
 
+  // `for (const Batch& b : loader)` runs one loop over num_steps() batches, as a DataExecutor
+  // with default options does (see DataExecutor): the steps are numbered initial_step,
+  // initial_step + 1, ... (cstorch::current_step() is the current one, so step closures see it),
+  // the loader is re-iterated when an epoch ends, and the loop stops after
+  // min(num_epochs * steps_per_epoch, num_steps, max_steps - initial_step) batches. Its
+  // checkpoint steps, for checkpoint_closure and for cstorch::save() in a step closure, are the
+  // steps s with s % checkpoint_steps == 0 and the last step, checkpoint_steps being the one of
+  // cstorch::configure() (0 when it was not called: the last step only). The loop state lives in
+  // the iterators, so leaving the loop early (break, an exception) ends it; iterating again
+  // starts a new loop that continues from the loader's position. Errors: those of DataExecutor
+  // (the step arguments, an empty loader, another loop running).
+  class iterator;
+  iterator begin();
+  iterator end();
+
  private:
   // Batches of one epoch summed over the workers (-1 when a worker's source is unsized).
   int64_t batches_per_epoch();
@@ -239,8 +260,10 @@ class DataLoader {
 };
 
 struct ExecutorOptions {
-  int64_t num_steps = -1;        // -1: from the DataLoader's step arguments
-  int64_t checkpoint_steps = 0;  // k > 0: checkpoints at steps k-1, 2k-1, ...; always the last
+  int64_t num_steps = -1;  // -1: from the DataLoader's step arguments
+  // k > 0: checkpoints at steps k-1, 2k-1, ... and the last step; 0: the last step only. Not
+  // given: the checkpoint_steps of cstorch::configure(), or 0 when it was not called.
+  std::optional<int64_t> checkpoint_steps;
 };
 
 // Drives a training loop: `for (const Batch& b : executor)` yields num_steps batches, numbering
@@ -251,7 +274,8 @@ class DataExecutor {
   // Errors: num_steps < 1 (given or computed), checkpoint_steps < 0, another DataExecutor
   // running, and the step-argument errors of compute_num_steps.
   DataExecutor(DataLoader& loader, ExecutorOptions opts = {});
-  DataExecutor(DataLoader& loader, int64_t num_steps, int64_t checkpoint_steps = 0);
+  DataExecutor(DataLoader& loader, int64_t num_steps,
+               std::optional<int64_t> checkpoint_steps = std::nullopt);
   ~DataExecutor();
 
   class iterator {
@@ -273,33 +297,67 @@ class DataExecutor {
   int64_t initial_step() const { return initial_; }
   int64_t num_steps() const { return num_steps_; }
   int64_t last_step() const { return initial_ + num_steps_ - 1; }
-  // Global step numbers s with (s + 1) % checkpoint_steps == 0, and the last step.
+  // Global step numbers s with (s + 1) % checkpoint_steps == 0, and the last step (for the loop
+  // of a range-for over a DataLoader: s % checkpoint_steps == 0, and the last step).
   bool is_checkpoint_step(int64_t step) const;
   std::vector<int64_t> checkpoint_steps() const;
   // Seconds the client waited for the loader during this run (0 when batches were ready).
   double data_wait_seconds() const { return wait_s_; }
   // Steps of this run whose batch was not ready when the client asked for it.
   int64_t data_waits() const { return waits_; }
+  // The checkpoint_steps in force, the offset of its rule (checkpoint steps are the s with
+  // (s + offset) % checkpoint_steps == 0: 1 here, 0 for a range-for over a DataLoader), and
+  // whether it was given in the options or came from cstorch::configure() (neither: 0).
+  int64_t checkpoint_interval() const { return ckpt_; }
+  int64_t checkpoint_offset() const { return ckpt_offset_; }
+  bool checkpoint_given() const { return ckpt_given_; }
+  bool checkpoint_from_configure() const { return ckpt_from_configure_; }
   DataLoader& loader() { return loader_; }
+  // The running loop (a DataExecutor, or the one of a range-for over a DataLoader), or null.
   static DataExecutor* current();
 
  private:
+  friend class DataLoader;
+  // The loop of a range-for over `loader`: checkpoint steps 0, k, 2k, ...
+  struct LoaderLoop {};
+  DataExecutor(DataLoader& loader, LoaderLoop);
+  DataExecutor(DataLoader& loader, ExecutorOptions opts, int64_t checkpoint_offset);
   bool fetch();
   void finish();
   DataLoader& loader_;
   int64_t num_steps_, ckpt_, initial_;
+  int64_t ckpt_offset_ = 1;  // checkpoint steps: (s + offset) % ckpt_ == 0
+  bool ckpt_given_ = false, ckpt_from_configure_ = false;
   int64_t step_;
   double wait_s_ = 0;
   int64_t waits_ = 0;
   Batch batch_;
 };
 
+// The iterator of a range-for over a DataLoader; it owns the loop (see DataLoader::begin).
+class DataLoader::iterator {
+ public:
+  iterator(std::shared_ptr<DataExecutor> loop, DataExecutor::iterator it)
+      : loop_(std::move(loop)), it_(it) {}
+  const Batch& operator*() const { return *it_; }
+  iterator& operator++() {
+    ++it_;
+    return *this;
+  }
+  bool operator!=(const iterator& o) const { return it_ != o.it_; }
+
+ private:
+  std::shared_ptr<DataExecutor> loop_;
+  DataExecutor::iterator it_;
+};
+
 }  // namespace cstorch::utils::data
 
 namespace cstorch {
 
-// Runs fn(args...) as a step closure at checkpoint steps of the active DataExecutor; calling
-// it at any other step is an error listing the checkpoint steps.
+// Runs fn(args...) as a step closure at checkpoint steps of the running loop (a DataExecutor or
+// a range-for over a DataLoader); calling it at any other step, or outside such a loop, is an
+// error that lists the checkpoint steps and says why weights are fetched only there.
 namespace detail {
 void check_checkpoint_step(const char* what);
 }

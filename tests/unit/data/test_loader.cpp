@@ -1,12 +1,15 @@
-// DataLoader, step arguments and DataExecutor: every step-argument combination and error of
-// api.md §6, the checkpoint schedule, exactly-once delivery over 1/2/4 sharded workers,
+// DataLoader, step arguments and DataExecutor: every step-argument combination and error, the
+// checkpoint schedule, exactly-once delivery over 1/2/4 sharded workers,
 // deterministic order whatever the timing, restartable state (in process; the new-process
 // resume is tests/e2e/test_data_resume.cpp), worker errors surfacing without hanging threads,
 // closures seeing their step's state, and the data-wait counter.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <set>
 #include <thread>
@@ -100,7 +103,7 @@ class CountingLoader : public Loader {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Step arguments (api.md §6)
+// Step arguments
 
 TEST(StepArgs, EveryCombination) {
   struct Row {
@@ -302,6 +305,124 @@ TEST(DataExecutor, CheckpointClosureOnlyAtCheckpointStepsWithItsStepsState) {
   EXPECT_EQ(seen, (std::vector<std::pair<int64_t, float>>{{3, 4.f}, {7, 8.f}, {9, 10.f}}));
   EXPECT_EQ(positions, (std::vector<int64_t>{4, 8, 10}));
   EXPECT_ERROR(save(w, 0), "no DataExecutor is running");
+}
+
+// cstorch::save() in a plain step closure fetches the weights: inside a loop it works at the
+// loop's checkpoint steps only; elsewhere the closure fails with the reason, the error reaching
+// the client at its next synchronisation point. A save on the client thread (which waits for
+// the queued steps first) and a save in a closure queued outside any loop are not restricted.
+TEST(DataExecutor, SaveInAStepClosureOnlyAtCheckpointSteps) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("cstorch_closure_save_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  Tensor w = cs::ones({2});
+  auto file = [&](int64_t s) { return (dir / ("c" + std::to_string(s) + ".mdl")).string(); };
+  auto save = cs::step_closure([&](int64_t s) { cs::save(State::map({{"w", w}}), file(s)); });
+  DataLoader dl(id_input_fn(), {{"n", 20}, {"batch_size", 2}, {"num_workers", 1}});
+  std::string error;
+  try {
+    DataExecutor ex(dl, 10, 4);
+    for (const Batch& b : ex) {
+      (void)b;
+      if (ex.step() == 1) cs::save(State::map({{"w", w}}), file(100 + ex.step()));
+      if (ex.step() == 3 || ex.step() == 5) save(ex.step());
+    }
+  } catch (const cs::Error& e) {
+    error = e.what();
+  }
+  EXPECT_TRUE(std::filesystem::exists(file(101)));
+  EXPECT_TRUE(std::filesystem::exists(file(3)));
+  EXPECT_FALSE(std::filesystem::exists(file(5)));
+  EXPECT_NE(error.find("step 5: step closure failed: cstorch::save: step 5 is not a checkpoint "
+                       "step; checkpoints can be taken at steps 3, 7, 9. It is only possible to "
+                       "fetch weights on predetermined checkpoint steps (checkpoint_steps=4 "
+                       "given to the DataExecutor, and the last step); this is so to make "
+                       "training more performant"),
+            std::string::npos)
+      << error;
+  save(7);  // no loop is running
+  cs::synchronize();
+  EXPECT_TRUE(std::filesystem::exists(file(7)));
+  std::filesystem::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A range-for over the DataLoader
+
+// The loop runs exactly the batches a DataExecutor with default options runs: as many as the
+// step arguments say (num_steps=3 of a 6-batch epoch is 3 batches), numbered from initial_step
+// (cstorch::current_step()), re-iterating the loader when an epoch ends.
+TEST(DataLoaderLoop, StopsAtTheStepArgumentsAsDataExecutorDoes) {
+  const std::vector<std::pair<Config, size_t>> cases = {
+      {{{"num_steps", 3}}, 3},
+      {{{"num_epochs", 2}}, 12},  // two workers, each with 3 batches of its 5 samples
+      {{{"num_epochs", 3}, {"steps_per_epoch", 2}}, 6},
+      {{{"max_steps", 7}, {"initial_step", 3}}, 4},
+      {{{"num_steps", 12}, {"max_steps", 8}}, 8},
+      {{{"num_steps", 13}}, 13},
+  };
+  for (const auto& [extra, want] : cases) {
+    Config args{{"n", 10}, {"batch_size", 2}, {"num_workers", 2}};
+    args.update(extra);
+    DataLoader a(id_input_fn(), args), b(id_input_fn(), args);
+    std::vector<std::vector<int64_t>> looped, executed;
+    std::vector<int64_t> loop_steps, executor_steps;
+    for (const Batch& batch : a) {
+      looped.push_back(ids_of(batch));
+      loop_steps.push_back(cs::current_step());
+      EXPECT_NE(DataExecutor::current(), nullptr);
+    }
+    EXPECT_EQ(DataExecutor::current(), nullptr);
+    DataExecutor ex(b);
+    for (const Batch& batch : ex) {
+      executed.push_back(ids_of(batch));
+      executor_steps.push_back(ex.step());
+    }
+    EXPECT_EQ(looped.size(), want) << extra.dump();
+    EXPECT_EQ(looped, executed) << extra.dump();
+    EXPECT_EQ(loop_steps, executor_steps) << extra.dump();
+  }
+  DataLoader none(id_input_fn(), {{"n", 10}, {"batch_size", 2}});
+  EXPECT_ERROR(none.begin(), "One of num_epochs, num_steps, or max_steps must be provided");
+}
+
+// The loop lives in the iterators: leaving it early ends it, and iterating again starts a new
+// loop that continues from the loader's position. One loop runs at a time.
+TEST(DataLoaderLoop, LeavingEarlyEndsTheLoop) {
+  DataLoader dl(id_input_fn(),
+                {{"n", 10}, {"batch_size", 2}, {"num_workers", 1}, {"num_steps", 4}});
+  DataLoader other(id_input_fn(), {{"n", 4}, {"batch_size", 2}, {"num_workers", 1}});
+  std::vector<int64_t> first, second;
+  for (const Batch& b : dl) {
+    first.push_back(ids_of(b)[0]);
+    EXPECT_ERROR(DataExecutor(other, 1), "another DataExecutor is already running");
+    if (first.size() == 2) break;
+  }
+  EXPECT_EQ(DataExecutor::current(), nullptr);
+  for (const Batch& b : dl) second.push_back(ids_of(b)[0]);
+  EXPECT_EQ(first, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(second, (std::vector<int64_t>{4, 6, 8, 0}));
+}
+
+// Without cstorch::configure() the loop's checkpoint_steps is 0: the last step only.
+TEST(DataLoaderLoop, WithoutConfigureOnlyTheLastStepIsACheckpointStep) {
+  DataLoader dl(id_input_fn(),
+                {{"n", 10}, {"batch_size", 2}, {"num_workers", 1}, {"num_steps", 4}});
+  std::vector<int64_t> saved;
+  auto save = cs::checkpoint_closure([&](int64_t s) { saved.push_back(s); });
+  int64_t i = 0;
+  for (const Batch& b : dl) {
+    (void)b;
+    if (i == 1)
+      EXPECT_ERROR(save(i), "checkpoint_closure: step 1 is not a checkpoint step",
+                   "checkpoints can be taken at steps 3.",
+                   "(the last step only, checkpoint_steps being 0 by default: cstorch::configure "
+                   "was not called)");
+    if (i == 3) save(i);
+    ++i;
+  }
+  EXPECT_EQ(saved, (std::vector<int64_t>{3}));
 }
 
 TEST(DataExecutor, ReportsTimeWaitedForData) {

@@ -25,7 +25,7 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST(Distributed, WorkersAreAssignedToReplicasRoundRobin) {
-  // Seed 004: two workers, two replicas: one each; three workers: the third goes to replica 0.
+  // Two workers, two replicas: one each; three workers: the third goes to replica 0.
   EXPECT_EQ(dist::workers_of_replica(2, 2, 0), (std::vector<int>{0}));
   EXPECT_EQ(dist::workers_of_replica(2, 2, 1), (std::vector<int>{1}));
   EXPECT_EQ(dist::workers_of_replica(3, 2, 0), (std::vector<int>{0, 2}));

@@ -32,7 +32,7 @@ TEST(Metrics, AccuracyHandComputed) {
   EXPECT_FLOAT_EQ(static_cast<double>(acc), 4.0 / 6.0);
   acc.reset();
   EXPECT_TRUE(std::isnan(acc.compute()));  // 0 / 0 after a reset, as Cerebras
-  // int32 predictions against int64 labels (the seed's `.int()`), bool weights as a mask.
+  // int32 predictions (`.int()` in Python) against int64 labels, bool weights as a mask.
   acc.update(iv({1, 2, 3}), i32({1, 2, 0}, {3}), bv({1, 0, 1}));
   EXPECT_DOUBLE_EQ(acc.compute(), 0.5);
 }

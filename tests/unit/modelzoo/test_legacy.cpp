@@ -80,7 +80,7 @@ TEST(Legacy, ConvertsParamsToTheTrainerForm) {
   EXPECT_EQ(modelzoo::convert_legacy_params(legacy("eval"))["trainer"].contains("validate"), true);
 }
 
-// runconfig.multireplica: True (seed 004) makes the CSX backend with every process of the
+// runconfig.multireplica: True makes the CSX backend with every process of the
 // launch a replica (a launch of one here), in training only; cs_ip is carried to the Trainer,
 // which records it in the run metadata.
 TEST(Legacy, MultireplicaAndCsIp) {

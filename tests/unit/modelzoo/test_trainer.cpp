@@ -360,7 +360,7 @@ TEST(Trainer, SchedulerFormsAndErrors) {
     c[key] = cs::parse_config(yaml);
     return error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); });
   };
-  // The seed-001 form and a plain number are accepted too.
+  // configure_lr_scheduler's own form and a plain number are accepted too.
   EXPECT_EQ(err("schedulers",
                 "{scheduler: StepLR, initial_learning_rate: 0.1, step_size: 2, "
                 "gamma: 0.5}"),
@@ -383,8 +383,8 @@ TEST(Trainer, SchedulerFormsAndErrors) {
             "loss scale or 0.0 (no loss scaling), got 'dynamc'");
 }
 
-// The seed's loop builds a GradScaler only when loss_scale != 0.0: a factor of 0.0 means no
-// loss scaling, even in f16; the scaler's overflow_tolerance defaults to the seed's 0.05.
+// A GradScaler is built only when loss_scale != 0.0: a factor of 0.0 means no loss scaling,
+// even in f16; the scaler's overflow_tolerance defaults to 0.05.
 TEST(Trainer, LossScalingFactorZeroMeansNoGradScaler) {
   for (const char* factor : {"0.0", "0"}) {
     Config c = init_config();

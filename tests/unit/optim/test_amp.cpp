@@ -1,5 +1,5 @@
-// GradScaler (inf/NaN injected at chosen steps, checked step by step against the rule of
-// api.md section 5, in a traced step), gradient clipping, optimizer_step, autocast.
+// GradScaler (inf/NaN injected at chosen steps, checked step by step against the dynamic
+// loss-scaling rule, in a traced step), gradient clipping, optimizer_step, autocast.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -170,7 +170,7 @@ TEST(GradScaler, Errors) {
                {"max_gradient_norm and max_gradient_value are mutually exclusive"});
 }
 
-// Seed 001's table: loss_scale 0.0 (no scaling), overflow_tolerance 0.05, max_gradient_norm
+// The defaults: loss_scale 0.0 (no scaling), overflow_tolerance 0.05, max_gradient_norm
 // 0.05 (only with dynamic scaling and global gradient clipping on).
 TEST(GradScaler, DefaultsAsTheSeed) {
   amp::GradScalerOptions o;

@@ -1,5 +1,6 @@
 // Optimizer base behaviour: state_dict shape and exact resume, configure_optimizer lookup and
-// errors, the preinitialize contract, tensor-held (scheduled) hyper-parameters.
+// errors, the preinitialize contract (state_names_to_sparsify recorded only), tensor-held
+// (scheduled) hyper-parameters.
 #include <gtest/gtest.h>
 
 #include "cstorch/cstorch.h"
@@ -200,6 +201,32 @@ TEST(OptimizerContract, GlobalStepAndSparsifyNames) {
   optim::RMSprop rms(params(3));
   EXPECT_EQ(rms.state_names_to_sparsify(),
             (std::vector<std::string>{"square_avg", "momentum_buffer", "grad_avg"}));
+}
+
+// state_names_to_sparsify() is recorded only: there is no weight sparsity, so nothing calls
+// it, and two optimizers that differ only in the names they return update their parameters
+// and save their state identically.
+class SgdSparsifyingNothing : public optim::SGD {
+ public:
+  using optim::SGD::SGD;
+  std::vector<std::string> state_names_to_sparsify() const override { return {}; }
+};
+
+TEST(OptimizerContract, SparsifyNamesAreRecordedOnly) {
+  auto pa = params(1), pb = params(1);
+  optim::SGD a(pa, 0.1, 0.9);
+  SgdSparsifyingNothing b(pb, 0.1, 0.9);
+  ASSERT_NE(a.state_names_to_sparsify(), b.state_names_to_sparsify());
+  for (int s = 0; s < 3; ++s) {
+    set_grads(pa, s);
+    set_grads(pb, s);
+    a.step();
+    b.step();
+    a.zero_grad();
+    b.zero_grad();
+  }
+  EXPECT_EQ(values(pa), values(pb));
+  EXPECT_EQ(a.state_dict(), b.state_dict());
 }
 
 TEST(ScheduledHyperParameters, WeightDecayTensorChangesACompiledStep) {

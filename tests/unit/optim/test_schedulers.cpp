@@ -1,5 +1,5 @@
-// Schedulers without a PyTorch counterpart against the formulas of api.md section 4 (computed
-// here in double), inside a traced step replayed 600 times; configure_lr_scheduler rules and
+// Schedulers without a PyTorch counterpart against their closed-form formulas (computed here
+// in double), inside a traced step replayed 600 times; configure_lr_scheduler rules and
 // errors; state_dict; a weight-decay schedule.
 #include <gtest/gtest.h>
 

@@ -208,7 +208,7 @@ TEST(Backend, ConfigureValidatesClusterFields) {
   EXPECT_EQ(cs::configured(), nullptr);  // a failed call configures nothing
 }
 
-// The seed's default compile_dir (/opt/cerebras/cached_compile) where a non-root user cannot
+// The default compile_dir (/opt/cerebras/cached_compile) where a non-root user cannot
 // write: configure() falls back to <model_dir>/cached_compile with one warning naming both, and
 // the first traced step writes its compile report there. The default is pointed at a path that
 // cannot be created even by root (under a regular file) through $CSTORCH_DEFAULT_COMPILE_DIR.
