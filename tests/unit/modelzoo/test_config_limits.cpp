@@ -63,8 +63,11 @@ TEST(ConfigLimits, ExponentialAliasExpansionFailsFast) {
   auto t0 = std::chrono::steady_clock::now();
   expect_error([&] { cs::load_config_file(p); },
                {"config: " + p + ":", "more than 1000000 values (the limit) at 'a"});
+  // A bound on the work, not a speed measurement: unbounded expansion took ~40 s (and 0.9 GB)
+  // before the limit; with it, ~0.3 s (1.1 s under the sanitizers). 10 s leaves room for slow
+  // or busy machines and still fails the unbounded reader.
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(s, 1.0);
+  EXPECT_LT(s, 10.0);
   fs::remove_all(dir);
 }
 
