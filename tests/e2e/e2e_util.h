@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <string>
 
+#include "unit/test_util.h"
+
 namespace e2e {
 
 // Runs `cmd` through the shell; returns its stdout and stderr together and sets `*status` to
@@ -26,14 +28,8 @@ inline std::string run(const std::string& cmd, int* status) {
   return out;
 }
 
-// An empty folder in the temp directory, unique to this process: `<prefix>_<name>_<pid>`.
-inline std::filesystem::path temp_dir(const std::string& prefix, const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() /
-           (prefix + "_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
+// An empty folder in the temp directory, unique to this process (the unit tests' helper).
+using cstorch::testing::temp_dir;
 
 // mpirun with N processes as CI needs it (root in a container: --allow-run-as-root; shared
 // memory without cross-process attach; one kernel thread per replica on a small machine).

@@ -6,17 +6,35 @@
 
 #include <unistd.h>
 
+#include <zlib.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "cstorch/tensor.h"
 
 namespace cstorch::testing {
+
+// A whole file's bytes, and writing them (binary, truncating).
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+inline void write_file(const std::filesystem::path& p, const std::string& s) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << s;
+}
+// The ZIP / PNG CRC-32 of `s` (zlib's).
+inline uint32_t crc32_of(const std::string& s) {
+  return static_cast<uint32_t>(
+      ::crc32_z(0, reinterpret_cast<const unsigned char*>(s.data()), s.size()));
+}
 
 // An empty folder in the temp directory, unique to this process: `<prefix>_<name>_<pid>`.
 inline std::filesystem::path temp_dir(const std::string& prefix, const std::string& name) {

@@ -44,21 +44,10 @@ State fuzz_state() {
        {"list", State(std::vector<State>{1, 2.5, true, State(std::vector<State>{"x"})})}});
 }
 
-std::string read_file(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-void write_file(const std::string& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << s;
-}
-
+using cstorch::testing::read_file;
+using cstorch::testing::write_file;
 uint32_t crc32(const std::string& s) {
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char b : s) {
-    c ^= b;
-    for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-  }
-  return ~c;
+  return cstorch::testing::crc32_of(s);
 }
 
 // Loads `path` every way; anything but success or cstorch::Error fails the test.

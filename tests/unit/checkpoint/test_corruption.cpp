@@ -26,21 +26,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using cstorch::testing::read_file;
+using cstorch::testing::write_file;
+
 fs::path temp_dir(const std::string& name) {
-  auto d =
-      fs::temp_directory_path() / ("cstorch_corrupt_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_file(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << s;
+  return cstorch::testing::temp_dir("cstorch_corrupt", name);
 }
 
 std::string error_of(const std::function<void()>& f) {

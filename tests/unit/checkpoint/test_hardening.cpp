@@ -22,25 +22,10 @@ using cstorch::testing::expect_error;
 
 namespace {
 
+using cstorch::testing::write_file;
+
 fs::path temp_dir(const std::string& name) {
-  auto d =
-      fs::temp_directory_path() / ("cstorch_hardening_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-void write_file(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << s;
-}
-
-uint32_t crc32(const std::string& s) {
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char b : s) {
-    c ^= b;
-    for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-  }
-  return ~c;
+  return cstorch::testing::temp_dir("cstorch_hardening", name);
 }
 
 template <class T>
@@ -53,7 +38,7 @@ std::string zip(const std::vector<std::pair<std::string, std::string>>& records)
   std::string out, central;
   for (const auto& [name, data] : records) {
     const auto offset = static_cast<uint32_t>(out.size());
-    const uint32_t crc = crc32(data), n = static_cast<uint32_t>(data.size());
+    const uint32_t crc = cstorch::testing::crc32_of(data), n = static_cast<uint32_t>(data.size());
     put<uint32_t>(out, 0x04034b50);
     put<uint16_t>(out, 20);
     put<uint16_t>(out, 0);
