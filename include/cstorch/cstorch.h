@@ -16,3 +16,4 @@
 #include "cstorch/state.h"
 #include "cstorch/tensor.h"
 #include "cstorch/utils/data.h"
+#include "cstorch/version.h"
