@@ -1,5 +1,7 @@
 // FC-MNIST for the Trainer: the model ("fc_mnist": `depth` hidden layers of `hidden_size`, or
-// an explicit `hidden_sizes` list, ReLU, optional dropout, cross-entropy loss) and the
+// an explicit `hidden_sizes` list, ReLU, optional dropout, cross-entropy loss over
+// `num_classes` classes from `input_size` features: 784 and 10 for MNIST, anything for a
+// table brought with CSVDataProcessor and the like) and the
 // "MNISTDataProcessor" over MNIST IDX files (synthetic digits are written first when the
 // folder has none and `synthetic` is true, the default).
 #include <cstdio>
@@ -18,30 +20,59 @@ namespace cs = cstorch;
 
 class FcMnist : public Model {
  public:
-  FcMnist(const std::vector<int64_t>& hidden, double dropout) : Model("FcMnist") {
-    int64_t in = cs::data::kMnistPixels;
+  FcMnist(int64_t input_size, int64_t num_classes, const std::vector<int64_t>& hidden,
+          double dropout)
+      : Model("FcMnist"), input_size_(input_size), num_classes_(num_classes) {
+    int64_t in = input_size;
     for (size_t i = 0; i < hidden.size(); ++i) {
       net_->push_back(cs::nn::Linear(in, hidden[i]).module());
       net_->push_back(cs::nn::ReLU().module());
       if (dropout > 0) net_->push_back(cs::nn::Dropout(dropout).module());
       in = hidden[i];
     }
-    net_->push_back(cs::nn::Linear(in, 10).module());
+    net_->push_back(cs::nn::Linear(in, num_classes).module());
     register_module("net", net_.ptr());
   }
   cs::Tensor loss(const cs::Batch& b) override {
+    check_batch(b);
     cs::Tensor logits = net_(b.at("x"));
     if (!is_training()) accuracy_.update(b.at("y"), cs::argmax(logits, -1));
     return cs::nn::functional::cross_entropy(logits, b.at("y"));
   }
 
  private:
+  // What the data must look like, said in the data's terms (a wrong column count or label type
+  // otherwise fails inside a layer or the loss).
+  void check_batch(const cs::Batch& b) const {
+    for (const char* k : {"x", "y"})
+      if (!b.count(k))
+        cs::fail("fc_mnist: the batch has no \"{}\" (it needs x: f32 [B, {}] features and y: "
+                 "i64 [B] class labels)",
+                 k, input_size_);
+    const cs::Tensor &x = b.at("x"), &y = b.at("y");
+    if (x.dtype() != cs::DType::f32 || x.dim() != 2 || x.size(1) != input_size_)
+      cs::fail("fc_mnist: x must be f32 [B, {}] (input_size {}), got {} {}", input_size_,
+               input_size_, cs::dtype_name(x.dtype()), cs::shape_str(x.shape()));
+    if (y.dtype() != cs::DType::i64 || y.dim() != 1 || y.size(0) != x.size(0))
+      cs::fail("fc_mnist: y must be i64 class labels [{}], got {} {}", x.size(0),
+               cs::dtype_name(y.dtype()), cs::shape_str(y.shape()));
+    if (cs::is_tracing()) return;
+    for (int64_t v : y.to_vector<int64_t>())
+      if (v < 0 || v >= num_classes_)
+        cs::fail("fc_mnist: label {} is outside the classes 0..{} (num_classes {})", v,
+                 num_classes_ - 1, num_classes_);
+  }
+  int64_t input_size_, num_classes_;
   cs::nn::Sequential net_;
   cs::metrics::AccuracyMetric accuracy_{"eval/accuracy"};
 };
 
 MODELZOO_REGISTER(models, "fc_mnist", [](const ConfigView& a) -> ModelPtr {
-  a.check_keys({"depth", "hidden_size", "hidden_sizes", "dropout"});
+  a.check_keys({"depth", "hidden_size", "hidden_sizes", "dropout", "input_size", "num_classes"});
+  int64_t input_size = a.get_int("input_size", cs::data::kMnistPixels);
+  int64_t num_classes = a.get_int("num_classes", 10);
+  if (input_size < 1) a.error(fmt::format("input_size must be at least 1, got {}", input_size));
+  if (num_classes < 2) a.error(fmt::format("num_classes must be at least 2, got {}", num_classes));
   std::vector<int64_t> hidden;
   if (a.has("hidden_sizes")) {
     if (a.has("depth") || a.has("hidden_size"))
@@ -58,7 +89,7 @@ MODELZOO_REGISTER(models, "fc_mnist", [](const ConfigView& a) -> ModelPtr {
   double dropout = a.get_double("dropout", 0.0);
   if (dropout < 0 || dropout >= 1)
     cs::fail("{}: must be in [0, 1), got {}", a.child_path("dropout"), dropout);
-  return std::make_shared<FcMnist>(hidden, dropout);
+  return std::make_shared<FcMnist>(input_size, num_classes, hidden, dropout);
 });
 
 // Writes the synthetic digits when the folder has none: once, whichever processes (replicas,
