@@ -1,5 +1,5 @@
 // make_text_data: writes the embedded synthetic corpus as a model's files (GPT HDF5 + flat
-// tokens, BERT rows, T5 flat tokens, translation pairs) with its BPE vocabulary, and can print
+// tokens, BERT rows, T5 flat tokens, translation pairs, JSON Lines text) with its BPE vocabulary, and can print
 // a few documents and their tokens. The data processors do the same on first use.
 #include <cstdio>
 #include <exception>
@@ -18,8 +18,8 @@ int main(int argc, char** argv) {
   int show = 0;
   data::SyntheticTextOptions o;
   app.add_option("--out", out, "Output directory (created if missing)")->required();
-  app.add_option("--kind", kind, "gpt, bert, t5 or translation")
-      ->check(CLI::IsMember({"gpt", "bert", "t5", "translation"}));
+  app.add_option("--kind", kind, "gpt, bert, t5, translation or jsonl")
+      ->check(CLI::IsMember({"gpt", "bert", "t5", "translation", "jsonl"}));
   app.add_option("--msl", msl, "Sequence length (gpt, bert)")->check(CLI::Range(8, 1 << 20));
   app.add_option("--train_documents", o.train_documents)->check(CLI::Range(1, 1 << 30));
   app.add_option("--val_documents", o.val_documents)->check(CLI::Range(1, 1 << 30));
@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
     if (kind == "bert") data::write_synthetic_bert_data(out, msl, o);
     if (kind == "t5") data::write_synthetic_t5_data(out, o);
     if (kind == "translation") data::write_synthetic_translation_data(out, o);
+    if (kind == "jsonl") data::write_synthetic_jsonl_data(out, o);
     auto tok = data::BpeTokenizer::from_files(out + "/vocab.json", out + "/merges.txt");
     std::printf("wrote %s data to %s (vocabulary of %lld tokens, %lld merges)\n", kind.c_str(),
                 out.c_str(), static_cast<long long>(tok.vocab_size()),

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "core/splitmix.h"
 #include "cstorch/data/text.h"
@@ -379,6 +380,29 @@ void write_synthetic_translation_data(const std::string& dir, const SyntheticTex
     std::string name = split_name(train);
     write_lines((fs::path(dir) / (name + ".src")).string(), src);
     write_lines((fs::path(dir) / (name + ".tgt")).string(), tgt);
+  }
+}
+
+}  // namespace cstorch::data
+
+namespace cstorch::data {
+
+void write_synthetic_jsonl_data(const std::string& dir, const SyntheticTextOptions& o) {
+  Corpus c = corpus(dir, o);
+  for (bool train : {true, false}) {
+    std::string path = (fs::path(dir) / (split_name(train) + ".jsonl")).string();
+    std::string tmp = path + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      CS_CHECK(f.good(), "synthetic text: cannot create '{}'", tmp);
+      for (const auto& d : train ? c.train : c.val) {
+        std::string text;
+        for (const auto& s : d) text += (text.empty() ? "" : " ") + s;
+        f << nlohmann::json{{"text", text}}.dump() << '\n';
+      }
+      CS_CHECK(f.good(), "synthetic text: writing '{}' failed", tmp);
+    }
+    fs::rename(tmp, path);
   }
 }
 

@@ -66,12 +66,15 @@ std::string synthetic_translate(const std::string& sentence);
 //  * t5:          {split}.bin, flat uint16 tokens of the document stream.
 //  * translation: {split}.src and {split}.tgt, one sentence per line as space-separated ids
 //                 (source: a corpus sentence; target: synthetic_translate of it).
+//  * jsonl:       {split}.jsonl, one document per line as {"text": "..."} (its sentences
+//                 joined by spaces), for the JSONLTextDataProcessor example.
 void write_synthetic_gpt_data(const std::string& dir, int64_t msl,
                               const SyntheticTextOptions& o = {});
 void write_synthetic_bert_data(const std::string& dir, int64_t msl,
                                const SyntheticTextOptions& o = {});
 void write_synthetic_t5_data(const std::string& dir, const SyntheticTextOptions& o = {});
 void write_synthetic_translation_data(const std::string& dir, const SyntheticTextOptions& o = {});
+void write_synthetic_jsonl_data(const std::string& dir, const SyntheticTextOptions& o = {});
 
 // ---------------------------------------------------------------------------------------------
 // Loaders
