@@ -1,6 +1,6 @@
 // make_text_data: writes the embedded synthetic corpus as a model's files (GPT HDF5 + flat
-// tokens, BERT rows, T5 flat tokens, translation pairs, JSON Lines text) with its BPE vocabulary, and can print
-// a few documents and their tokens. The data processors do the same on first use.
+// tokens, BERT rows, T5 flat tokens, translation pairs, JSON Lines text) with its BPE vocabulary,
+// and can print a few documents and their tokens. The data processors do the same on first use.
 #include <cstdio>
 #include <exception>
 #include <string>

@@ -36,9 +36,9 @@ std::vector<std::string> keys(std::vector<std::string> extra) {
 }
 
 struct Loading {
-  std::string dir;        // base of relative paths ("" = the working directory)
-  LoaderOptions loader;   // batch_size: the global batch; each input_fn reads its share
-  cs::Config args;        // batch_size, num_workers, prefetch for the DataLoader
+  std::string dir;       // base of relative paths ("" = the working directory)
+  LoaderOptions loader;  // batch_size: the global batch; each input_fn reads its share
+  cs::Config args;       // batch_size, num_workers, prefetch for the DataLoader
 };
 
 Loading loading(const ConfigView& a) {
@@ -108,13 +108,14 @@ void check_shape(const ConfigView& a, const std::string& key, const cs::Tensor& 
   std::vector<int64_t> got(s.begin() + 1, s.end());
   if (got != want)
     cs::fail("{}: each sample has shape [{}] ({} [{}] in all), but {} is [{}]", source,
-             fmt::join(got, ", "), cs::dtype_name(t.dtype()), fmt::join(s, ", "),
-             a.child_path(key), fmt::join(want, ", "));
+             fmt::join(got, ", "), cs::dtype_name(t.dtype()), fmt::join(s, ", "), a.child_path(key),
+             fmt::join(want, ", "));
 }
 
 // Features and labels as the batch's tensors, after the checks every array processor shares.
 DataLoaderPtr arrays_loader(const ConfigView& a, const Loading& l, cs::Tensor x,
-                            const std::string& x_source, cs::Tensor y, const std::string& y_source) {
+                            const std::string& x_source, cs::Tensor y,
+                            const std::string& y_source) {
   check_shape(a, "features_shape", x, x_source);
   cs::Batch b{{a.get_string("features_key", "x"), x}};
   if (y.defined()) {
@@ -193,10 +194,11 @@ cs::data::HostArray concat(std::vector<cs::data::HostArray> parts) {
     bool same = p.type == out.type && p.shape.size() == out.shape.size() && !p.shape.empty() &&
                 std::equal(p.shape.begin() + 1, p.shape.end(), out.shape.begin() + 1);
     if (!same)
-      cs::fail("{} ({} [{}]) does not match {} ({} [{}]): every file needs the same dtype and "
-               "per-sample shape",
-               p.where, cs::data::elem_type_name(p.type), fmt::join(p.shape, ", "), out.where,
-               cs::data::elem_type_name(out.type), fmt::join(out.shape, ", "));
+      cs::fail(
+          "{} ({} [{}]) does not match {} ({} [{}]): every file needs the same dtype and "
+          "per-sample shape",
+          p.where, cs::data::elem_type_name(p.type), fmt::join(p.shape, ", "), out.where,
+          cs::data::elem_type_name(out.type), fmt::join(out.shape, ", "));
     out.shape[0] += p.shape[0];
     out.bytes.insert(out.bytes.end(), p.bytes.begin(), p.bytes.end());
   }
@@ -239,9 +241,10 @@ MODELZOO_REGISTER(data_processors, "NumpyDataProcessor", [](const ConfigView& a)
     auto files = paths(l, a.at("file"));
     for (const auto& f : files)
       if (fs::path(f).extension() != ".npz")
-        a.at("file").error(fmt::format("'{}' is not a .npz archive (give .npy files as features "
-                                       "and labels instead)",
-                                       f));
+        a.at("file").error(
+            fmt::format("'{}' is not a .npz archive (give .npy files as features "
+                        "and labels instead)",
+                        f));
     return read_arrays(a, l, [&](const std::string& key) {
       std::string name = a.at(key).as_string();
       std::vector<cs::data::HostArray> parts;
@@ -275,59 +278,55 @@ MODELZOO_REGISTER(data_processors, "HDF5DataProcessor", [](const ConfigView& a) 
   });
 });
 
-MODELZOO_REGISTER(data_processors, "JSONLTextDataProcessor",
-                  [](const ConfigView& a) -> DataLoaderPtr {
-                    a.check_keys(keys({"files", "text_field", "vocab_file", "merges_file",
-                                       "eos_token", "max_sequence_length", "vocab_size"}));
-                    Loading l = loading(a);
-                    auto files = paths(l, a.at("files"));
-                    std::string vocab = resolve(l, a.at("vocab_file").as_string());
-                    std::string merges = resolve(l, a.at("merges_file").as_string());
-                    for (const auto& [key, f] : {std::pair{"vocab_file", vocab}, {"merges_file", merges}})
-                      if (!fs::is_regular_file(f))
-                        a.at(key).error(fmt::format("'{}' does not exist", f));
-                    auto tok = cs::data::BpeTokenizer::from_files(vocab, merges);
-                    std::string eos = a.get_string("eos_token", "<|endoftext|>");
-                    int64_t eos_id = tok.token_to_id(eos);
-                    if (eos_id < 0)
-                      cs::fail("{}: '{}' is not in the vocabulary '{}'", a.child_path("eos_token"),
-                               eos, vocab);
-                    int64_t msl = a.get_int("max_sequence_length", 128);
-                    if (msl < 1)
-                      cs::fail("{}: must be at least 1, got {}",
-                               a.child_path("max_sequence_length"), msl);
-                    int64_t vocab_size = a.get_int("vocab_size", 0);
-                    auto tokens = std::make_shared<const std::vector<int32_t>>(cs::data::tokenize_jsonl(
-                        files, tok, a.get_string("text_field", "text"), eos_id, vocab_size));
-                    // Windows of msl + 1 tokens overlapping by one, as GPT flat token files are
-                    // cut: inputs are a window's first msl tokens, labels its last msl.
-                    int64_t n = (static_cast<int64_t>(tokens->size()) - 1) / msl;
-                    if (n < 1)
-                      cs::fail("{}: the files hold {} tokens, fewer than max_sequence_length + 1 = {}",
-                               a.child_path("files"), tokens->size(), msl + 1);
-                    auto make = [tokens, msl](const std::vector<int64_t>& idx, int64_t) {
-                      const auto b = static_cast<int64_t>(idx.size());
-                      const auto len = static_cast<size_t>(b * msl);
-                      std::vector<int32_t> ids(len), labels(len), mask(len, 1);
-                      for (size_t j = 0; j < idx.size(); ++j) {
-                        const int32_t* w = tokens->data() + idx[j] * msl;
-                        std::copy(w, w + msl, ids.begin() + static_cast<int64_t>(j) * msl);
-                        std::copy(w + 1, w + msl + 1, labels.begin() + static_cast<int64_t>(j) * msl);
-                      }
-                      return cs::Batch{{"input_ids", cs::from_vector(ids, {b, msl})},
-                                       {"attention_mask", cs::from_vector(mask, {b, msl})},
-                                       {"labels", cs::from_vector(labels, {b, msl})}};
-                    };
-                    return std::make_shared<cs::utils::data::DataLoader>(
-                        [n, make, o = l.loader](const cs::Config& args,
-                                                const cs::utils::data::WorkerInfo& w) {
-                          LoaderOptions mine = o;
-                          mine.batch_size = args.at("batch_size").get<int64_t>();
-                          mine.worker = w;
-                          return std::make_shared<cs::data::IndexBatchLoader>(n, mine, make);
-                        },
-                        l.args);
-                  });
+MODELZOO_REGISTER(
+    data_processors, "JSONLTextDataProcessor", [](const ConfigView& a) -> DataLoaderPtr {
+      a.check_keys(keys({"files", "text_field", "vocab_file", "merges_file", "eos_token",
+                         "max_sequence_length", "vocab_size"}));
+      Loading l = loading(a);
+      auto files = paths(l, a.at("files"));
+      std::string vocab = resolve(l, a.at("vocab_file").as_string());
+      std::string merges = resolve(l, a.at("merges_file").as_string());
+      for (const auto& [key, f] : {std::pair{"vocab_file", vocab}, {"merges_file", merges}})
+        if (!fs::is_regular_file(f)) a.at(key).error(fmt::format("'{}' does not exist", f));
+      auto tok = cs::data::BpeTokenizer::from_files(vocab, merges);
+      std::string eos = a.get_string("eos_token", "<|endoftext|>");
+      int64_t eos_id = tok.token_to_id(eos);
+      if (eos_id < 0)
+        cs::fail("{}: '{}' is not in the vocabulary '{}'", a.child_path("eos_token"), eos, vocab);
+      int64_t msl = a.get_int("max_sequence_length", 128);
+      if (msl < 1)
+        cs::fail("{}: must be at least 1, got {}", a.child_path("max_sequence_length"), msl);
+      int64_t vocab_size = a.get_int("vocab_size", 0);
+      auto tokens = std::make_shared<const std::vector<int32_t>>(cs::data::tokenize_jsonl(
+          files, tok, a.get_string("text_field", "text"), eos_id, vocab_size));
+      // Windows of msl + 1 tokens overlapping by one, as GPT flat token files are
+      // cut: inputs are a window's first msl tokens, labels its last msl.
+      int64_t n = (static_cast<int64_t>(tokens->size()) - 1) / msl;
+      if (n < 1)
+        cs::fail("{}: the files hold {} tokens, fewer than max_sequence_length + 1 = {}",
+                 a.child_path("files"), tokens->size(), msl + 1);
+      auto make = [tokens, msl](const std::vector<int64_t>& idx, int64_t) {
+        const auto b = static_cast<int64_t>(idx.size());
+        const auto len = static_cast<size_t>(b * msl);
+        std::vector<int32_t> ids(len), labels(len), mask(len, 1);
+        for (size_t j = 0; j < idx.size(); ++j) {
+          const int32_t* w = tokens->data() + idx[j] * msl;
+          std::copy(w, w + msl, ids.begin() + static_cast<int64_t>(j) * msl);
+          std::copy(w + 1, w + msl + 1, labels.begin() + static_cast<int64_t>(j) * msl);
+        }
+        return cs::Batch{{"input_ids", cs::from_vector(ids, {b, msl})},
+                         {"attention_mask", cs::from_vector(mask, {b, msl})},
+                         {"labels", cs::from_vector(labels, {b, msl})}};
+      };
+      return std::make_shared<cs::utils::data::DataLoader>(
+          [n, make, o = l.loader](const cs::Config& args, const cs::utils::data::WorkerInfo& w) {
+            LoaderOptions mine = o;
+            mine.batch_size = args.at("batch_size").get<int64_t>();
+            mine.worker = w;
+            return std::make_shared<cs::data::IndexBatchLoader>(n, mine, make);
+          },
+          l.args);
+    });
 
 }  // namespace
 }  // namespace modelzoo

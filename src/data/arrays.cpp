@@ -27,12 +27,18 @@ namespace fs = std::filesystem;
 
 const char* elem_type_name(ElemType t) {
   switch (t) {
-    case ElemType::f32: return "float32";
-    case ElemType::f64: return "float64";
-    case ElemType::i32: return "int32";
-    case ElemType::i64: return "int64";
-    case ElemType::u8: return "uint8";
-    case ElemType::boolean: return "bool";
+    case ElemType::f32:
+      return "float32";
+    case ElemType::f64:
+      return "float64";
+    case ElemType::i32:
+      return "int32";
+    case ElemType::i64:
+      return "int64";
+    case ElemType::u8:
+      return "uint8";
+    case ElemType::boolean:
+      return "bool";
   }
   return "?";
 }
@@ -40,11 +46,14 @@ const char* elem_type_name(ElemType t) {
 size_t elem_size(ElemType t) {
   switch (t) {
     case ElemType::f32:
-    case ElemType::i32: return 4;
+    case ElemType::i32:
+      return 4;
     case ElemType::f64:
-    case ElemType::i64: return 8;
+    case ElemType::i64:
+      return 8;
     case ElemType::u8:
-    case ElemType::boolean: return 1;
+    case ElemType::boolean:
+      return 1;
   }
   return 0;
 }
@@ -88,20 +97,22 @@ int64_t get_i(const HostArray& a, int64_t k) {
       std::memcpy(&v, p, 8);
       return v;
     }
-    default: return *p;  // u8, bool
+    default:
+      return *p;  // u8, bool
   }
 }
 
 }  // namespace
 
 Tensor array_to_tensor(const HostArray& a, DType dtype) {
-  CS_CHECK(dtype == DType::f32 || dtype == DType::i32 || dtype == DType::i64 ||
-               dtype == DType::boolean,
-           "{}: cannot convert to {}: the data types are f32, i32, i64 and bool", a.where,
-           dtype_name(dtype));
+  CS_CHECK(
+      dtype == DType::f32 || dtype == DType::i32 || dtype == DType::i64 || dtype == DType::boolean,
+      "{}: cannot convert to {}: the data types are f32, i32, i64 and bool", a.where,
+      dtype_name(dtype));
   const int64_t n = a.numel();
   CS_CHECK(static_cast<size_t>(n) * elem_size(a.type) == a.bytes.size(),
-           "{}: {} bytes for {} elements of {}", a.where, a.bytes.size(), n, elem_type_name(a.type));
+           "{}: {} bytes for {} elements of {}", a.where, a.bytes.size(), n,
+           elem_type_name(a.type));
   void* out = nullptr;
   Tensor t = detail::host_tensor(Shape(a.shape.begin(), a.shape.end()), dtype, &out);
   const bool fsrc = is_float(a.type);
@@ -174,8 +185,8 @@ std::vector<CsvRecord> parse_csv(const std::string& text, char d, const std::str
   int64_t line = 1;
   auto col = [&](size_t at) { return static_cast<int64_t>(at - line_start + 1); };
   auto newline_at = [&](size_t at) {  // LF, CRLF, or a CR ending the text
-    return at < n && (text[at] == '\n' ||
-                      (text[at] == '\r' && (at + 1 == n || text[at + 1] == '\n')));
+    return at < n &&
+           (text[at] == '\n' || (text[at] == '\r' && (at + 1 == n || text[at + 1] == '\n')));
   };
   while (i < n) {
     if (newline_at(i)) {  // a blank line
@@ -310,7 +321,8 @@ void put_value(const std::string& raw, DType dtype, std::vector<uint8_t>* out,
 }
 
 std::string ref_str(const ColumnRef& r) {
-  return r.index >= 0 ? fmt::format("column index {}", r.index) : fmt::format("column '{}'", r.name);
+  return r.index >= 0 ? fmt::format("column index {}", r.index)
+                      : fmt::format("column '{}'", r.name);
 }
 
 }  // namespace
@@ -349,7 +361,8 @@ CsvArrays read_csv_arrays(const std::vector<std::string>& files, const CsvArrayO
       first = 1;
     } else {
       CS_CHECK(!recs.empty(), "{}: the file has no data rows", path);
-      for (size_t c = 0; c < recs[0].fields.size(); ++c) here.push_back(fmt::format("column {}", c));
+      for (size_t c = 0; c < recs[0].fields.size(); ++c)
+        here.push_back(fmt::format("column {}", c));
     }
     if (names.empty()) {
       names = here;
@@ -361,15 +374,19 @@ CsvArrays read_csv_arrays(const std::vector<std::string>& files, const CsvArrayO
                    r.index, names.size(), names.size() - 1);
           return static_cast<size_t>(r.index);
         }
-        CS_CHECK(o.header, "{}: {} names column '{}', but there is no header (header: false): "
-                 "give 0-based column indices", path, opt, r.name);
+        CS_CHECK(o.header,
+                 "{}: {} names column '{}', but there is no header (header: false): "
+                 "give 0-based column indices",
+                 path, opt, r.name);
         auto it = std::find(names.begin(), names.end(), r.name);
-        CS_CHECK(it != names.end(), "{}: {} names column '{}', which the header lacks (columns: {})",
-                 path, opt, r.name, fmt::join(names, ", "));
+        CS_CHECK(it != names.end(),
+                 "{}: {} names column '{}', which the header lacks (columns: {})", path, opt,
+                 r.name, fmt::join(names, ", "));
         return static_cast<size_t>(it - names.begin());
       };
       std::vector<int> used(names.size(), 0);
-      auto take = [&](const std::vector<ColumnRef>& refs, const char* opt, std::vector<size_t>* to) {
+      auto take = [&](const std::vector<ColumnRef>& refs, const char* opt,
+                      std::vector<size_t>* to) {
         for (const auto& r : refs) {
           size_t c = resolve(r, opt);
           CS_CHECK(!used[c], "{}: {} ({}) is used twice (features and labels may not share one)",
@@ -393,7 +410,8 @@ CsvArrays read_csv_arrays(const std::vector<std::string>& files, const CsvArrayO
     for (size_t k = first; k < recs.size(); ++k) {
       const CsvRecord& r = recs[k];
       CS_CHECK(r.fields.size() == names.size(), "{}:{}: {} fields, expected {}{}", path, r.line,
-               r.fields.size(), names.size(), o.header ? " (as the header has)" : " (as line 1 has)");
+               r.fields.size(), names.size(),
+               o.header ? " (as the header has)" : " (as line 1 has)");
       auto field = [&](size_t c, DType t, std::vector<uint8_t>* to) {
         put_value(r.fields[c], t, to,
                   fmt::format("{}:{}:{}: column '{}'", path, r.field_line[c], r.field_column[c],
@@ -413,10 +431,9 @@ CsvArrays read_csv_arrays(const std::vector<std::string>& files, const CsvArrayO
   };
   out.features = tensor(fbytes, {rows, static_cast<int64_t>(fcols.size())}, o.features_dtype);
   if (!lcols.empty())
-    out.labels = tensor(lbytes,
-                        lcols.size() == 1 ? Shape{rows}
-                                          : Shape{rows, static_cast<int64_t>(lcols.size())},
-                        o.labels_dtype);
+    out.labels = tensor(
+        lbytes, lcols.size() == 1 ? Shape{rows} : Shape{rows, static_cast<int64_t>(lcols.size())},
+        o.labels_dtype);
   return out;
 }
 
@@ -545,9 +562,9 @@ HostArray read_npy_from(NpySource& src) {
   if (p.i != h.size()) p.bad("text after the closing '}'");
   if (!have_descr || !fortran || !shape) p.bad("missing one of 'descr', 'fortran_order', 'shape'");
   static const std::map<std::string, ElemType> types = {
-      {"<f4", ElemType::f32}, {"<f8", ElemType::f64}, {"<i4", ElemType::i32},
-      {"<i8", ElemType::i64}, {"=f4", ElemType::f32}, {"=f8", ElemType::f64},
-      {"=i4", ElemType::i32}, {"=i8", ElemType::i64}, {"|u1", ElemType::u8},
+      {"<f4", ElemType::f32}, {"<f8", ElemType::f64},     {"<i4", ElemType::i32},
+      {"<i8", ElemType::i64}, {"=f4", ElemType::f32},     {"=f8", ElemType::f64},
+      {"=i4", ElemType::i32}, {"=i8", ElemType::i64},     {"|u1", ElemType::u8},
       {"<u1", ElemType::u8},  {"|b1", ElemType::boolean}, {"<b1", ElemType::boolean}};
   auto t = types.find(descr);
   CS_CHECK(t != types.end(),
@@ -682,8 +699,8 @@ HostArray read_h5_array(const std::string& path, const std::string& name) {
     mem = native.id;
   } else {
     static const std::map<int, const char*> names = {
-        {H5T_INTEGER, "integer"}, {H5T_FLOAT, "float"},    {H5T_STRING, "string"},
-        {H5T_COMPOUND, "compound"}, {H5T_ENUM, "enum"},    {H5T_ARRAY, "array"},
+        {H5T_INTEGER, "integer"},   {H5T_FLOAT, "float"},         {H5T_STRING, "string"},
+        {H5T_COMPOUND, "compound"}, {H5T_ENUM, "enum"},           {H5T_ARRAY, "array"},
         {H5T_OPAQUE, "opaque"},     {H5T_VLEN, "variable-length"}};
     auto it = names.find(cls);
     fail("{}: a {} type of {} bytes is not supported (floats of 4 or 8 bytes, integers, bool)",
@@ -709,9 +726,8 @@ HostArray read_h5_array(const std::string& path, const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // JSON Lines
 
-std::vector<int32_t> tokenize_jsonl(const std::vector<std::string>& files,
-                                    const BpeTokenizer& tok, const std::string& field,
-                                    int64_t eos_id, int64_t vocab_size) {
+std::vector<int32_t> tokenize_jsonl(const std::vector<std::string>& files, const BpeTokenizer& tok,
+                                    const std::string& field, int64_t eos_id, int64_t vocab_size) {
   CS_CHECK(!files.empty(), "JSON Lines data: no files given");
   CS_CHECK(eos_id >= 0 && (vocab_size <= 0 || eos_id < vocab_size),
            "JSON Lines data: eos id {} is outside the vocabulary 0..{}", eos_id, vocab_size - 1);

@@ -32,7 +32,8 @@ struct Archive {
     for (zip_int64_t i = 0; i < n; ++i) {
       const char* name = zip_get_name(z, static_cast<zip_uint64_t>(i), 0);
       std::string s = name ? name : "";
-      if (s.size() > 4 && s.compare(s.size() - 4, 4, ".npy") == 0) out.push_back(s.substr(0, s.size() - 4));
+      if (s.size() > 4 && s.compare(s.size() - 4, 4, ".npy") == 0)
+        out.push_back(s.substr(0, s.size() - 4));
     }
     return out;
   }

@@ -66,8 +66,8 @@ struct ColumnRef {
 };
 
 struct CsvArrayOptions {
-  char delimiter = 0;   // 0: '\t' for .tsv/.tab files, ',' otherwise
-  bool header = true;   // the first record names the columns (then it holds no data)
+  char delimiter = 0;               // 0: '\t' for .tsv/.tab files, ',' otherwise
+  bool header = true;               // the first record names the columns (then it holds no data)
   std::vector<ColumnRef> features;  // empty: every column that is not a label
   std::vector<ColumnRef> labels;    // empty: no labels
   DType features_dtype = DType::f32;

@@ -46,9 +46,10 @@ class FcMnist : public Model {
   void check_batch(const cs::Batch& b) const {
     for (const char* k : {"x", "y"})
       if (!b.count(k))
-        cs::fail("fc_mnist: the batch has no \"{}\" (it needs x: f32 [B, {}] features and y: "
-                 "i64 [B] class labels)",
-                 k, input_size_);
+        cs::fail(
+            "fc_mnist: the batch has no \"{}\" (it needs x: f32 [B, {}] features and y: "
+            "i64 [B] class labels)",
+            k, input_size_);
     const cs::Tensor &x = b.at("x"), &y = b.at("y");
     if (x.dtype() != cs::DType::f32 || x.dim() != 2 || x.size(1) != input_size_)
       cs::fail("fc_mnist: x must be f32 [B, {}] (input_size {}), got {} {}", input_size_,
