@@ -46,8 +46,11 @@ void write_data(const fs::path& dir) {
   ASSERT_EQ(status, 0) << out;
 }
 
-// Runs configs/NAME.yaml for `steps` steps in `dir`; returns the logged training losses.
-std::vector<double> fit(const fs::path& dir, const std::string& name, int steps) {
+// Runs configs/NAME.yaml for `steps` steps in `dir` (`extra`: more cszoo arguments); returns the
+// logged training losses.
+std::vector<double> fit(const fs::path& dir, const std::string& name, int steps,
+                        const std::string& prefix = "", const std::string& extra = "") {
+  fs::remove_all(dir / "model_dir");
   std::string yaml = read_file(kSource / "configs" / (name + ".yaml"));
   const std::string s = std::to_string(steps);
   yaml = std::regex_replace(yaml, std::regex(R"(max_steps: \d+)"), "max_steps: " + s);
@@ -56,8 +59,9 @@ std::vector<double> fit(const fs::path& dir, const std::string& name, int steps)
   yaml = std::regex_replace(yaml, std::regex(R"(\n(\s+)steps: \d+)"), "\n$1steps: " + s);
   std::ofstream(dir / (name + ".yaml")) << yaml;
   int status = 0;
-  const std::string out = e2e::run(
-      "cd " + dir.string() + " && " + CSTORCH_BINARY_DIR + "/cszoo fit " + name + ".yaml", &status);
+  const std::string out = e2e::run("cd " + dir.string() + " && " + prefix + CSTORCH_BINARY_DIR +
+                                       "/cszoo fit " + name + ".yaml" + extra,
+                                   &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("validation at step " + s), std::string::npos) << out;
   std::vector<double> losses;
@@ -94,15 +98,28 @@ TEST(YourOwnData, GuideQuotesTheShippedConfigs) {
 TEST(YourOwnData, FcTrainsFromCsvNpzAndHdf5) {
   const fs::path dir = e2e::temp_dir("cstorch_e2e_own", "fc");
   write_data(dir);
+  std::vector<double> csv;
   for (std::string name : {"fc_csv", "fc_npz", "fc_h5"}) {
     SCOPED_TRACE(name);
     auto l = fit(dir, name, 60);
     if (l.size() < 6) continue;
+    if (name == "fc_csv") csv = l;
     std::printf("%s: step-5 loss %.3f, mean of the last three logged %.3f (ln 4 = %.3f)\n",
                 name.c_str(), l.front(), tail_mean(l), std::log(4.0));
     EXPECT_GT(l.front(), 0.6 * std::log(4.0));
     EXPECT_LT(tail_mean(l), 0.6 * std::log(4.0));
   }
+  // Two replicas, each reading its half of every global batch, follow the one-replica run:
+  // replica r's loader takes the samples of its workers' shards of the same shuffled order, and
+  // the averaged gradients equal the full batch's. Reading the same samples on both replicas,
+  // or overlapping shards, would change the losses from the first step. Tolerance 1e-5
+  // relative: the two halves' gradients are summed in a different order than one batch's.
+  auto two =
+      fit(dir, "fc_csv", 60, "OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none ",
+          " --num_csx 2");
+  ASSERT_EQ(two.size(), csv.size());
+  for (size_t i = 0; i < two.size(); ++i)
+    EXPECT_NEAR(two[i], csv[i], 1e-5 * csv[i]) << "logged loss " << i;
   fs::remove_all(dir);
 }
 
