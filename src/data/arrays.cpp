@@ -409,9 +409,14 @@ CsvArrays read_csv_arrays(const std::vector<std::string>& files, const CsvArrayO
     }
     for (size_t k = first; k < recs.size(); ++k) {
       const CsvRecord& r = recs[k];
-      CS_CHECK(r.fields.size() == names.size(), "{}:{}: {} fields, expected {}{}", path, r.line,
-               r.fields.size(), names.size(),
-               o.header ? " (as the header has)" : " (as line 1 has)");
+      if (r.fields.size() != names.size()) {
+        // The column of the first extra field, or of the last field of a short record.
+        const size_t at =
+            std::min(r.fields.size(), names.size()) - (r.fields.size() < names.size() ? 1 : 0);
+        fail("{}:{}:{}: {} fields, expected {}{}", path, r.field_line[at], r.field_column[at],
+             r.fields.size(), names.size(),
+             o.header ? " (as the header has)" : " (as the first line has)");
+      }
       auto field = [&](size_t c, DType t, std::vector<uint8_t>* to) {
         put_value(r.fields[c], t, to,
                   fmt::format("{}:{}:{}: column '{}'", path, r.field_line[c], r.field_column[c],

@@ -85,7 +85,8 @@ struct CsvArrays {
 // around a field ignored; integer dtypes take integers only; boolean takes 0/1/true/false.
 // Errors: a file that cannot be read, no data rows, a header with an empty or repeated name, a
 // column reference that is unknown or out of range (listing the columns), one column used twice,
-// a record with the wrong number of fields (path:line), a value that is not a number of the
+// a record with the wrong number of fields (path:line:column of the first extra or the last
+// field), a value that is not a number of the
 // dtype or is out of its range (path:line:column, naming the column).
 CsvArrays read_csv_arrays(const std::vector<std::string>& files, const CsvArrayOptions& o);
 

@@ -107,7 +107,9 @@ TEST(CsvArrays, BadRowsAndValuesNameFileLineColumn) {
   EXPECT_ERROR(read_csv_arrays({f}, {.labels = {{"y"}}}), "bad.csv:3:1: column 'a'",
                "'multi\nline' is not a number");
   f = put("bad.csv", "a,b,y\n1,2,0\n1,2\n");
-  EXPECT_ERROR(read_csv_arrays({f}, {.labels = {{"y"}}}), "bad.csv:3: 2 fields, expected 3");
+  EXPECT_ERROR(read_csv_arrays({f}, {.labels = {{"y"}}}), "bad.csv:3:3: 2 fields, expected 3");
+  f = put("bad.csv", "a,b,y\n1,2,0,9\n");
+  EXPECT_ERROR(read_csv_arrays({f}, {.labels = {{"y"}}}), "bad.csv:2:7: 4 fields, expected 3");
   f = put("bad.csv", "a,b,y\n1,x2,0\n");
   EXPECT_ERROR(read_csv_arrays({f}, {.labels = {{"y"}}}), "bad.csv:2:3: column 'b'",
                "'x2' is not a number");
