@@ -124,7 +124,9 @@ DataLoaderPtr arrays_loader(const ConfigView& a, const Loading& l, cs::Tensor x,
       cs::fail("{}: {} has {} samples but {} has {}", a.path(), x_source, x.size(0), y_source,
                y.size(0));
     std::string yk = a.get_string("labels_key", "y");
-    if (b.count(yk)) a.at("labels_key").error("is the same as features_key");
+    if (b.count(yk))
+      a.error(
+          fmt::format("features_key and labels_key are both '{}': the batch needs two names", yk));
     b[yk] = y;
   } else if (a.has("labels_shape") || a.has("labels_dtype") || a.has("labels_key")) {
     a.error("labels_shape, labels_dtype and labels_key need labels");

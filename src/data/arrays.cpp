@@ -178,8 +178,13 @@ std::string shown(const std::string& s) {
 }
 }  // namespace
 
-std::vector<CsvRecord> parse_csv(const std::string& text, char d, const std::string& path) {
-  std::vector<CsvRecord> out;
+namespace {
+
+// Calls on_record(const CsvRecord&) for each record of `text` (see parse_csv), reusing one
+// record's buffers so a large file costs its text and the output, not a string per field.
+template <class OnRecord>
+void scan_csv(const std::string& text, char d, const std::string& path, OnRecord&& on_record) {
+  CsvRecord r;
   const size_t n = text.size();
   size_t i = 0, line_start = 0;
   int64_t line = 1;
@@ -195,11 +200,17 @@ std::vector<CsvRecord> parse_csv(const std::string& text, char d, const std::str
       line_start = i;
       continue;
     }
-    CsvRecord r;
     r.line = line;
+    size_t nf = 0;  // fields of this record so far
     while (true) {
       const int64_t fl = line, fc = col(i);
-      std::string f;
+      if (r.fields.size() <= nf) {
+        r.fields.emplace_back();
+        r.field_line.emplace_back();
+        r.field_column.emplace_back();
+      }
+      std::string& f = r.fields[nf];
+      f.clear();
       if (i < n && text[i] == '"') {
         ++i;
         while (true) {
@@ -243,11 +254,11 @@ std::vector<CsvRecord> parse_csv(const std::string& text, char d, const std::str
                    kMaxField);
         }
       }
-      r.fields.push_back(std::move(f));
-      r.field_line.push_back(fl);
-      r.field_column.push_back(fc);
-      CS_CHECK(r.fields.size() <= kMaxFields, "{}:{}: a record of more than {} fields", path,
-               r.line, kMaxFields);
+      r.field_line[nf] = fl;
+      r.field_column[nf] = fc;
+      ++nf;
+      CS_CHECK(nf <= kMaxFields, "{}:{}: a record of more than {} fields", path, r.line,
+               kMaxFields);
       if (i < n && text[i] == d) {
         ++i;
         continue;
@@ -259,17 +270,27 @@ std::vector<CsvRecord> parse_csv(const std::string& text, char d, const std::str
       }
       break;
     }
-    out.push_back(std::move(r));
+    r.fields.resize(nf);
+    r.field_line.resize(nf);
+    r.field_column.resize(nf);
+    on_record(r);
   }
+}
+
+}  // namespace
+
+std::vector<CsvRecord> parse_csv(const std::string& text, char d, const std::string& path) {
+  std::vector<CsvRecord> out;
+  scan_csv(text, d, path, [&](const CsvRecord& r) { out.push_back(r); });
   return out;
 }
 
 namespace {
 
-// Parses one field as `dtype` and appends it to `out`; errors name path:line:column and the
-// column.
-void put_value(const std::string& raw, DType dtype, std::vector<uint8_t>* out,
-               const std::string& where) {
+// Parses one field as `dtype` and appends it to `out`; errors start with where() (path:line:column
+// and the column), formatted only then.
+template <class Where>
+void put_value(const std::string& raw, DType dtype, std::vector<uint8_t>* out, const Where& where) {
   std::string s = trim(raw);
   const char* b = s.data();
   const char* e = b + s.size();
@@ -285,7 +306,7 @@ void put_value(const std::string& raw, DType dtype, std::vector<uint8_t>* out,
     else if (s == "1" || s == "true" || s == "True")
       v = 1;
     else
-      fail("{}: '{}' is not a boolean (0, 1, true or false)", where, shown(s));
+      fail("{}: '{}' is not a boolean (0, 1, true or false)", where(), shown(s));
     append(&v, 1);
     return;
   }
@@ -293,10 +314,10 @@ void put_value(const std::string& raw, DType dtype, std::vector<uint8_t>* out,
   auto r = std::from_chars(b, e, d);
   const bool number = !s.empty() && r.ec != std::errc::invalid_argument && r.ptr == e;
   if (dtype == DType::f32) {
-    CS_CHECK(number && r.ec == std::errc(), "{}: '{}' is not a number", where, shown(s));
-    CS_CHECK(std::isfinite(d), "{}: '{}' is not a finite number", where, shown(s));
+    CS_CHECK(number && r.ec == std::errc(), "{}: '{}' is not a number", where(), shown(s));
+    CS_CHECK(std::isfinite(d), "{}: '{}' is not a finite number", where(), shown(s));
     CS_CHECK(std::fabs(d) <= std::numeric_limits<float>::max(), "{}: {} is out of the range of f32",
-             where, shown(s));
+             where(), shown(s));
     float f = static_cast<float>(d);
     append(&f, 4);
     return;
@@ -305,14 +326,14 @@ void put_value(const std::string& raw, DType dtype, std::vector<uint8_t>* out,
   auto ri = std::from_chars(b, e, v);
   if (!(ri.ec == std::errc() && ri.ptr == e && !s.empty())) {
     // An integral value written as a float ("2.0", as many tools write labels) is accepted.
-    CS_CHECK(number, "{}: '{}' is not an integer", where, shown(s));
+    CS_CHECK(number, "{}: '{}' is not an integer", where(), shown(s));
     CS_CHECK(r.ec == std::errc() && d == std::trunc(d) && std::fabs(d) < 9.0e18,
-             "{}: '{}' is not an integer in the range of {}", where, shown(s), dtype_name(dtype));
+             "{}: '{}' is not an integer in the range of {}", where(), shown(s), dtype_name(dtype));
     v = static_cast<int64_t>(d);
   }
   if (dtype == DType::i32) {
     CS_CHECK(v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max(),
-             "{}: {} is out of the range of i32", where, shown(s));
+             "{}: {} is out of the range of i32", where(), shown(s));
     int32_t w = static_cast<int32_t>(v);
     append(&w, 4);
     return;
@@ -344,71 +365,69 @@ CsvArrays read_csv_arrays(const std::vector<std::string>& files, const CsvArrayO
       std::string ext = fs::path(path).extension().string();
       d = (ext == ".tsv" || ext == ".tab") ? '\t' : ',';
     }
-    auto recs = parse_csv(read_all(path, what), d, path);
-    size_t first = 0;
-    std::vector<std::string> here;
-    if (o.header) {
-      CS_CHECK(!recs.empty(), "{}: the file is empty (expected a header line naming the columns)",
-               path);
-      std::set<std::string> seen;
-      for (size_t c = 0; c < recs[0].fields.size(); ++c) {
-        here.push_back(trim(recs[0].fields[c]));
-        CS_CHECK(!here.back().empty(), "{}:{}:{}: column {} of the header has no name", path,
-                 recs[0].field_line[c], recs[0].field_column[c], c);
-        CS_CHECK(seen.insert(here.back()).second, "{}:{}:{}: the column name '{}' repeats", path,
-                 recs[0].field_line[c], recs[0].field_column[c], here.back());
+    bool first = true;
+    scan_csv(read_all(path, what), d, path, [&](const CsvRecord& r) {
+      if (first) {
+        first = false;
+        std::vector<std::string> here;
+        if (o.header) {
+          std::set<std::string> seen;
+          for (size_t c = 0; c < r.fields.size(); ++c) {
+            here.push_back(trim(r.fields[c]));
+            CS_CHECK(!here.back().empty(), "{}:{}:{}: column {} of the header has no name", path,
+                     r.field_line[c], r.field_column[c], c);
+            CS_CHECK(seen.insert(here.back()).second, "{}:{}:{}: the column name '{}' repeats",
+                     path, r.field_line[c], r.field_column[c], here.back());
+          }
+        } else {
+          for (size_t c = 0; c < r.fields.size(); ++c) here.push_back(fmt::format("column {}", c));
+        }
+        if (names.empty()) {
+          names = here;
+          // Resolve the column references against the first file.
+          auto resolve = [&](const ColumnRef& ref, const char* opt) -> size_t {
+            if (ref.index >= 0) {
+              CS_CHECK(static_cast<size_t>(ref.index) < names.size(),
+                       "{}: {} lists column index {}, but the file has {} columns (0..{})", path,
+                       opt, ref.index, names.size(), names.size() - 1);
+              return static_cast<size_t>(ref.index);
+            }
+            CS_CHECK(o.header,
+                     "{}: {} names column '{}', but there is no header (header: false): "
+                     "give 0-based column indices",
+                     path, opt, ref.name);
+            auto it = std::find(names.begin(), names.end(), ref.name);
+            CS_CHECK(it != names.end(),
+                     "{}: {} names column '{}', which the header lacks (columns: {})", path, opt,
+                     ref.name, fmt::join(names, ", "));
+            return static_cast<size_t>(it - names.begin());
+          };
+          std::vector<int> used(names.size(), 0);
+          auto take = [&](const std::vector<ColumnRef>& refs, const char* opt,
+                          std::vector<size_t>* to) {
+            for (const auto& ref : refs) {
+              size_t c = resolve(ref, opt);
+              CS_CHECK(!used[c],
+                       "{}: {} ({}) is used twice (features and labels may not share one)", path,
+                       ref_str(ref), names[c]);
+              used[c] = 1;
+              to->push_back(c);
+            }
+          };
+          take(o.labels, "labels", &lcols);
+          take(o.features, "features", &fcols);
+          if (o.features.empty())
+            for (size_t c = 0; c < names.size(); ++c)
+              if (!used[c]) fcols.push_back(c);
+          CS_CHECK(!fcols.empty(), "{}: no feature columns (every column is a label)", path);
+          for (size_t c : fcols) out.feature_columns.push_back(names[c]);
+          for (size_t c : lcols) out.label_columns.push_back(names[c]);
+        } else if (o.header) {
+          CS_CHECK(here == names, "{}:{}: the header ({}) differs from the header of '{}' ({})",
+                   path, r.line, fmt::join(here, ", "), files[0], fmt::join(names, ", "));
+        }
+        if (o.header) return;  // a header holds no data
       }
-      first = 1;
-    } else {
-      CS_CHECK(!recs.empty(), "{}: the file has no data rows", path);
-      for (size_t c = 0; c < recs[0].fields.size(); ++c)
-        here.push_back(fmt::format("column {}", c));
-    }
-    if (names.empty()) {
-      names = here;
-      // Resolve the column references against the first file.
-      auto resolve = [&](const ColumnRef& r, const char* opt) -> size_t {
-        if (r.index >= 0) {
-          CS_CHECK(static_cast<size_t>(r.index) < names.size(),
-                   "{}: {} lists column index {}, but the file has {} columns (0..{})", path, opt,
-                   r.index, names.size(), names.size() - 1);
-          return static_cast<size_t>(r.index);
-        }
-        CS_CHECK(o.header,
-                 "{}: {} names column '{}', but there is no header (header: false): "
-                 "give 0-based column indices",
-                 path, opt, r.name);
-        auto it = std::find(names.begin(), names.end(), r.name);
-        CS_CHECK(it != names.end(),
-                 "{}: {} names column '{}', which the header lacks (columns: {})", path, opt,
-                 r.name, fmt::join(names, ", "));
-        return static_cast<size_t>(it - names.begin());
-      };
-      std::vector<int> used(names.size(), 0);
-      auto take = [&](const std::vector<ColumnRef>& refs, const char* opt,
-                      std::vector<size_t>* to) {
-        for (const auto& r : refs) {
-          size_t c = resolve(r, opt);
-          CS_CHECK(!used[c], "{}: {} ({}) is used twice (features and labels may not share one)",
-                   path, ref_str(r), names[c]);
-          used[c] = 1;
-          to->push_back(c);
-        }
-      };
-      take(o.labels, "labels", &lcols);
-      take(o.features, "features", &fcols);
-      if (o.features.empty())
-        for (size_t c = 0; c < names.size(); ++c)
-          if (!used[c]) fcols.push_back(c);
-      CS_CHECK(!fcols.empty(), "{}: no feature columns (every column is a label)", path);
-      for (size_t c : fcols) out.feature_columns.push_back(names[c]);
-      for (size_t c : lcols) out.label_columns.push_back(names[c]);
-    } else if (o.header) {
-      CS_CHECK(here == names, "{}:{}: the header ({}) differs from the header of '{}' ({})", path,
-               recs[0].line, fmt::join(here, ", "), files[0], fmt::join(names, ", "));
-    }
-    for (size_t k = first; k < recs.size(); ++k) {
-      const CsvRecord& r = recs[k];
       if (r.fields.size() != names.size()) {
         // The column of the first extra field, or of the last field of a short record.
         const size_t at =
@@ -418,14 +437,17 @@ CsvArrays read_csv_arrays(const std::vector<std::string>& files, const CsvArrayO
              o.header ? " (as the header has)" : " (as the first line has)");
       }
       auto field = [&](size_t c, DType t, std::vector<uint8_t>* to) {
-        put_value(r.fields[c], t, to,
-                  fmt::format("{}:{}:{}: column '{}'", path, r.field_line[c], r.field_column[c],
-                              names[c]));
+        put_value(r.fields[c], t, to, [&] {
+          return fmt::format("{}:{}:{}: column '{}'", path, r.field_line[c], r.field_column[c],
+                             names[c]);
+        });
       };
       for (size_t c : fcols) field(c, o.features_dtype, &fbytes);
       for (size_t c : lcols) field(c, o.labels_dtype, &lbytes);
       ++rows;
-    }
+    });
+    CS_CHECK(!first, "{}: the file is empty{}", path,
+             o.header ? " (expected a header line naming the columns)" : "");
   }
   CS_CHECK(rows > 0, "{}: no data rows in {}", what, fmt::join(files, ", "));
   auto tensor = [&](const std::vector<uint8_t>& bytes, Shape shape, DType t) {

@@ -368,6 +368,12 @@ TEST(ArrayProcessors, UnknownKeysListTheValidOnes) {
                "train_dataloader.labels_dtype: must be f32, i32, i64 or bool");
   EXPECT_ERROR(processor({{"data_processor", "CSVDataProcessor"},
                           {"files", put("p.csv", "a,y\n1,0\n")},
+                          {"labels", "y"},
+                          {"features_key", "y"},
+                          {"batch_size", 2}}),
+               "train_dataloader: features_key and labels_key are both 'y'");
+  EXPECT_ERROR(processor({{"data_processor", "CSVDataProcessor"},
+                          {"files", put("p.csv", "a,y\n1,0\n")},
                           {"delimiter", ";;"},
                           {"batch_size", 2}}),
                "train_dataloader.delimiter");
