@@ -3,6 +3,8 @@
 // (arrays.cpp) checks the header against that size before the data are allocated.
 #include <zip.h>
 
+#include <filesystem>
+
 #include <fmt/ranges.h>
 
 #include "cstorch/data/arrays.h"
@@ -80,6 +82,21 @@ HostArray read_npz(const std::string& path, const std::string& name) {
   CS_CHECK(zip_stat_index(a.z, static_cast<zip_uint64_t>(index), 0, &st) == 0 &&
                (st.valid & ZIP_STAT_SIZE),
            "{}:{}: cannot read the member's size: {}", path, name, zip_strerror(a.z));
+  // The directory's sizes are checked against each other and the archive before the parser
+  // trusts the member's size for an allocation: a stored member is as long as its stored bytes,
+  // and deflate expands at most about 1032 times.
+  const uint64_t archive = std::filesystem::file_size(path);
+  CS_CHECK((st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_COMP_METHOD) &&
+               st.comp_size <= archive,
+           "{}:{}: the archive's directory gives the member {} stored bytes, but the archive "
+           "is {} bytes (corrupt archive)",
+           path, name, st.comp_size, archive);
+  const bool stored = st.comp_method == ZIP_CM_STORE;
+  CS_CHECK(stored ? st.size == st.comp_size : st.size / 1100 <= st.comp_size,
+           "{}:{}: the archive's directory says {} bytes from {} stored bytes, which {} (corrupt "
+           "archive)",
+           path, name, st.size, st.comp_size,
+           stored ? "differ for an uncompressed member" : "deflate cannot expand to");
   MemberSource src(a.z, static_cast<zip_uint64_t>(index), st.size,
                    fmt::format("{}:{}", path, name));
   return read_npy_from(src);

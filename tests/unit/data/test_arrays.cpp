@@ -224,6 +224,14 @@ TEST(Npy, StrictHeaderAndSizeChecks) {
   EXPECT_ERROR(read_npy(put("nof.npy", with_header("{'descr': '<f4', 'shape': (4,), }"))),
                "missing one of");
   EXPECT_ERROR(read_npz(put("notzip.npz", ok), "x"), "notzip.npz' is not a readable .npz");
+  // An archive whose directory claims a huge member: refused before allocating.
+  py("import struct\n"
+     "np.savez('lie.npz', x=np.ones(4, 'f4'))\n"
+     "b = bytearray(open('lie.npz', 'rb').read())\n"
+     "c = b.index(b'PK\\x01\\x02')\n"
+     "b[c + 24:c + 28] = struct.pack('<I', 0xfffffff0)\n"
+     "open('lie.npz', 'wb').write(b)");
+  EXPECT_ERROR(read_npz(p("lie.npz"), "x"), "lie.npz:x", "corrupt archive");
 }
 
 // ---------------------------------------------------------------------------------------------
