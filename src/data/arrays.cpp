@@ -744,6 +744,19 @@ HostArray read_h5_array(const std::string& path, const std::string& name) {
     bytes *= x;
     a.shape.push_back(static_cast<int64_t>(x));
   }
+  // A contiguous dataset's bytes are in the file as they are: a size that disagrees is a damaged
+  // file, refused before allocating for it. (Chunked data may be compressed; the 2^40 cap holds.)
+  H5Handle plist{H5Dget_create_plist(d.id), H5Pclose};
+  if (plist.id >= 0 && H5Pget_layout(plist.id) == H5D_CONTIGUOUS) {
+    const hsize_t stored = H5Dget_storage_size(d.id);
+    const uint64_t in_file = bytes / elem_size(a.type) * size;  // the file type's bytes
+    const haddr_t at = H5Dget_offset(d.id);
+    CS_CHECK(stored == 0 || (stored == in_file && at != HADDR_UNDEF &&
+                             at + stored <= static_cast<haddr_t>(fs::file_size(path))),
+             "{}: the dataset's {} bytes do not fit the file ({} stored bytes at offset {} of a "
+             "{}-byte file; truncated or damaged)",
+             where, in_file, stored, at, fs::file_size(path));
+  }
   a.bytes.resize(bytes);
   if (bytes > 0 && H5Dread(d.id, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.bytes.data()) < 0)
     fail("{}: reading failed: {}", where, h5::error());

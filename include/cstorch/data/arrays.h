@@ -117,7 +117,8 @@ std::vector<std::string> npz_names(const std::string& path);
 // unsigned integers of 1 byte (u8), 2 or 4 bytes (read as i64); h5py's bool (an enum of 0/1 on
 // one byte). Errors name the file and the dataset: not HDF5, no such dataset (listing the
 // top-level datasets), another type class (strings, compounds, ...), a 64-bit unsigned type, a
-// scalar or empty dataspace, more than 2^40 bytes.
+// scalar or empty dataspace, more than 2^40 bytes, a contiguous dataset whose stored bytes
+// disagree with its shape (checked before allocating).
 HostArray read_h5_array(const std::string& path, const std::string& name);
 
 // ---------------------------------------------------------------------------------------------

@@ -268,6 +268,17 @@ TEST(H5Arrays, ReadsDatasetsByNameWithTypeChecks) {
   EXPECT_ERROR(read_h5_array(f, "scalar"), "d.h5:scalar", "scalar");
   EXPECT_ERROR(read_h5_array(f, "nope"), "d.h5' has no dataset 'nope'", "b, f4, f8");
   EXPECT_ERROR(read_h5_array(put("x.h5", "not hdf5"), "a"), "x.h5' is not an HDF5 file");
+  // A damaged dataset header claiming 10^9 rows of the 1000 stored: refused before allocating
+  // the 400 GB (HDF5 itself notices a file cut short).
+  py("import struct\n"
+     "with h5py.File('dims.h5', 'w') as f:\n"
+     "  f['big'] = np.ones((1000, 100), 'f4')\n"
+     "b = open('dims.h5', 'rb').read()\n"
+     "assert b.count(struct.pack('<QQ', 1000, 100)) >= 1\n"
+     "b = b.replace(struct.pack('<QQ', 1000, 100), struct.pack('<QQ', 10**9, 100))\n"
+     "open('dims.h5', 'wb').write(b)");
+  EXPECT_ERROR(read_h5_array((root() / "dims.h5").string(), "big"), "dims.h5:big",
+               "400000000000 bytes do not fit the file (400000 stored bytes");
 }
 
 // ---------------------------------------------------------------------------------------------
