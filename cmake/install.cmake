@@ -1,5 +1,6 @@
 # Installation (`cmake --install BUILD --prefix P`): the public headers, libcstorch, libmodelzoo,
-# cszoo, a CMake package (`find_package(cstorch)` gives cstorch::cstorch and cstorch::modelzoo)
+# cszoo, a CMake package (`find_package(cstorch)` gives cstorch::cstorch, cstorch::modelzoo and
+# the program cstorch::cszoo)
 # and pkg-config files (cstorch.pc, cstorch-modelzoo.pc). Everything installed is relocatable:
 # the package and the .pc files find the prefix from where they lie, so a tree installed with
 # one --prefix and moved still works.
@@ -26,7 +27,10 @@ install(TARGETS cstorch modelzoo EXPORT cstorchTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS cszoo RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# cszoo is exported too (cstorch::cszoo): a project's build or tests can run the installed one
+# by target, e.g. to train its plugin models.
+set_target_properties(cszoo PROPERTIES EXPORT_NAME cszoo)
+install(TARGETS cszoo EXPORT cstorchTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
 

@@ -68,6 +68,10 @@ print(f"plugin model: loss {first:.4f} at step {rows[0]['step']} -> {last:.4f} a
 sys.exit(0 if len(rows) >= 10 and last < 0.5 * first else 1)
 PY
 
+step "the same through the package's imported cstorch::cszoo (target fit_plugin)"
+cmake --build "$WORK/external" --target fit_plugin >/dev/null
+[[ -s "$WORK/external/model_dir/metrics.jsonl" ]] || fail "fit_plugin wrote no metrics"
+
 step "pkg-config"
 export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig"
 [[ "$(pkg-config --modversion cstorch)" == "$VERSION" ]] || fail "cstorch.pc version is not $VERSION"
