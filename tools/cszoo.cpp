@@ -7,6 +7,9 @@
 //   cszoo checkpoint convert checkpoint_100.mdl weights.safetensors
 //   cszoo checkpoint verify checkpoint_100.mdl
 //
+//   cszoo fit configs/fc_mnist.yaml trainer.init.loop.max_steps=50 --seed 3
+//   cszoo --version
+//
 // Exit status: 0 on success; 1 on an error (printed as "error: ..."); diff exits 2 when the
 // checkpoints differ (like diff(1)); verify exits 2 when a tensor is damaged.
 #include <cstdio>
@@ -14,10 +17,12 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include "cstorch/checkpoint.h"
 #include "cstorch/core/error.h"
+#include "cstorch/version.h"
 #include "modelzoo/cli.h"
 
 namespace {
@@ -84,6 +89,8 @@ const std::vector<RegisterCommands> kCommandGroups = {
 int main(int argc, char** argv) {
   CLI::App app{"cszoo: train, validate and manage cstorch Model Zoo runs"};
   app.require_subcommand(1);
+  app.set_version_flag(
+      "--version", fmt::format("cszoo {} (commit {})", cstorch::version(), cstorch::git_commit()));
   int status = 0;
   modelzoo::set_command_line(argc, argv);
   for (const auto& reg : kCommandGroups) reg(app, status);

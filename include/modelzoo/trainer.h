@@ -180,6 +180,10 @@ struct RunOverrides {
 // names none, so that command-line options can set backend fields.
 Config& backend_entry(Config& init);
 
+// Sets a phase's init map as `overrides` say: model_dir, and compile_only / validate_only as
+// backend options (a `device` becomes a `backend`). run_config does this for every phase.
+void apply_run_overrides(Config& init, const RunOverrides& overrides);
+
 // Runs every phase of a config (the root map holding `trainer`); errors name key paths.
 void run_config(const Config& root, Mode mode, const RunOverrides& overrides = {});
 

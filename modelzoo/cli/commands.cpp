@@ -7,12 +7,14 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "cstorch/config.h"
 #include "cstorch/distributed.h"
 #include "modelzoo/cli.h"
 #include "modelzoo/legacy.h"
+#include "modelzoo/overrides.h"
 #include "modelzoo/plot.h"
 
 namespace modelzoo {
@@ -31,6 +33,8 @@ struct CommonOptions {
   std::string target_device;
   bool multireplica = false;
   std::string cs_ip;
+  std::vector<std::string> overrides;  // KEY.PATH=VALUE, after the config
+  std::optional<int64_t> max_steps, seed;
   // Several replicas and no --target_device: a CPU config becomes the CSX cluster; a GPU or
   // plugin device keeps its type and hosts one replica per process.
   bool replicas_need_cluster = false;
@@ -40,11 +44,23 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
   if (params_positional)
     cmd->add_option("params", o.params, "YAML config file (Trainer form or legacy params.yaml)")
         ->required();
+  cmd->add_option("overrides", o.overrides,
+                  "Config overrides KEY.PATH=VALUE (e.g. trainer.init.loop.max_steps=50; the "
+                  "value is YAML), applied in order before the config is checked");
   cmd->add_option("-o,--model_dir", o.model_dir, "Directory for checkpoints and logs");
+  cmd->add_option("--max_steps", o.max_steps,
+                  "Train to this step: trainer.init.loop.max_steps of every phase (legacy "
+                  "params: runconfig.max_steps)");
+  cmd->add_option("--seed", o.seed,
+                  "The run's seed: trainer.init.seed of every phase (legacy params: "
+                  "runconfig.seed)");
   cmd->add_option("--checkpoint_path", o.checkpoint_path, "Checkpoint to start from / evaluate");
   cmd->add_flag("--compile_only", o.compile_only,
-                "Compile the step, write the compile report to the artifact directory, stop");
-  cmd->add_flag("--validate_only", o.validate_only, "Trace and check the step only, then stop");
+                "Compile the steps, write their reports to MODEL_DIR/cerebras_logs (printed), "
+                "run nothing");
+  cmd->add_flag("--validate_only", o.validate_only,
+                "Trace and check the steps only, write their reports to MODEL_DIR/cerebras_logs "
+                "(printed), run nothing");
   cmd->add_option("--num_csx", o.num_csx,
                   "Replicas of the CSX backend (cluster_config.num_csx); started without a "
                   "launcher, cszoo runs itself under mpirun with that many processes");
@@ -63,11 +79,26 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
                   "replicas are the processes of this launch");
 }
 
+// Calls `f` with the init map of every phase of a Trainer-form config (one `trainer:` map or a
+// list of `- trainer:` phases); malformed parts are left to run_config's errors.
+template <class F>
+void for_each_phase_init(Config& root, F&& f) {
+  if (!root.is_object() || !root.contains("trainer")) return;
+  auto phase = [&](Config& p) {
+    if (p.is_object() && p.contains("init") && p["init"].is_object()) f(p["init"]);
+  };
+  Config& t = root["trainer"];
+  if (t.is_array()) {
+    for (auto& e : t)
+      if (e.is_object() && e.contains("trainer")) phase(e["trainer"]);
+  } else {
+    phase(t);
+  }
+}
+
 // Applies the backend-related options to every phase's init map.
 void apply_backend_options(Config& root, const CommonOptions& o) {
-  auto patch = [&](Config& phase) {
-    if (!phase.is_object() || !phase.contains("init") || !phase["init"].is_object()) return;
-    Config& init = phase["init"];
+  for_each_phase_init(root, [&](Config& init) {
     if (!o.cs_ip.empty()) init["cs_ip"] = o.cs_ip;
     const bool has_backend = init.contains("backend") && init["backend"].is_object();
     std::string target = o.target_device;
@@ -91,14 +122,7 @@ void apply_backend_options(Config& root, const CommonOptions& o) {
     if (!o.mount_dirs.empty()) cc["mount_dirs"] = o.mount_dirs;
     if (!o.job_labels.empty()) cc["job_labels"] = o.job_labels;
     if (!o.python_paths.empty()) cc["python_paths"] = o.python_paths;
-  };
-  Config& t = root["trainer"];
-  if (t.is_array()) {
-    for (auto& e : t)
-      if (e.is_object() && e.contains("trainer")) patch(e["trainer"]);
-  } else {
-    patch(t);
-  }
+  });
 }
 
 // The most replicas any phase asks for (the CSX backend's num_csx; the legacy runconfig's).
@@ -193,27 +217,94 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
            "config: {}: the top level is {}, not a map of sections (trainer: ..., or a legacy "
            "params file's train_input: ..., model: ..., runconfig: ...)",
            o.params, root.is_array() ? "a list" : "a single value");
+  if (root.is_null()) root = Config::object();
+
+  // Overrides: every one parsed first (a malformed one stops the command before anything
+  // runs), then applied in order, then --max_steps and --seed in their dotted form.
+  struct Applied {
+    ConfigOverride ov;
+    std::string origin;  // for errors: what on the command line set it
+  };
+  std::vector<Applied> applied;
+  for (const auto& text : o.overrides)
+    applied.push_back({parse_override(text), fmt::format("the override '{}'", text)});
+  for (const auto& a : applied) apply_override(root, a.ov);
+  const bool legacy = is_legacy_params(root);
+  auto apply_flag = [&](const char* flag, const char* legacy_key, const char* init_key, int64_t v) {
+    std::vector<std::string> keys;
+    const Config* t = root.contains("trainer") ? &root["trainer"] : nullptr;
+    if (legacy) {
+      keys.push_back(fmt::format("runconfig.{}", legacy_key));
+    } else if (t && t->is_array()) {
+      for (size_t i = 0; i < t->size(); ++i)
+        keys.push_back(fmt::format("trainer.{}.trainer.init.{}", i, init_key));
+    } else {
+      keys.push_back(fmt::format("trainer.init.{}", init_key));
+    }
+    for (const auto& k : keys) {
+      applied.push_back(
+          {parse_override(fmt::format("{}={}", k, v)), fmt::format("{} {}", flag, v)});
+      apply_override(root, applied.back().ov);
+    }
+  };
+  if (o.max_steps) apply_flag("--max_steps", "max_steps", "loop.max_steps", *o.max_steps);
+  if (o.seed) apply_flag("--seed", "seed", "seed", *o.seed);
+
+  if (!applied.empty() && cstorch::distributed::is_main_process()) {
+    std::vector<std::string> texts;
+    for (const auto& a : applied) texts.push_back(a.ov.text);
+    fmt::print("overrides: {}\n", fmt::join(texts, " "));
+    std::fflush(stdout);
+  }
+
   RunOverrides ov;
   if (!o.model_dir.empty()) ov.model_dir = o.model_dir;
   if (!o.checkpoint_path.empty()) ov.checkpoint_path = o.checkpoint_path;
   ov.compile_only = o.compile_only;
   ov.validate_only = o.validate_only;
-  if (is_legacy_params(root)) {
-    if (legacy_mode == "train" && root.contains("eval_input")) legacy_mode = "train_and_eval";
-    if (runner) {
-      // The legacy entry point goes through the runner factory, so custom runners run.
-      if (!opts.target_device.empty()) root["runconfig"]["target_device"] = opts.target_device;
-      if (!opts.cs_ip.empty()) root["runconfig"]["cs_ip"] = opts.cs_ip;
-      if (opts.num_csx > 0) root["runconfig"]["num_csx"] = opts.num_csx;
-      if (mode == Mode::Fit) launch_replicas_if_needed(required_replicas(root, true));
-      BaseRunner::create(root, ov)->run(legacy_mode, ov);
-      return;
+  ResolvedRunConfig record;
+  record.params_file = o.params;
+  for (const auto& a : applied) record.overrides.push_back(a.ov.text);
+  try {
+    if (legacy) {
+      if (runner) {
+        // The legacy entry point goes through the runner factory, so custom runners run.
+        Config& rc = root["runconfig"];
+        if (!opts.target_device.empty()) rc["target_device"] = opts.target_device;
+        if (!opts.cs_ip.empty()) rc["cs_ip"] = opts.cs_ip;
+        if (opts.num_csx > 0) rc["num_csx"] = opts.num_csx;
+        // Recorded as the runner sees them (it also gets them through `ov`).
+        if (ov.model_dir) rc["model_dir"] = *ov.model_dir;
+        if (ov.compile_only) rc["compile_only"] = true;
+        if (ov.validate_only) rc["validate_only"] = true;
+        if (mode == Mode::Fit) launch_replicas_if_needed(required_replicas(root, true));
+        record.config = root;
+        set_resolved_run_config(record);
+        BaseRunner::create(root, ov)->run(legacy_mode, ov);
+        return;
+      }
+      // `fit` on a legacy file with eval_input trains and validates.
+      if (legacy_mode == "train" && root.contains("eval_input")) legacy_mode = "train_and_eval";
+      root = convert_legacy_params(root, legacy_mode);
     }
-    root = convert_legacy_params(root, legacy_mode);
+    apply_backend_options(root, opts);
+    if (mode == Mode::Fit) launch_replicas_if_needed(required_replicas(root, false));
+    // The record holds what each phase's Trainer is built from.
+    record.config = root;
+    for_each_phase_init(record.config, [&](Config& init) { apply_run_overrides(init, ov); });
+    set_resolved_run_config(record);
+    run_config(root, mode, ov);
+  } catch (const cstorch::Error& e) {
+    // An error at an overridden key says what set it (the file does not hold that value).
+    const std::string msg = e.what();
+    for (auto it = applied.rbegin(); it != applied.rend(); ++it) {
+      const std::string kp = it->ov.key_path();
+      if (msg.size() > kp.size() && msg.compare(0, kp.size(), kp) == 0 &&
+          std::string(":.[").find(msg[kp.size()]) != std::string::npos)
+        cstorch::fail("{} (set by {})", msg, it->origin);
+    }
+    throw;
   }
-  apply_backend_options(root, opts);
-  if (mode == Mode::Fit) launch_replicas_if_needed(required_replicas(root, false));
-  run_config(root, mode, ov);
 }
 
 }  // namespace
@@ -238,8 +329,10 @@ void register_cszoo_commands(CLI::App& app, int& status) {
     const char* legacy_mode;
   };
   static const Cmd cmds[] = {
-      {"fit", "Train (and validate every eval_frequency steps) as the config says", Mode::Fit,
-       "train"},
+      {"fit",
+       "Train as the config says; a validation loader runs every eval_frequency steps and at the "
+       "end",
+       Mode::Fit, "train"},
       {"validate", "Validate a checkpoint (the latest in model_dir unless --checkpoint_path)",
        Mode::Validate, "eval"},
       {"validate_all", "Validate every checkpoint in model_dir", Mode::ValidateAll, "eval_all"},

@@ -17,13 +17,7 @@ void run_phase(const ConfigView& phase, Mode mode, const RunOverrides& o) {
   phase.check_keys({"init", "fit", "validate", "validate_all"});
   Config init = phase.at("init").value();
   if (!init.is_object()) phase.at("init").expect_map();
-  if (o.model_dir) init["model_dir"] = *o.model_dir;
-  if (o.compile_only || o.validate_only) {
-    // The command-line switches become backend options (a device becomes a backend).
-    Config& backend = backend_entry(init);
-    if (o.compile_only) backend["compile_only"] = true;
-    if (o.validate_only) backend["validate_only"] = true;
-  }
+  apply_run_overrides(init, o);
   ConfigView iv(init, phase.child_path("init"));
   Trainer trainer(iv);
   if (o.on_trainer) o.on_trainer(trainer);
@@ -79,6 +73,16 @@ Config& backend_entry(Config& init) {
     init.erase("device");
   }
   return init["backend"];
+}
+
+void apply_run_overrides(Config& init, const RunOverrides& o) {
+  if (o.model_dir) init["model_dir"] = *o.model_dir;
+  if (o.compile_only || o.validate_only) {
+    // The command-line switches become backend options (a device becomes a backend).
+    Config& backend = backend_entry(init);
+    if (o.compile_only) backend["compile_only"] = true;
+    if (o.validate_only) backend["validate_only"] = true;
+  }
 }
 
 void run_config(const Config& root, Mode mode, const RunOverrides& o) {

@@ -166,6 +166,7 @@ static CheckpointConfig parse_checkpoint(const ConfigView& v) {
 
 struct Trainer::Impl {
   std::vector<std::shared_ptr<CoreCallback>> core;
+  std::string artifact_dir;  // compile_only / validate_only reports
 };
 
 Trainer::Trainer(const ConfigView& init) : Trainer(init, nullptr) {}
@@ -186,6 +187,14 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
     backend_ = make_backend(init);
   }
   model_dir_ = init.get_string("model_dir", "./model_dir");
+  // Where this trainer's compile_only / validate_only reports go: the YAML backend's
+  // artifact_dir, else MODEL_DIR/cerebras_logs; a backend object keeps its own.
+  if (backend)
+    impl_->artifact_dir = backend_->options().artifact_dir;
+  else if (init.has("backend") && init.at("backend").has("artifact_dir"))
+    impl_->artifact_dir = init.at("backend").at("artifact_dir").as_string();
+  else
+    impl_->artifact_dir = (fs::path(model_dir_) / "cerebras_logs").string();
   cs_ip_ = init.get_string("cs_ip", "");
   seed_ = static_cast<uint64_t>(init.get_int("seed", 0));
   loop_ = parse_loop(init.has("loop") ? init.at("loop") : ConfigView(Config(), ""));
@@ -260,19 +269,20 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
   if (init.has("schedulers")) {
     ConfigView sv = init.at("schedulers");
     CS_CHECK(optimizer_ != nullptr, "{}: schedulers need trainer.init.optimizer", sv.path());
+    // Errors name the key path of the offending value, as for every other key.
     auto add = [&](const Config& form, const std::string& path) {
       schedulers_.push_back(with_path(
-          path, [&] { return cstorch::optim::configure_lr_scheduler(*optimizer_, form); }));
+          path, [&] { return cstorch::optim::configure_lr_scheduler(*optimizer_, form, path); }));
     };
     // `{Name: {args}}` entries become configure_lr_scheduler's `{scheduler: Name, args...}`
-    // form; that form itself (a map with `scheduler`, or a list of them, as in legacy params
-    // files) is passed through.
-    auto to_form = [](const ConfigView& e) {
-      if (e.value().is_object() && e.value().contains("scheduler")) return e.value();
+    // form (at the arguments' key path); that form itself (a map with `scheduler`, or a list
+    // of them, as in legacy params files) is passed through.
+    auto add_entry = [&](const ConfigView& e) {
+      if (e.value().is_object() && e.value().contains("scheduler")) return add(e.value(), e.path());
       auto [name, args] = e.named_entry();
       Config form = args;
       form["scheduler"] = name;
-      return form;
+      add(form, e.child_path(name));
     };
     const Config& v = sv.value();
     const bool seed_form =
@@ -281,9 +291,9 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
     if (v.is_number() || seed_form) {
       add(v, sv.path());
     } else if (v.is_object()) {
-      add(to_form(sv), sv.path());
+      add_entry(sv);
     } else {
-      for (size_t i = 0; i < sv.size(); ++i) add(to_form(sv.at(i)), sv.at(i).path());
+      for (size_t i = 0; i < sv.size(); ++i) add_entry(sv.at(i));
     }
   }
   if (!cstorch::distributed::is_main_process()) progress_every = 0, plot = false;
@@ -655,6 +665,63 @@ void Trainer::write_run_metadata() {
 // ---------------------------------------------------------------------------------------------
 // Loops
 
+namespace {
+
+// compile_only / validate_only: the reports in the artifact directory, to say which ones a
+// step wrote (the runtime names them after the traced step and numbers them).
+using FileTimes = std::map<std::string, fs::file_time_type>;
+
+FileTimes artifact_files(const cstorch::Backend& b) {
+  FileTimes r;
+  std::error_code ec;
+  for (fs::directory_iterator it(b.options().artifact_dir, ec), end; !ec && it != end;
+       it.increment(ec))
+    if (it->is_regular_file(ec)) r[it->path().string()] = it->last_write_time(ec);
+  return r;
+}
+
+// Prints what a compile_only / validate_only pass over `step` did and where its report is.
+void report_dry_run(const cstorch::Backend& b, const FileTimes& before, const char* step) {
+  if (!cstorch::distributed::is_main_process()) return;
+  std::vector<std::string> reports;
+  for (const auto& [path, t] : artifact_files(b)) {
+    auto it = before.find(path);
+    if (it == before.end() || it->second != t) reports.push_back(path);
+  }
+  const bool compile = !b.options().validate_only;
+  fmt::print(
+      "{}: {} the {} step (nothing ran); report: {}\n", compile ? "compile_only" : "validate_only",
+      compile ? "compiled" : "traced and checked", step,
+      reports.empty() ? std::string("none written") : fmt::format("{}", fmt::join(reports, ", ")));
+  std::fflush(stdout);
+}
+
+// A compile_only / validate_only pass of one trainer: the process's backend writes the reports
+// to this trainer's artifact directory while it lasts. (The backend is shared by every trainer
+// of the process and its other options must not change between uses, so the directory is
+// switched only around the passes that write reports.)
+class ArtifactDirScope {
+ public:
+  ArtifactDirScope(cstorch::Backend& b, const std::string& dir)
+      : b_(b),
+        prev_(b.options().artifact_dir),
+        active_(b.options().compile_only || b.options().validate_only) {
+    if (active_) b_.options().artifact_dir = dir;
+  }
+  ~ArtifactDirScope() {
+    if (active_) b_.options().artifact_dir = prev_;
+  }
+  ArtifactDirScope(const ArtifactDirScope&) = delete;
+  ArtifactDirScope& operator=(const ArtifactDirScope&) = delete;
+
+ private:
+  cstorch::Backend& b_;
+  std::string prev_;
+  bool active_;
+};
+
+}  // namespace
+
 void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::string> ckpt_path) {
   CS_CHECK(train != nullptr, "Trainer.fit: a training dataloader is required");
   CS_CHECK(optimizer_ != nullptr, "Trainer.fit: trainer.init.optimizer is required for training");
@@ -746,6 +813,8 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       train_loader_ = train.get();
       const auto& bo = backend_->options();
       const bool dry_run = bo.compile_only || bo.validate_only;
+      ArtifactDirScope artifacts(*backend_, impl_->artifact_dir);
+      const FileTimes reports_before = dry_run ? artifact_files(*backend_) : FileTimes();
       int64_t epoch = -1;
       for (const Batch& batch : executor) {
         const int64_t micro = executor.step();
@@ -759,7 +828,11 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         if (micro % accum == 0)
           each([&](Callback& c) { c.on_train_batch_start(*this, batch, global_step_ + 1); });
         auto out = last_micro ? step_fn(batch) : accum_fn(batch);
-        if (dry_run) break;  // compile_only / validate_only: the step is traced; stop here
+        if (dry_run) {
+          // compile_only / validate_only: the step is traced (and compiled); stop here.
+          report_dry_run(*backend_, reports_before, "training");
+          break;
+        }
         if (!last_micro) continue;
         ++global_step_;
         for (auto& core : impl_->core) core->on_step_outputs(*this, out[0], out[1]);
@@ -782,7 +855,9 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       throw;
     }
     each([&](Callback& c) { c.on_train_end(*this); });
-    if (val && loop_.eval_frequency > 0) validate(val);
+    // A given validation loader runs at the end (whether or not eval_frequency is set); in a
+    // compile_only / validate_only run this prepares the validation step without running it.
+    if (val) validate(val);
   } catch (const std::exception& e) {
     each([&](Callback& c) { c.on_fit_exception(*this, e); });
     throw;
@@ -812,6 +887,24 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
              "trainer.init.loop.eval_steps");
     if (len > 0) steps = std::min(steps, len);
     cstorch::metrics::reset_all();
+    const auto& bo = backend_->options();
+    if (bo.compile_only || bo.validate_only) {
+      // Prepare the step on one batch and report that: there are no results to log (the
+      // outputs of a step that did not run are placeholders).
+      ArtifactDirScope artifacts(*backend_, impl_->artifact_dir);
+      const FileTimes before = artifact_files(*backend_);
+      auto batch = val->next();
+      CS_CHECK(batch.has_value(), "Trainer.validate: the validation dataloader is empty");
+      eval_fn(*batch);
+      if (len > 0)
+        while (val->next()) {
+        }
+      cstorch::metrics::reset_all();
+      report_dry_run(*backend_, before, "validation");
+      each([&](Callback& c) { c.on_validate_end(*this); });
+      model_->train(was_training);
+      return 0;
+    }
     auto sum = std::make_shared<double>(0.0);
     auto accumulate = cstorch::step_closure(
         [sum](const Tensor& loss) { *sum += static_cast<double>(loss.item<float>()); });

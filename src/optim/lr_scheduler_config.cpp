@@ -20,14 +20,14 @@ namespace {
 struct Args {
   const Config& c;
   std::string where;
+  std::string prefix;  // "configure_lr_scheduler: ", or empty when `where` is a config key path
   const Config& get(const std::string& k) const {
-    CS_CHECK(c.contains(k), "configure_lr_scheduler: {}: missing required key '{}'", where, k);
+    CS_CHECK(c.contains(k), "{}{}: missing required key '{}'", prefix, where, k);
     return c.at(k);
   }
   double number(const std::string& k) const {
     const auto& v = get(k);
-    CS_CHECK(v.is_number(), "configure_lr_scheduler: {}.{}: expected a number, got {}", where, k,
-             v.dump());
+    CS_CHECK(v.is_number(), "{}{}.{}: expected a number, got {}", prefix, where, k, v.dump());
     return v.get<double>();
   }
   double number(const std::string& k, double def) const { return c.contains(k) ? number(k) : def; }
@@ -35,7 +35,7 @@ struct Args {
     const auto& v = get(k);
     CS_CHECK(
         v.is_number_integer() || (v.is_number() && v.get<double>() == std::floor(v.get<double>())),
-        "configure_lr_scheduler: {}.{}: expected an integer, got {}", where, k, v.dump());
+        "{}{}.{}: expected an integer, got {}", prefix, where, k, v.dump());
     return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
   }
   int64_t integer(const std::string& k, int64_t def) const {
@@ -48,26 +48,22 @@ struct Args {
   bool flag(const std::string& k, bool def) const {
     if (!c.contains(k)) return def;
     const auto& v = c.at(k);
-    CS_CHECK(v.is_boolean(), "configure_lr_scheduler: {}.{}: expected true or false, got {}", where,
-             k, v.dump());
+    CS_CHECK(v.is_boolean(), "{}{}.{}: expected true or false, got {}", prefix, where, k, v.dump());
     return v.get<bool>();
   }
   std::string text(const std::string& k, const std::string& def) const {
     if (!c.contains(k)) return def;
     const auto& v = c.at(k);
-    CS_CHECK(v.is_string(), "configure_lr_scheduler: {}.{}: expected a string, got {}", where, k,
-             v.dump());
+    CS_CHECK(v.is_string(), "{}{}.{}: expected a string, got {}", prefix, where, k, v.dump());
     return v.get<std::string>();
   }
   template <class T>
   std::vector<T> list(const std::string& k) const {
     const auto& v = get(k);
-    CS_CHECK(v.is_array(), "configure_lr_scheduler: {}.{}: expected a list, got {}", where, k,
-             v.dump());
+    CS_CHECK(v.is_array(), "{}{}.{}: expected a list, got {}", prefix, where, k, v.dump());
     std::vector<T> r;
     for (const auto& e : v) {
-      CS_CHECK(e.is_number(), "configure_lr_scheduler: {}.{}: expected numbers, got {}", where, k,
-               e.dump());
+      CS_CHECK(e.is_number(), "{}{}.{}: expected numbers, got {}", prefix, where, k, e.dump());
       r.push_back(e.get<T>());
     }
     return r;
@@ -209,31 +205,33 @@ struct Built {
   std::optional<int64_t> iters;  // how long it runs in a sequence
 };
 
-Built build_one(Optimizer& opt, const Config& entry, const std::string& where) {
-  CS_CHECK(entry.is_object(),
-           "configure_lr_scheduler: {}: expected a map with key 'scheduler' or a number, got {}",
-           where, entry.dump());
+// `where` names the entry in errors; `prefix` starts each message.
+Built build_one(Optimizer& opt, const Config& entry, const std::string& where,
+                const std::string& prefix) {
+  CS_CHECK(entry.is_object(), "{}{}: expected a map with key 'scheduler' or a number, got {}",
+           prefix, where, entry.dump());
   CS_CHECK(entry.contains("scheduler") && entry.at("scheduler").is_string(),
-           "configure_lr_scheduler: {}: missing 'scheduler' (the scheduler's name), got {}", where,
-           entry.dump());
+           "{}{}: missing 'scheduler' (the scheduler's name), got {}", prefix, where, entry.dump());
   std::string want = ascii_lower(entry.at("scheduler").get<std::string>());
   for (const auto& [name, spec] : specs()) {
     std::string n = ascii_lower(name);
     std::string bare = n.size() > 2 && n.ends_with("lr") ? n.substr(0, n.size() - 2) : n;
     if (want != n && want != bare) continue;
-    std::string w = where + " (" + name + ")";
+    // The code form says which scheduler the entry is; a config key path already does.
+    std::string w = prefix.empty() ? where : where + " (" + name + ")";
     for (const auto& [k, v] : entry.items()) {
       if (kCommon.count(k) || k == "total_iters") continue;
       if (std::find(spec.keys.begin(), spec.keys.end(), k) != spec.keys.end()) continue;
       auto al = aliases().find(k);
       CS_CHECK(al == aliases().end() ||
                    std::find(spec.keys.begin(), spec.keys.end(), al->second) == spec.keys.end(),
-               "configure_lr_scheduler: {}: '{}' was renamed; use '{}'", w, k,
+               "{}{}.{}: '{}' was renamed; use '{}'", prefix, w, k, k,
                al == aliases().end() ? std::string() : al->second);
-      fail("configure_lr_scheduler: {}: unknown key '{}'; accepted keys: {}", w, k,
-           fmt::join(spec.keys, ", "));
+      // A misspelt argument would silently run with its default: an error, as for every key.
+      fail("{}{}.{}: unknown key '{}' of {}; valid keys: {}", prefix, w, k, k, name,
+           fmt::join(*lr_scheduler_arguments(name), ", "));
     }
-    Args args{entry, w};
+    Args args{entry, w, prefix};
     std::string key = args.text("param_group_key", "lr");
     Built b{spec.make(Target(opt, key), args), std::nullopt};
     b.iters =
@@ -242,10 +240,10 @@ Built build_one(Optimizer& opt, const Config& entry, const std::string& where) {
   }
   if (want == "lambdalr" || want == "lambda")
     fail(
-        "configure_lr_scheduler: {}: LambdaLR needs a function; construct "
+        "{}{}: LambdaLR needs a function; construct "
         "cstorch::optim::lr_scheduler::LambdaLR in code",
-        where);
-  fail("configure_lr_scheduler: {}: unknown scheduler '{}'; valid schedulers: {}", where,
+        prefix, where);
+  fail("{}{}: unknown scheduler '{}'; valid schedulers: {}", prefix, where,
        entry.at("scheduler").get<std::string>(), fmt::join(lr_scheduler_names(), ", "));
 }
 
@@ -259,38 +257,56 @@ std::vector<std::string> lr_scheduler_names() {
   return r;
 }
 
+std::optional<std::vector<std::string>> lr_scheduler_arguments(const std::string& scheduler) {
+  const std::string want = ascii_lower(scheduler);
+  for (const auto& [name, spec] : specs()) {
+    std::string n = ascii_lower(name);
+    std::string bare = n.size() > 2 && n.ends_with("lr") ? n.substr(0, n.size() - 2) : n;
+    if (want != n && want != bare) continue;
+    std::vector<std::string> r = spec.keys;
+    for (const char* k : {"total_iters", "param_group_key"})
+      if (std::find(r.begin(), r.end(), k) == r.end()) r.push_back(k);
+    return r;
+  }
+  return std::nullopt;
+}
+
 std::shared_ptr<LRScheduler> configure_lr_scheduler(Optimizer& optimizer, const Config& lr) {
+  return configure_lr_scheduler(optimizer, lr, "");
+}
+
+std::shared_ptr<LRScheduler> configure_lr_scheduler(Optimizer& optimizer, const Config& lr,
+                                                    const std::string& key_path) {
+  const std::string prefix = key_path.empty() ? "configure_lr_scheduler: " : "";
+  const std::string root = key_path.empty() ? "learning_rate" : key_path;
   if (lr.is_number()) return std::make_shared<ConstantLR>(optimizer, lr.get<double>());
-  if (lr.is_object()) return build_one(optimizer, lr, "learning_rate").sched;
-  CS_CHECK(lr.is_array(),
-           "configure_lr_scheduler: learning_rate must be a number, a map or a list of maps, got "
-           "{}",
+  if (lr.is_object()) return build_one(optimizer, lr, root, prefix).sched;
+  CS_CHECK(lr.is_array(), "{}{} must be a number, a map or a list of maps, got {}", prefix, root,
            lr.dump());
-  CS_CHECK(!lr.empty(), "configure_lr_scheduler: learning_rate is an empty list");
+  CS_CHECK(!lr.empty(), "{}{} is an empty list", prefix, root);
   bool chained = false;
   for (size_t i = 0; i < lr.size(); ++i) {
     if (!lr[i].is_object() || !lr[i].contains("main_scheduler")) continue;
     const auto& m = lr[i].at("main_scheduler");
     std::string v = m.is_string() ? ascii_lower(m.get<std::string>()) : "";
     CS_CHECK(v == "chainedlr" || v == "sequentiallr",
-             "configure_lr_scheduler: learning_rate[{}].main_scheduler: expected ChainedLR or "
-             "SequentialLR, got {}",
-             i, m.dump());
+             "{}{}[{}].main_scheduler: expected ChainedLR or SequentialLR, got {}", prefix, root, i,
+             m.dump());
     chained = chained || v == "chainedlr";
   }
   std::vector<SchedulerPtr> subs;
   std::vector<int64_t> milestones;
   int64_t sum = 0;
   for (size_t i = 0; i < lr.size(); ++i) {
-    std::string where = fmt::format("learning_rate[{}]", i);
-    Built b = build_one(optimizer, lr[i], where);
+    std::string where = fmt::format("{}[{}]", root, i);
+    Built b = build_one(optimizer, lr[i], where, prefix);
     subs.push_back(b.sched);
     if (chained || i + 1 == lr.size()) continue;
     auto T = b.iters;
     CS_CHECK(T.has_value(),
-             "configure_lr_scheduler: {}: a scheduler in a sequence needs 'total_iters' (how "
-             "many steps it runs before the next one starts)",
-             where);
+             "{}{}: a scheduler in a sequence needs 'total_iters' (how many steps it runs "
+             "before the next one starts)",
+             prefix, where);
     sum += *T;
     milestones.push_back(sum);
   }

@@ -18,7 +18,9 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
 #include "cstorch/data/mnist.h"
+#include "cstorch/version.h"
 
 namespace fs = std::filesystem;
 
@@ -69,7 +71,180 @@ std::string write_config(const fs::path& dir, const fs::path& data, int sleep_ms
   return path;
 }
 
+// A tiny FC-MNIST config (seconds to run): 6 steps, a validation loader and no
+// eval_frequency; every command of the tests below overrides parts of it.
+std::string write_tiny_config(const fs::path& dir, const fs::path& data) {
+  std::string yaml =
+      "trainer:\n"
+      "  init:\n"
+      "    device: CPU\n"
+      "    model_dir: " +
+      (dir / "model").string() +
+      "\n"
+      "    seed: 7\n"
+      "    model: {name: fc_mnist, hidden_sizes: [8]}\n"
+      "    optimizer: {SGD: {lr: 0.05}}\n"
+      "    loop: {max_steps: 6, eval_steps: 1}\n"
+      "    logging: {log_steps: 1, progress: false, plot: false}\n"
+      "    loggers: [JSONLines]\n"
+      "  fit:\n"
+      "    train_dataloader: {data_processor: MNISTDataProcessor, data_dir: " +
+      data.string() +
+      ", batch_size: 20, shuffle_seed: 3, synthetic: false}\n"
+      "    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: " +
+      data.string() + ", split: test, batch_size: 50, synthetic: false}\n";
+  std::string path = (dir / "tiny.yaml").string();
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
 }  // namespace
+
+// Dotted overrides after the config, --max_steps, --seed, --version, and the errors of bad
+// overrides.
+TEST(CszooE2E, OverridesAndRunFlags) {
+  auto root = temp_dir("overrides");
+  auto data = root / "mnist";
+  cstorch::data::write_synthetic_mnist(data.string(), 200, 100, 5);
+  const std::string cfg = write_tiny_config(root, data);
+  int st = 0;
+
+  std::string out = run(kCszoo + " --version", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_EQ(out, fmt::format("cszoo {} (commit {})\n", cstorch::version(), cstorch::git_commit()));
+
+  // Overrides set a key of the file and create one it lacks (eval_frequency).
+  out = run(kCszoo + " fit " + cfg + " trainer.init.loop.max_steps=4 " +
+                "trainer.init.loop.eval_frequency=2 -o " + (root / "a").string(),
+            &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("overrides: trainer.init.loop.max_steps=4 trainer.init.loop.eval_frequency=2"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(fs::exists(root / "a" / "checkpoint_4.mdl")) << out;
+  EXPECT_FALSE(fs::exists(root / "a" / "checkpoint_6.mdl")) << out;
+  EXPECT_NE(out.find("validation at step 2:"), std::string::npos) << out;
+  EXPECT_NE(out.find("validation at step 4:"), std::string::npos) << out;
+
+  // --max_steps, and --seed: the same weights as the seed set by an override, others with
+  // another seed.
+  out = run(kCszoo + " fit " + cfg + " --max_steps 2 --seed 5 -o " + (root / "b").string(), &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_TRUE(fs::exists(root / "b" / "checkpoint_2.mdl")) << out;
+  EXPECT_FALSE(fs::exists(root / "b" / "checkpoint_6.mdl")) << out;
+  out =
+      run(kCszoo + " fit " + cfg + " trainer.init.seed=5 --max_steps 2 -o " + (root / "c").string(),
+          &st);
+  ASSERT_EQ(st, 0) << out;
+  out = run(kCszoo + " fit " + cfg + " --max_steps 2 --seed 6 -o " + (root / "d").string(), &st);
+  ASSERT_EQ(st, 0) << out;
+  const std::string b2 = (root / "b" / "checkpoint_2.mdl").string();
+  out = run(kCszoo + " checkpoint diff " + b2 + " " + (root / "c" / "checkpoint_2.mdl").string(),
+            &st);
+  EXPECT_EQ(st, 0) << out;
+  out = run(kCszoo + " checkpoint diff " + b2 + " " + (root / "d" / "checkpoint_2.mdl").string(),
+            &st);
+  EXPECT_EQ(st, 2) << out;
+
+  // Bad overrides: the error names the key and what set it; nothing runs.
+  auto error_of = [&](const std::string& args) {
+    std::string o = run(kCszoo + " fit " + cfg + " " + args + " -o " + (root / "e").string(), &st);
+    EXPECT_EQ(st, 1) << args << ": " << o;
+    return o;
+  };
+  out = error_of("foo=1");
+  EXPECT_NE(out.find("error: foo: unknown key (valid keys: trainer) (set by the override 'foo=1')"),
+            std::string::npos)
+      << out;
+  out = error_of("trainer.init.loop.max_steps=abc");
+  EXPECT_NE(out.find("error: trainer.init.loop.max_steps: expected an integer, got \"abc\" (set "
+                     "by the override 'trainer.init.loop.max_steps=abc')"),
+            std::string::npos)
+      << out;
+  out = error_of("trainer.init.loop.max_stepz=5");
+  EXPECT_NE(out.find("error: trainer.init.loop.max_stepz: unknown key (valid keys: "),
+            std::string::npos)
+      << out;
+  out = error_of("max_steps");
+  EXPECT_NE(out.find("error: override 'max_steps': expected KEY.PATH=VALUE"), std::string::npos)
+      << out;
+  out = error_of("--max_steps 0");
+  EXPECT_NE(out.find("error: trainer.init.loop.max_steps: must be at least 1, got 0 (set by "
+                     "--max_steps 0)"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(root / "e" / "checkpoint_6.mdl"));
+  fs::remove_all(root);
+}
+
+// A given validation loader runs at the end of fit (no eval_frequency needed), the legacy
+// train_and_eval mode validates, and compile_only / validate_only say what they did and where
+// the report is, with no results.
+TEST(CszooE2E, ValidationSemanticsAndDryRuns) {
+  auto root = temp_dir("validation");
+  auto data = root / "mnist";
+  cstorch::data::write_synthetic_mnist(data.string(), 200, 100, 5);
+  const std::string cfg = write_tiny_config(root, data);
+  int st = 0;
+
+  std::string out = run(kCszoo + " fit " + cfg + " --max_steps 3", &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_EQ(count_of(out, "validation at step"), 1u) << out;
+  EXPECT_NE(out.find("validation at step 3: loss"), std::string::npos) << out;
+
+  std::ofstream(root / "params.yaml")
+      << "train_input: {data_processor: MNISTDataProcessor, data_dir: " << data.string()
+      << ", batch_size: 20, synthetic: false}\n"
+      << "eval_input: {data_processor: MNISTDataProcessor, data_dir: " << data.string()
+      << ", split: test, batch_size: 50, synthetic: false}\n"
+      << "model: {name: fc_mnist, hidden_sizes: [8]}\n"
+      << "optimizer: {optimizer_type: SGD, learning_rate: 0.05}\n"
+      << "runconfig: {max_steps: 3, model_dir: " << (root / "legacy").string() << "}\n";
+  const std::string params = (root / "params.yaml").string();
+  out = run(kCszoo + " run --mode train_and_eval --params " + params, &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("validation at step 3: loss"), std::string::npos) << out;
+  // --mode train only trains; overrides work on a legacy file (its own key paths).
+  out = run(kCszoo + " run --mode train --params " + params + " runconfig.max_steps=4", &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_EQ(out.find("validation at step"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(root / "legacy" / "checkpoint_4.mdl")) << out;
+
+  for (const std::string flag : {"compile_only", "validate_only"}) {
+    const fs::path dir = root / flag;
+    out = run(kCszoo + " fit " + cfg + " --" + flag + " -o " + dir.string(), &st);
+    ASSERT_EQ(st, 0) << out;
+    const std::string kind = flag == "compile_only" ? "compile" : "validate";
+    const std::string did = flag == "compile_only" ? "compiled" : "traced and checked";
+    const fs::path train_report = dir / "cerebras_logs" / ("train_step-" + kind + "-0.txt");
+    const fs::path eval_report = dir / "cerebras_logs" / ("eval_step-" + kind + "-0.txt");
+    EXPECT_NE(out.find(flag + ": " + did +
+                       " the training step (nothing ran); report: " + train_report.string()),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find(flag + ": " + did +
+                       " the validation step (nothing ran); report: " + eval_report.string()),
+              std::string::npos)
+        << out;
+    EXPECT_TRUE(fs::exists(train_report)) << out;
+    EXPECT_TRUE(fs::exists(eval_report)) << out;
+    // No results: nothing ran.
+    EXPECT_EQ(out.find("validation at step"), std::string::npos) << out;
+    EXPECT_EQ(out.find("nan"), std::string::npos) << out;
+    std::ifstream metrics(dir / "metrics.jsonl");
+    std::string rows((std::istreambuf_iterator<char>(metrics)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(rows.find("eval/"), std::string::npos) << rows;
+    EXPECT_FALSE(fs::exists(dir / "checkpoint_6.mdl")) << out;
+  }
+  EXPECT_FALSE(fs::exists(root / "cerebras_logs"));
+  fs::remove_all(root);
+}
 
 TEST(CszooE2E, KilledFitResumesToTheSameFinalState) {
   auto root = temp_dir("resume");
@@ -190,7 +365,8 @@ TEST(CszooE2E, LegacyRunFormAndCompileOnly) {
               " --compile_only --python_paths " + kPlugins + " -o " + (root / "compiled").string(),
           &st);
   ASSERT_EQ(st, 0) << out;
-  EXPECT_TRUE(fs::exists(root / "cerebras_logs" / "train_step-compile-0.txt")) << out;
+  EXPECT_TRUE(fs::exists(root / "compiled" / "cerebras_logs" / "train_step-compile-0.txt")) << out;
+  EXPECT_FALSE(fs::exists(root / "cerebras_logs")) << out;
   EXPECT_FALSE(fs::exists(root / "compiled" / "checkpoint_60.mdl"));
   fs::remove_all(root);
 }

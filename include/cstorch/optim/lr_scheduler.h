@@ -358,7 +358,19 @@ namespace cstorch::optim {
 // alias (steps, decay_steps, base_lr, learning_rate, values, boundaries) names its new key.
 std::shared_ptr<lr_scheduler::LRScheduler> configure_lr_scheduler(Optimizer& optimizer,
                                                                   const Config& learning_rate);
+// The same, for a value read from a config file at `key_path` (e.g.
+// "trainer.init.schedulers[0].LinearLR"): errors start with the key path of the offending value,
+// as every config error does, e.g.
+//   trainer.init.schedulers[0].LinearLR.foo: unknown key 'foo' of LinearLR; valid keys: ...
+// (an empty key_path is the form above: "configure_lr_scheduler: learning_rate...").
+std::shared_ptr<lr_scheduler::LRScheduler> configure_lr_scheduler(Optimizer& optimizer,
+                                                                  const Config& learning_rate,
+                                                                  const std::string& key_path);
 // The scheduler names configure_lr_scheduler knows.
 std::vector<std::string> lr_scheduler_names();
+// The keys a scheduler's map accepts besides `scheduler` (its own arguments, total_iters and
+// param_group_key), for a name as configure_lr_scheduler matches it (any case, "LR" suffix
+// optional); nullopt for a name it does not know.
+std::optional<std::vector<std::string>> lr_scheduler_arguments(const std::string& scheduler);
 
 }  // namespace cstorch::optim

@@ -171,6 +171,8 @@ TEST(Legacy, CompileOnlyRunnerStopsAfterCompiling) {
   modelzoo::RunOverrides o;
   o.on_trainer = [&](modelzoo::Trainer& t) { EXPECT_TRUE(t.backend()->options().compile_only); };
   runner->run("", o);
-  // The report lands in the backend's artifact directory (default ./cerebras_logs).
-  EXPECT_TRUE(std::filesystem::exists("cerebras_logs/train_step-compile-0.txt"));
+  // The report lands in model_dir/cerebras_logs (not the working directory).
+  const std::string dir = p["runconfig"]["model_dir"];
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) /
+                                      "cerebras_logs/train_step-compile-0.txt"));
 }

@@ -10,6 +10,7 @@
 
 #include "cstorch/cstorch.h"
 #include "modelzoo/loggers.h"
+#include "modelzoo/overrides.h"
 #include "modelzoo/trainer.h"
 
 namespace cs = cstorch;
@@ -279,6 +280,78 @@ TEST(Trainer, TrainsAndValidates) {
   EXPECT_TRUE(t.model().is_training());
 }
 
+// A given validation loader runs at the end of fit() even without eval_frequency.
+TEST(Trainer, ValidationLoaderRunsAtTheEndWithoutEvalFrequency) {
+  Config c = init_config();
+  c["loop"] = {{"max_steps", 4}, {"eval_steps", 2}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  std::vector<std::string> log;
+  t.add_callback(std::make_shared<Recorder>(&log));
+  t.fit(tiny(8), tiny(3));
+  EXPECT_EQ(std::count(log.begin(), log.end(), "validate_start"), 1);
+  EXPECT_EQ(std::count(log.begin(), log.end(), "validate_batch_end 1"), 1);
+  // After training: the last training step came first.
+  auto val = std::find(log.begin(), log.end(), "validate_start");
+  EXPECT_NE(std::find(log.begin(), val, "batch_end 4"), val);
+}
+
+// Every registered scheduler rejects an unknown argument with its key path and the valid keys,
+// as an unknown YAML key anywhere else is rejected.
+TEST(Trainer, SchedulerArgumentsAreCheckedForEveryScheduler) {
+  int checked = 0;
+  for (const auto& name : cs::optim::lr_scheduler_names()) {
+    auto keys = cs::optim::lr_scheduler_arguments(name);
+    if (!keys) continue;  // "SequentialLR (a list)", "ChainedLR (...)": the list forms
+    ++checked;
+    Config c = init_config();
+    c["schedulers"] = cs::parse_config("[{" + name + ": {bogus_arg: 1}}]");
+    const std::string err = error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); });
+    EXPECT_EQ(err.rfind("trainer.init.schedulers[0]." + name +
+                            ".bogus_arg: unknown key 'bogus_arg' of " + name + "; valid keys: ",
+                        0),
+              0u)
+        << err;
+    for (const auto& k : *keys) EXPECT_NE(err.find(k), std::string::npos) << name << ": " << err;
+    // The seed form ({scheduler: Name, ...}) is checked the same way.
+    c["schedulers"] = {{"scheduler", name}, {"bogus_arg", 1}};
+    const std::string err2 = error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); });
+    EXPECT_EQ(
+        err2.rfind("trainer.init.schedulers.bogus_arg: unknown key 'bogus_arg' of " + name, 0), 0u)
+        << err2;
+  }
+  EXPECT_GE(checked, 15);
+  // A wrong type names the argument's key path too.
+  Config c = init_config();
+  c["schedulers"] = cs::parse_config(
+      "[{LinearLR: {initial_learning_rate: fast, end_learning_rate: 0, total_iters: 4}}]");
+  EXPECT_EQ(error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); }),
+            "trainer.init.schedulers[0].LinearLR.initial_learning_rate: expected a number, got "
+            "\"fast\"");
+}
+
+// Command-line overrides go through the same checks as the file: the same errors, the same
+// key paths.
+TEST(Trainer, OverriddenKeysAreCheckedLikeTheFile) {
+  auto err = [](const std::string& ov) {
+    Config root = {{"trainer", {{"init", init_config()}}}};
+    modelzoo::apply_override(root, modelzoo::parse_override(ov));
+    return error_of(
+        [&] { modelzoo::Trainer t(ConfigView(root["trainer"]["init"], "trainer.init")); });
+  };
+  EXPECT_EQ(err("trainer.init.loop.max_steps=abc"),
+            "trainer.init.loop.max_steps: expected an integer, got \"abc\"");
+  EXPECT_EQ(err("trainer.init.loop.max_stepz=5")
+                .rfind("trainer.init.loop.max_stepz: unknown key (valid keys: ", 0),
+            0u);
+  EXPECT_EQ(err("trainer.init.optimizer.SGD.lrr=0.1").rfind("trainer.init.optimizer.SGD: ", 0), 0u);
+  EXPECT_EQ(err("trainer.init.loop.eval_frequency=5"), "(no error)");  // absent from the file
+  Config root = {{"trainer", {{"init", init_config()}}}};
+  modelzoo::apply_override(root, modelzoo::parse_override("trainer.init.loop.max_steps=3"));
+  modelzoo::Trainer t(ConfigView(root["trainer"]["init"], "trainer.init"));
+  t.fit(tiny(8));
+  EXPECT_EQ(t.global_step(), 3);
+}
+
 TEST(Trainer, GradientAccumulationMatchesOneLargeBatch) {
   // Two micro-batches of 4 with accumulation vs the same 8 samples in one batch: the mean of
   // the two micro-batch losses has the same gradient as the loss of the 8-sample batch.
@@ -366,11 +439,14 @@ TEST(Trainer, SchedulerFormsAndErrors) {
                 "gamma: 0.5}"),
             "(no error)");
   EXPECT_EQ(err("schedulers", "0.01"), "(no error)");
-  EXPECT_NE(err("schedulers", "[{CosineDecay: {initial_learning_rate: 0.1, decay_steps: 5}}]")
-                .find("trainer.init.schedulers[0]: "),
-            std::string::npos);
-  EXPECT_NE(err("schedulers", "[{NoSuchLR: {}}]").find("trainer.init.schedulers[0]: "),
-            std::string::npos);
+  EXPECT_EQ(err("schedulers", "[{CosineDecay: {initial_learning_rate: 0.1, decay_steps: 5}}]"),
+            "trainer.init.schedulers[0].CosineDecay.decay_steps: 'decay_steps' was renamed; use "
+            "'total_iters'");
+  EXPECT_EQ(err("schedulers", "[{NoSuchLR: {}}]")
+                .rfind("trainer.init.schedulers[0].NoSuchLR: unknown scheduler 'NoSuchLR'; valid "
+                       "schedulers: ",
+                       0),
+            0u);
   EXPECT_EQ(err("precision", "{max_gradient_norm: 1.0, max_gradient_value: 0.5}"),
             "trainer.init.precision: give max_gradient_norm or max_gradient_value, not both");
   EXPECT_EQ(err("precision", "{enabled: true, dtype: f64}"),
