@@ -130,6 +130,9 @@ class Trainer {
   // A pinned checkpoint is never deleted by checkpoint.keep_last (KeepBestCheckpoints pins the
   // best ones); unpinning makes it count again.
   void pin_checkpoint(const std::string& path, bool pinned);
+  // The global step of the latest checkpoint this Trainer wrote (-1: none yet); the same on
+  // every replica.
+  int64_t last_saved_step() const { return last_saved_step_; }
 
   // The run record (model_dir/run_records/): what fit() and validate() record besides the
   // init map. `config` replaces the recorded config (run_config hands over the whole phase, as

@@ -126,13 +126,15 @@ void KeepBestCheckpoints::on_validate_end(Trainer& t) {
   if (pos - best_.begin() >= o_.k) return;  // not among the best k
   if (std::isnan(v)) return;
   bool created = false;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
+  // Pinned before it is written, so keep_last's pruning at this save already spares it.
+  t.pin_checkpoint(path, true);
+  // Decided from the Trainer's own record (the same on every replica), not from the files
+  // (only rank 0 writes them, so other replicas could see a file still being written).
+  if (t.last_saved_step() != step) {
     t.save_checkpoint();  // collective with several replicas: every replica gets here
     created = true;
   }
   best_.insert(pos, Entry{step, path, v, created});
-  t.pin_checkpoint(path, true);
   while (static_cast<int64_t>(best_.size()) > o_.k) {
     Entry out = best_.back();
     best_.pop_back();

@@ -238,8 +238,8 @@ void Trainer::print_header(const char* mode, cstorch::utils::data::DataLoader* t
     return s;
   };
   std::string line =
-      fmt::format("== {}: model {}, {} parameters (cstorch {}, commit {})", mode,
-                  impl_->model_name, params, cstorch::version(), cstorch::git_commit());
+      fmt::format("== {}: model {}, {} parameters (cstorch {}, commit {})", mode, impl_->model_name,
+                  params, cstorch::version(), cstorch::git_commit());
   fmt::print("{}\n", line);
   if (train) fmt::print("   train data: {}\n", describe(train));
   if (val) {

@@ -504,11 +504,13 @@ void remove_stale_temp_checkpoints(const std::string& model_dir) {
 }  // namespace
 
 std::string Trainer::write_checkpoint(int64_t step, State state) {
+  // On every replica, so that decisions made from it (an early stop's checkpoint, the best
+  // checkpoints) agree and the collective state gathering stays in step.
+  last_saved_step_ = step;
   if (!cstorch::distributed::is_main_process()) return std::string();  // rank 0 writes
   fs::create_directories(model_dir_);
   std::string path = (fs::path(model_dir_) / fmt::format("checkpoint_{}.mdl", step)).string();
   cstorch::save(state, path);
-  last_saved_step_ = step;
   fmt::print("saved checkpoint {}\n", path);
   std::fflush(stdout);
   if (record_) record_->checkpoints.push_back(path);
