@@ -223,12 +223,15 @@ TEST(BuiltinCallbacks, EarlyStoppingStopsWithACheckpoint) {
   Config c = init_config(dir, "callbacks: [{EarlyStopping: {mode: max, patience: 2}}]\n");
   c["loop"] = {{"max_steps", 20}, {"eval_frequency", 2}, {"eval_steps", 2}};
   ::testing::internal::CaptureStdout();
-  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
-  t.fit(small(4), small(2));
-  const std::string out = ::testing::internal::GetCapturedStdout();
-  EXPECT_EQ(t.global_step(), 6);
-  EXPECT_TRUE(t.stop_requested());
-  EXPECT_EQ(checkpoint_steps(t), std::vector<int64_t>({6}));
+  std::string out;
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(small(4), small(2));
+    out = ::testing::internal::GetCapturedStdout();
+    EXPECT_EQ(t.global_step(), 6);
+    EXPECT_TRUE(t.stop_requested());
+    EXPECT_EQ(checkpoint_steps(t), std::vector<int64_t>({6}));
+  }
   EXPECT_NE(out.find("stopping early at step 6: EarlyStopping: eval/loss did not improve"),
             std::string::npos)
       << out;
@@ -243,16 +246,20 @@ TEST(BuiltinCallbacks, EarlyStoppingStopsWithACheckpoint) {
   auto dir2 = cs::testing::temp_dir("cb", test_name() + "2");
   Config c2 = init_config(dir2, "callbacks: [{EarlyStopping: {min_delta: 100, patience: 2}}]\n");
   c2["loop"] = c["loop"];
-  modelzoo::Trainer t2(ConfigView(c2, "trainer.init"));
-  t2.fit(small(4), small(2));
-  EXPECT_EQ(t2.global_step(), 6);
+  {
+    modelzoo::Trainer t2(ConfigView(c2, "trainer.init"));
+    t2.fit(small(4), small(2));
+    EXPECT_EQ(t2.global_step(), 6);
+  }
   auto dir3 = cs::testing::temp_dir("cb", test_name() + "3");
   Config c3 = init_config(dir3, "callbacks: [{EarlyStopping: {patience: 2}}]\n");
   c3["loop"] = c["loop"];
-  modelzoo::Trainer t3(ConfigView(c3, "trainer.init"));
-  t3.fit(small(4), small(2));
-  EXPECT_EQ(t3.global_step(), 20);
-  EXPECT_FALSE(t3.stop_requested());
+  {
+    modelzoo::Trainer t3(ConfigView(c3, "trainer.init"));
+    t3.fit(small(4), small(2));
+    EXPECT_EQ(t3.global_step(), 20);
+    EXPECT_FALSE(t3.stop_requested());
+  }
   for (auto& d : {dir, dir2, dir3}) fs::remove_all(d);
 }
 
@@ -262,14 +269,18 @@ TEST(BuiltinCallbacks, KeepBestCheckpointsKeepsTheBestK) {
   auto dir = cs::testing::temp_dir("cb", test_name());
   Config c = init_config(dir, "callbacks: [{KeepBestCheckpoints: {k: 2}}]\n");
   c["loop"] = {{"max_steps", 10}, {"eval_frequency", 2}, {"eval_steps", 2}};
-  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
-  t.fit(small(4), small(2));
+  std::vector<int64_t> kept;
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(small(4), small(2));
+    kept = checkpoint_steps(t);
+  }
   auto val = series(dir, "eval/loss");
   ASSERT_EQ(val.size(), 5u);
   for (auto it = std::next(val.begin()); it != val.end(); ++it)
     ASSERT_LT(it->second, std::prev(it)->second) << "step " << it->first;
   // Steps 2, 4, 6 were saved by the callback and dropped (deleted); 10 is the run's own.
-  EXPECT_EQ(checkpoint_steps(t), std::vector<int64_t>({8, 10}));
+  EXPECT_EQ(kept, std::vector<int64_t>({8, 10}));
   Config index = cs::load_config_file((dir / "best_checkpoints.json").string());
   EXPECT_EQ(index["monitor"], "eval/loss");
   ASSERT_EQ(index["best"].size(), 2u);
