@@ -9,8 +9,9 @@ PACKAGES=(
   libopenblas-openmp-dev      # CBLAS GEMM; the OpenMP build shares one thread pool with our kernels
   libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libhdf5-dev
-  zlib1g-dev                  # deflate and CRC-32 for the PNG loss/LR plots (modelzoo/loggers)
+  zlib1g-dev                  # CRC-32 for checkpoint checksums and the tests' file checks
   libzip-dev                  # .npz archives (ZIP) read by the NumPy data processor
+  libcairo2-dev               # the loss/LR plot (modelzoo/loggers/plot.cpp): antialiased lines, text, PNG output
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-torch   # the PyTorch reference for tests and the benchmark peer
   python3-h5py

@@ -131,6 +131,11 @@ std::vector<MetricRecord> read_metrics_file(const std::filesystem::path& file);
 // at the last step, without the bar. Rate = steps since the first call / seconds since then
 // (0 until a second call); ETA = (total_steps − step) / rate. `loss_key` and `lr_key` pick the
 // scalars shown (absent ones are left out).
+// Whether stdout is a terminal: isatty, except in an MPI launch (whose launcher gives every
+// process a pseudo-terminal): there the CSTORCH_STDOUT_IS_TTY=1 that `cszoo --num_csx N` sets
+// when its own stdout is a terminal, else false.
+bool stdout_is_terminal();
+
 class ProgressBar : public Logger {
  public:
   struct Options {
@@ -141,7 +146,7 @@ class ProgressBar : public Logger {
     int bar_width = 30;
     int64_t print_every = 100;      // non-terminal output
     std::ostream* out = nullptr;    // default std::cout
-    std::optional<bool> terminal;   // default: isatty(stdout)
+    std::optional<bool> terminal;   // default: stdout_is_terminal()
     std::function<double()> clock;  // seconds; default steady_clock (tests inject one)
   };
   explicit ProgressBar(Options options);

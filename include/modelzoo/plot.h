@@ -1,12 +1,14 @@
-// A run's loss and learning-rate curves as a PNG image (no plotting library needed).
+// A run's loss and learning-rate curves as a PNG image, drawn with Cairo.
 //
 //   modelzoo::plot_metrics_file(model_dir / "metrics.jsonl", model_dir / "loss_lr.png");
 //
-// The image has two panels sharing the x axis (global step): the loss on top, the learning
-// rate below, each with axes, grid lines, tick labels (a built-in 5x7 bitmap font; letters
-// are drawn lower case) and a title. Missing values (NaN) break the curve. Colors: white
-// background, loss blue (31, 119, 180), learning rate orange (255, 127, 14).
+// The image has two panels sharing the x axis (global step): on top the training loss and,
+// when the metrics hold validation results, the validation loss (a line with a dot per
+// validation, and a legend); the learning rate below. Each panel has axes, grid lines, tick
+// labels and a title. Missing values (NaN) break a curve. Colors: white background, training
+// loss kLossColor, validation loss kValLossColor, learning rate kLrColor.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -16,12 +18,17 @@
 
 namespace modelzoo {
 
+inline constexpr std::array<uint8_t, 3> kLossColor{31, 119, 180};    // blue
+inline constexpr std::array<uint8_t, 3> kValLossColor{44, 160, 44};  // green
+inline constexpr std::array<uint8_t, 3> kLrColor{255, 127, 14};      // orange
+
 struct PlotOptions {
   int width = 800;   // pixels, at least 200
   int height = 600;  // pixels, at least 200
   std::string loss_key = "loss";
   std::string lr_key = "lr";
-  std::string title;  // drawn above the loss panel when not empty
+  std::string val_loss_key = "eval/loss";  // drawn in the loss panel when present
+  std::string title;                       // drawn above the loss panel when not empty
 };
 
 // An 8-bit RGB image, rows top to bottom, 3 bytes per pixel.
@@ -39,7 +46,8 @@ struct Image {
 Image render_loss_lr_plot(const std::vector<MetricRecord>& records,
                           const PlotOptions& options = {});
 
-// Writes `image` as a PNG (8-bit RGB, no interlace; zlib-compressed IDAT). Errors name the file.
+// Writes `image` as a PNG (8-bit RGB, through Cairo), replacing `file` only once the new one is
+// complete. Errors name the file.
 void write_png(const Image& image, const std::filesystem::path& file);
 
 // read_metrics_file + render_loss_lr_plot + write_png.

@@ -102,6 +102,43 @@ class Trainer {
   void add_callback(CallbackPtr cb);
   const std::vector<CallbackPtr>& callbacks() const { return callbacks_; }
 
+  // Values from the traced training step. Called from a hook that runs inside the traced
+  // step (on_before_forward ... on_after_scheduler_step), add_step_output makes `value` an
+  // output of the step under `name`; from then on step_output(name) is the latest optimizer
+  // step's value (not yet computed when the batch hooks run: read it in a cstorch::step_closure).
+  // Errors: called outside the traced step, a name added twice in one step.
+  void add_step_output(const std::string& name, const cstorch::Tensor& value);
+  bool has_step_output(const std::string& name) const;
+  // Errors: no step output `name` (the error lists the known names).
+  const cstorch::Tensor& step_output(const std::string& name) const;
+
+  // Sends scalars for global step `step` to the run's loggers (metrics files, TensorBoard).
+  // Only the main process logs; elsewhere this does nothing. Host values: call it outside the
+  // traced step (e.g. from a step closure).
+  void log_metrics(int64_t step, const Scalars& metrics);
+  // The latest validation's results: "eval/loss" (the mean loss) and "eval/<name>" for every
+  // metric the model updated. Empty before the first validation.
+  const Scalars& last_validation_metrics() const { return last_val_; }
+  // The latest logged training loss (NaN before the first logged step).
+  double last_train_loss() const;
+
+  // Asks fit() to stop: the loop ends after the step (or validation) in progress, saves a
+  // checkpoint (when checkpoint.save_at_end, the default) and prints "stopping early at step
+  // N: <reason>". Callable from any client-side hook (not from a step closure).
+  void request_stop(const std::string& reason);
+  bool stop_requested() const { return stop_requested_; }
+  // A pinned checkpoint is never deleted by checkpoint.keep_last (KeepBestCheckpoints pins the
+  // best ones); unpinning makes it count again.
+  void pin_checkpoint(const std::string& path, bool pinned);
+  // The global step of the latest checkpoint this Trainer wrote (-1: none yet); the same on
+  // every replica.
+  int64_t last_saved_step() const { return last_saved_step_; }
+
+  // The run record (model_dir/run_records/): what fit() and validate() record besides the
+  // init map. `config` replaces the recorded config (run_config hands over the whole phase, as
+  // received after command-line overrides; default {init: <the init map>}).
+  void set_run_config(const Config& config) { run_config_ = config; }
+
   // The full training state under the checkpoint keys model, optimizer, schedulers,
   // grad_scaler, dataloader and global_step. With several replicas it
   // is collective (every replica calls it): the sharded optimizer state and every replica's
@@ -129,6 +166,23 @@ class Trainer {
   void sync_sharded_params();
   void combine_validation(double& sum, int64_t& steps);
   void write_run_metadata();
+  struct RunRecord;
+  void begin_run(const char* mode, const std::string& details);
+  void end_run(const char* status);
+  void print_header(const char* mode, cstorch::utils::data::DataLoader* train,
+                    cstorch::utils::data::DataLoader* val, int64_t total_steps);
+  void print_summary(const char* mode, const RunRecord& r, double wall_s, const char* status);
+  std::unique_ptr<RunRecord> record_;
+  Config run_config_;
+  Scalars last_val_;
+  bool stop_requested_ = false;
+  std::string stop_reason_;
+  int64_t last_saved_step_ = -1;
+  int64_t validated_step_ = -1;
+  std::vector<std::string> pinned_;
+  std::vector<std::pair<std::string, cstorch::Tensor>>* collecting_ = nullptr;
+  std::vector<std::string> step_output_names_;
+  std::vector<cstorch::Tensor> step_outputs_;
   int replicas_ = 1;
   bool participating_ = true;
   int num_shards_ = 1;
@@ -183,6 +237,11 @@ Config& backend_entry(Config& init);
 // Sets a phase's init map as `overrides` say: model_dir, and compile_only / validate_only as
 // backend options (a `device` becomes a `backend`). run_config does this for every phase.
 void apply_run_overrides(Config& init, const RunOverrides& overrides);
+
+// The command line recorded in run records (cszoo hands over its argv; programs that embed
+// the Trainer may too). Default: empty (the record then says null).
+void set_run_command_line(std::vector<std::string> argv);
+const std::vector<std::string>& run_command_line();
 
 // Runs every phase of a config (the root map holding `trainer`); errors name key paths.
 void run_config(const Config& root, Mode mode, const RunOverrides& overrides = {});

@@ -16,6 +16,7 @@
 #include "modelzoo/legacy.h"
 #include "modelzoo/overrides.h"
 #include "modelzoo/plot.h"
+#include "modelzoo/trainer.h"
 
 namespace modelzoo {
 
@@ -177,6 +178,10 @@ void launch_replicas_if_needed(int n) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / n)).c_str(), 1);
   }
+  // The launcher gives its processes a pseudo-terminal even when its own output goes to a
+  // pipe or file: tell them what this process's stdout is, so progress redraws only on a
+  // terminal.
+  ::setenv("CSTORCH_STDOUT_IS_TTY", ::isatty(STDOUT_FILENO) == 1 ? "1" : "0", 1);
   // Shared-memory transport without cross-process memory attach (refused in containers).
   ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
   std::error_code ec;
@@ -311,6 +316,8 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
 
 void set_command_line(int argc, char** argv) {
   command_line().assign(argv, argv + argc);
+  // The run records say how the run was started.
+  set_run_command_line(command_line());
 }
 
 void fail_command(const std::string& message) {

@@ -1,15 +1,12 @@
-// Loss / learning-rate plot: a tiny raster renderer (lines, rectangles, a 5x7 bitmap font)
-// and a PNG encoder over zlib.
+// Loss / learning-rate plot, drawn with Cairo (lines, text, PNG output).
 #include "modelzoo/plot.h"
 
-#include <zlib.h>
+#include <cairo.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <map>
+#include <memory>
 #include <utility>
 
 #include <cstorch/core/error.h>
@@ -21,116 +18,14 @@ namespace {
 struct RGB {
   uint8_t r, g, b;
 };
-constexpr RGB kBlack{0, 0, 0}, kGrid{225, 225, 225}, kLoss{31, 119, 180}, kLr{255, 127, 14},
-    kText{40, 40, 40};
-
-// 5x7 glyphs, rows top to bottom, '#' = ink.
-const std::map<char, std::array<const char*, 7>>& font() {
-  static const std::map<char, std::array<const char*, 7>> f = {
-      {'0', {".###.", "#...#", "#..##", "#.#.#", "##..#", "#...#", ".###."}},
-      {'1', {"..#..", ".##..", "..#..", "..#..", "..#..", "..#..", ".###."}},
-      {'2', {".###.", "#...#", "....#", "...#.", "..#..", ".#...", "#####"}},
-      {'3', {"#####", "...#.", "..#..", "...#.", "....#", "#...#", ".###."}},
-      {'4', {"...#.", "..##.", ".#.#.", "#..#.", "#####", "...#.", "...#."}},
-      {'5', {"#####", "#....", "####.", "....#", "....#", "#...#", ".###."}},
-      {'6', {"..##.", ".#...", "#....", "####.", "#...#", "#...#", ".###."}},
-      {'7', {"#####", "....#", "...#.", "..#..", ".#...", ".#...", ".#..."}},
-      {'8', {".###.", "#...#", "#...#", ".###.", "#...#", "#...#", ".###."}},
-      {'9', {".###.", "#...#", "#...#", ".####", "....#", "...#.", ".##.."}},
-      {'a', {".....", ".....", ".###.", "....#", ".####", "#...#", ".####"}},
-      {'b', {"#....", "#....", "#.##.", "##..#", "#...#", "#...#", "####."}},
-      {'c', {".....", ".....", ".###.", "#....", "#....", "#...#", ".###."}},
-      {'d', {"....#", "....#", ".##.#", "#..##", "#...#", "#...#", ".####"}},
-      {'e', {".....", ".....", ".###.", "#...#", "#####", "#....", ".###."}},
-      {'f', {"..##.", ".#..#", ".#...", "###..", ".#...", ".#...", ".#..."}},
-      {'g', {".....", ".....", ".####", "#...#", ".####", "....#", ".###."}},
-      {'h', {"#....", "#....", "#.##.", "##..#", "#...#", "#...#", "#...#"}},
-      {'i', {"..#..", ".....", ".##..", "..#..", "..#..", "..#..", ".###."}},
-      {'j', {"...#.", ".....", "..##.", "...#.", "...#.", "#..#.", ".##.."}},
-      {'k', {"#....", "#....", "#..#.", "#.#..", "##...", "#.#..", "#..#."}},
-      {'l', {".##..", "..#..", "..#..", "..#..", "..#..", "..#..", ".###."}},
-      {'m', {".....", ".....", "##.#.", "#.#.#", "#.#.#", "#...#", "#...#"}},
-      {'n', {".....", ".....", "#.##.", "##..#", "#...#", "#...#", "#...#"}},
-      {'o', {".....", ".....", ".###.", "#...#", "#...#", "#...#", ".###."}},
-      {'p', {".....", ".....", "####.", "#...#", "####.", "#....", "#...."}},
-      {'q', {".....", ".....", ".##.#", "#..##", ".####", "....#", "....#"}},
-      {'r', {".....", ".....", "#.##.", "##..#", "#....", "#....", "#...."}},
-      {'s', {".....", ".....", ".###.", "#....", ".###.", "....#", "####."}},
-      {'t', {".#...", ".#...", "###..", ".#...", ".#...", ".#..#", "..##."}},
-      {'u', {".....", ".....", "#...#", "#...#", "#...#", "#..##", ".##.#"}},
-      {'v', {".....", ".....", "#...#", "#...#", "#...#", ".#.#.", "..#.."}},
-      {'w', {".....", ".....", "#...#", "#...#", "#.#.#", "#.#.#", ".#.#."}},
-      {'x', {".....", ".....", "#...#", ".#.#.", "..#..", ".#.#.", "#...#"}},
-      {'y', {".....", ".....", "#...#", "#...#", ".####", "....#", ".###."}},
-      {'z', {".....", ".....", "#####", "...#.", "..#..", ".#...", "#####"}},
-      {'.', {".....", ".....", ".....", ".....", ".....", ".##..", ".##.."}},
-      {',', {".....", ".....", ".....", ".....", ".##..", "..#..", ".#..."}},
-      {'-', {".....", ".....", ".....", "#####", ".....", ".....", "....."}},
-      {'+', {".....", "..#..", "..#..", "#####", "..#..", "..#..", "....."}},
-      {':', {".....", ".##..", ".##..", ".....", ".##..", ".##..", "....."}},
-      {'/', {".....", "....#", "...#.", "..#..", ".#...", "#....", "....."}},
-      {'_', {".....", ".....", ".....", ".....", ".....", ".....", "#####"}},
-      {'(', {"...#.", "..#..", ".#...", ".#...", ".#...", "..#..", "...#."}},
-      {')', {".#...", "..#..", "...#.", "...#.", "...#.", "..#..", ".#..."}},
-      {'%', {"##...", "##..#", "...#.", "..#..", ".#...", "#..##", "...##"}},
-      {' ', {".....", ".....", ".....", ".....", ".....", ".....", "....."}},
-  };
-  return f;
+constexpr RGB kBlack{0, 0, 0}, kGrid{225, 225, 225}, kText{40, 40, 40};
+constexpr RGB rgb(const std::array<uint8_t, 3>& c) {
+  return {c[0], c[1], c[2]};
 }
-constexpr std::array<const char*, 7> kUnknownGlyph = {"#####", "#...#", "#...#", "#...#",
-                                                      "#...#", "#...#", "#####"};
 
-class Canvas {
- public:
-  explicit Canvas(Image& img) : img_(img) {}
-  void pixel(int x, int y, RGB c) { img_.set(x, y, c.r, c.g, c.b); }
-  void hline(int x0, int x1, int y, RGB c) {
-    for (int x = std::min(x0, x1); x <= std::max(x0, x1); ++x) pixel(x, y, c);
-  }
-  void vline(int x, int y0, int y1, RGB c) {
-    for (int y = std::min(y0, y1); y <= std::max(y0, y1); ++y) pixel(x, y, c);
-  }
-  // Bresenham, `thick` pixels wide (a square pen).
-  void line(int x0, int y0, int x1, int y1, RGB c, int thick = 2) {
-    int dx = std::abs(x1 - x0), sx = x0 < x1 ? 1 : -1;
-    int dy = -std::abs(y1 - y0), sy = y0 < y1 ? 1 : -1;
-    int err = dx + dy;
-    while (true) {
-      for (int a = 0; a < thick; ++a)
-        for (int b = 0; b < thick; ++b) pixel(x0 + a - thick / 2, y0 + b - thick / 2, c);
-      if (x0 == x1 && y0 == y1) break;
-      int e2 = 2 * err;
-      if (e2 >= dy) {
-        err += dy;
-        x0 += sx;
-      }
-      if (e2 <= dx) {
-        err += dx;
-        y0 += sy;
-      }
-    }
-  }
-  static int text_width(const std::string& s, int scale = 1) {
-    return static_cast<int>(s.size()) * 6 * scale;
-  }
-  // Text with its top-left corner at (x, y).
-  void text(int x, int y, const std::string& s, RGB c, int scale = 1) {
-    for (char ch : s) {
-      char k = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      auto it = font().find(k);
-      const auto& g = it == font().end() ? kUnknownGlyph : it->second;
-      for (int r = 0; r < 7; ++r)
-        for (int col = 0; col < 5; ++col)
-          if (g[static_cast<size_t>(r)][col] == '#')
-            for (int a = 0; a < scale; ++a)
-              for (int b = 0; b < scale; ++b) pixel(x + col * scale + a, y + r * scale + b, c);
-      x += 6 * scale;
-    }
-  }
-
- private:
-  Image& img_;
-};
+void set_color(cairo_t* cr, RGB c) {
+  cairo_set_source_rgb(cr, c.r / 255.0, c.g / 255.0, c.b / 255.0);
+}
 
 // About five "nice" ticks (1, 2 or 5 × 10^n apart) covering [lo, hi].
 std::vector<double> nice_ticks(double lo, double hi, double* step_out) {
@@ -166,20 +61,52 @@ Series series_of(const std::vector<MetricRecord>& records, const std::string& ke
   return s;
 }
 
+// The plot area of one panel, in pixels (x0, y0 top left; x1, y1 bottom right).
 struct Rect {
-  int x0, y0, x1, y1;  // inclusive plot area
+  double x0, y0, x1, y1;
 };
 
-void draw_panel(Canvas& cv, const Rect& r, const Series& s, double xlo, double xhi,
-                const std::string& title, RGB color, bool x_labels) {
-  cv.text(r.x0, r.y0 - 14, title, kText);
+double text_width(cairo_t* cr, const std::string& s) {
+  cairo_text_extents_t e;
+  cairo_text_extents(cr, s.c_str(), &e);
+  return e.x_advance;
+}
+
+// Text with its baseline's left end at (x, y).
+void text_at(cairo_t* cr, double x, double y, const std::string& s, RGB c) {
+  set_color(cr, c);
+  cairo_move_to(cr, x, y);
+  cairo_show_text(cr, s.c_str());
+}
+
+// A 1-pixel line on pixel centres (crisp, not smeared over two rows).
+void crisp_line(cairo_t* cr, double x0, double y0, double x1, double y1, RGB c) {
+  set_color(cr, c);
+  cairo_set_line_width(cr, 1.0);
+  cairo_move_to(cr, std::floor(x0) + 0.5, std::floor(y0) + 0.5);
+  cairo_line_to(cr, std::floor(x1) + 0.5, std::floor(y1) + 0.5);
+  cairo_stroke(cr);
+}
+
+struct Curve {
+  const Series* series;
+  RGB color;
+  std::string label;
+  bool markers;  // a dot at every point (sparse series: validation)
+};
+
+void draw_panel(cairo_t* cr, const Rect& r, const std::vector<Curve>& curves, double xlo,
+                double xhi, const std::string& title) {
+  cairo_set_font_size(cr, 13);
+  text_at(cr, r.x0, r.y0 - 8, title, kText);
   double ylo = INFINITY, yhi = -INFINITY;
-  for (auto& [x, y] : s.points)
-    if (std::isfinite(y)) {
-      ylo = std::min(ylo, y);
-      yhi = std::max(yhi, y);
-    }
-  bool any = std::isfinite(ylo);
+  for (const auto& c : curves)
+    for (auto& [x, y] : c.series->points)
+      if (std::isfinite(y)) {
+        ylo = std::min(ylo, y);
+        yhi = std::max(yhi, y);
+      }
+  const bool any = std::isfinite(ylo);
   if (!any) {
     ylo = 0;
     yhi = 1;
@@ -193,62 +120,84 @@ void draw_panel(Canvas& cv, const Rect& r, const Series& s, double xlo, double x
     ylo -= pad;
     yhi += pad;
   }
-  auto px = [&](double x) {
-    return r.x0 + static_cast<int>(std::lround((x - xlo) / (xhi - xlo) * (r.x1 - r.x0)));
-  };
-  auto py = [&](double y) {
-    return r.y1 - static_cast<int>(std::lround((y - ylo) / (yhi - ylo) * (r.y1 - r.y0)));
-  };
+  auto px = [&](double x) { return r.x0 + (x - xlo) / (xhi - xlo) * (r.x1 - r.x0); };
+  auto py = [&](double y) { return r.y1 - (y - ylo) / (yhi - ylo) * (r.y1 - r.y0); };
+  cairo_set_font_size(cr, 11);
   double ystep = 0, xstep = 0;
   for (double t : nice_ticks(ylo, yhi, &ystep)) {
-    int y = py(t);
-    cv.hline(r.x0 + 1, r.x1, y, kGrid);
-    cv.hline(r.x0 - 4, r.x0, y, kBlack);
+    const double y = py(t);
+    crisp_line(cr, r.x0 + 1, y, r.x1, y, kGrid);
+    crisp_line(cr, r.x0 - 4, y, r.x0, y, kBlack);
     std::string l = tick_label(t, ystep);
-    cv.text(r.x0 - 7 - Canvas::text_width(l), y - 3, l, kText);
+    text_at(cr, r.x0 - 7 - text_width(cr, l), y + 4, l, kText);
   }
   for (double t : nice_ticks(xlo, xhi, &xstep)) {
-    int x = px(t);
-    cv.vline(x, r.y0, r.y1 - 1, kGrid);
-    cv.vline(x, r.y1, r.y1 + 4, kBlack);
-    if (x_labels) {
-      std::string l = tick_label(t, xstep);
-      cv.text(x - Canvas::text_width(l) / 2, r.y1 + 8, l, kText);
-    }
+    const double x = px(t);
+    crisp_line(cr, x, r.y0, x, r.y1 - 1, kGrid);
+    crisp_line(cr, x, r.y1, x, r.y1 + 4, kBlack);
+    std::string l = tick_label(t, xstep);
+    text_at(cr, x - text_width(cr, l) / 2, r.y1 + 17, l, kText);
   }
   // Axes on top of the grid.
-  cv.vline(r.x0, r.y0, r.y1, kBlack);
-  cv.hline(r.x0, r.x1, r.y1, kBlack);
+  crisp_line(cr, r.x0, r.y0, r.x0, r.y1, kBlack);
+  crisp_line(cr, r.x0, r.y1, r.x1, r.y1, kBlack);
   if (!any) {
     std::string l = "no values";
-    cv.text((r.x0 + r.x1 - Canvas::text_width(l)) / 2, (r.y0 + r.y1) / 2, l, kText);
+    text_at(cr, (r.x0 + r.x1 - text_width(cr, l)) / 2, (r.y0 + r.y1) / 2, l, kText);
     return;
   }
-  const std::pair<double, double>* prev = nullptr;
-  for (const auto& p : s.points) {
-    if (!std::isfinite(p.second)) {
-      prev = nullptr;
-      continue;
+  // Curves, clipped to the plot area; a NaN value breaks the line.
+  cairo_save(cr);
+  cairo_rectangle(cr, r.x0, r.y0 - 4, r.x1 - r.x0 + 4, r.y1 - r.y0 + 4);
+  cairo_clip(cr);
+  cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
+  cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
+  for (const auto& c : curves) {
+    set_color(cr, c.color);
+    cairo_set_line_width(cr, 2.5);
+    bool open = false;
+    for (const auto& [x, y] : c.series->points) {
+      if (!std::isfinite(y)) {
+        open = false;
+        continue;
+      }
+      if (open) {
+        cairo_line_to(cr, px(x), py(y));
+      } else {
+        cairo_new_sub_path(cr);
+        cairo_move_to(cr, px(x), py(y));
+        cairo_line_to(cr, px(x), py(y));  // a lone point still shows (round cap)
+        open = true;
+      }
     }
-    if (prev)
-      cv.line(px(prev->first), py(prev->second), px(p.first), py(p.second), color);
-    else
-      cv.line(px(p.first), py(p.second), px(p.first), py(p.second), color);
-    prev = &p;
+    cairo_stroke(cr);
+    if (c.markers)
+      for (const auto& [x, y] : c.series->points)
+        if (std::isfinite(y)) {
+          cairo_new_sub_path(cr);
+          cairo_arc(cr, px(x), py(y), 4.0, 0, 2 * M_PI);
+          cairo_fill(cr);
+        }
+  }
+  cairo_restore(cr);
+  // A legend in the panel's top right corner when it holds more than one curve.
+  if (curves.size() < 2) return;
+  cairo_set_font_size(cr, 11);
+  double y = r.y0 + 14;
+  for (const auto& c : curves) {
+    if (c.series->points.empty()) continue;
+    const double w = text_width(cr, c.label);
+    const double x = r.x1 - w - 10;
+    set_color(cr, c.color);
+    cairo_rectangle(cr, x - 22, y - 7, 16, 5);
+    cairo_fill(cr);
+    text_at(cr, x, y, c.label, kText);
+    y += 16;
   }
 }
 
-void put_be32(std::string& out, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<char>((v >> s) & 0xff));
-}
-
-void put_chunk(std::string& out, const char* type, const std::string& data) {
-  put_be32(out, static_cast<uint32_t>(data.size()));
-  std::string td = std::string(type, 4) + data;
-  out += td;
-  put_be32(out, static_cast<uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(td.data()),
-                                              static_cast<uInt>(td.size()))));
-}
+using SurfacePtr = std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)>;
+using ContextPtr = std::unique_ptr<cairo_t, decltype(&cairo_destroy)>;
 
 }  // namespace
 
@@ -274,10 +223,11 @@ Image render_loss_lr_plot(const std::vector<MetricRecord>& records, const PlotOp
   CS_CHECK(o.width >= 200 && o.height >= 200, "plot: the image must be at least 200x200, got {}x{}",
            o.width, o.height);
   Series loss = series_of(records, o.loss_key), lr = series_of(records, o.lr_key);
+  Series val = series_of(records, o.val_loss_key);
   CS_CHECK(!loss.points.empty() || !lr.points.empty(),
            "plot: the metrics have no '{}' and no '{}' values to plot", o.loss_key, o.lr_key);
   double xlo = INFINITY, xhi = -INFINITY;
-  for (const Series* s : {&loss, &lr})
+  for (const Series* s : {&loss, &lr, &val})
     for (auto& p : s->points) {
       xlo = std::min(xlo, p.first);
       xhi = std::max(xhi, p.first);
@@ -286,17 +236,47 @@ Image render_loss_lr_plot(const std::vector<MetricRecord>& records, const PlotOp
     xlo -= 1;
     xhi += 1;
   }
+  SurfacePtr surface(cairo_image_surface_create(CAIRO_FORMAT_RGB24, o.width, o.height),
+                     cairo_surface_destroy);
+  CS_CHECK(cairo_surface_status(surface.get()) == CAIRO_STATUS_SUCCESS,
+           "plot: cannot create a {}x{} image: {}", o.width, o.height,
+           cairo_status_to_string(cairo_surface_status(surface.get())));
+  {
+    ContextPtr cr(cairo_create(surface.get()), cairo_destroy);
+    cairo_t* c = cr.get();
+    cairo_set_source_rgb(c, 1, 1, 1);
+    cairo_paint(c);
+    cairo_select_font_face(c, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    const double left = 80, right = 20, top = o.title.empty() ? 28 : 52, gap = 50, bottom = 44;
+    if (!o.title.empty()) {
+      cairo_set_font_size(c, 16);
+      text_at(c, (o.width - text_width(c, o.title)) / 2, 22, o.title, kText);
+    }
+    const double panel_h = std::floor((o.height - top - gap - bottom) / 2);
+    Rect top_r{left, top, o.width - right, top + panel_h};
+    Rect bot_r{left, top + panel_h + gap, o.width - right, top + 2 * panel_h + gap};
+    std::vector<Curve> top_curves{{&loss, rgb(kLossColor), "train loss", false}};
+    if (!val.points.empty())
+      top_curves.push_back({&val, rgb(kValLossColor), "validation loss", true});
+    draw_panel(c, top_r, top_curves, xlo, xhi, o.loss_key == "loss" ? "loss" : o.loss_key);
+    draw_panel(c, bot_r, {{&lr, rgb(kLrColor), "learning rate", false}}, xlo, xhi,
+               o.lr_key == "lr" ? "learning rate" : o.lr_key);
+    cairo_set_font_size(c, 12);
+    text_at(c, (bot_r.x0 + bot_r.x1 - text_width(c, "step")) / 2, bot_r.y1 + 36, "step", kText);
+    CS_CHECK(cairo_status(c) == CAIRO_STATUS_SUCCESS, "plot: drawing failed: {}",
+             cairo_status_to_string(cairo_status(c)));
+  }
+  cairo_surface_flush(surface.get());
+  // RGB24 pixels are native-endian 32-bit words 0x00RRGGBB.
   Image img(o.width, o.height);
-  Canvas cv(img);
-  const int left = 80, right = 20, top = o.title.empty() ? 24 : 44, gap = 46, bottom = 40;
-  if (!o.title.empty())
-    cv.text((o.width - Canvas::text_width(o.title, 2)) / 2, 8, o.title, kText, 2);
-  int panel_h = (o.height - top - gap - bottom) / 2;
-  Rect top_r{left, top, o.width - right, top + panel_h};
-  Rect bot_r{left, top + panel_h + gap, o.width - right, top + 2 * panel_h + gap};
-  draw_panel(cv, top_r, loss, xlo, xhi, o.loss_key, kLoss, true);
-  draw_panel(cv, bot_r, lr, xlo, xhi, o.lr_key == "lr" ? "learning rate" : o.lr_key, kLr, true);
-  cv.text((bot_r.x0 + bot_r.x1 - Canvas::text_width("step")) / 2, bot_r.y1 + 22, "step", kText);
+  const unsigned char* data = cairo_image_surface_get_data(surface.get());
+  const int stride = cairo_image_surface_get_stride(surface.get());
+  for (int y = 0; y < o.height; ++y)
+    for (int x = 0; x < o.width; ++x) {
+      uint32_t px;
+      std::memcpy(&px, data + static_cast<size_t>(y) * stride + static_cast<size_t>(x) * 4, 4);
+      img.set(x, y, (px >> 16) & 0xff, (px >> 8) & 0xff, px & 0xff);
+    }
   return img;
 }
 
@@ -304,36 +284,32 @@ void write_png(const Image& image, const std::filesystem::path& file) {
   CS_CHECK(image.width > 0 && image.height > 0 &&
                image.rgb.size() == static_cast<size_t>(image.width) * image.height * 3,
            "write_png: the image buffer does not match its size {}x{}", image.width, image.height);
-  // Scanlines, each with filter byte 0 (none).
-  size_t row = static_cast<size_t>(image.width) * 3;
-  std::string raw;
-  raw.reserve((row + 1) * static_cast<size_t>(image.height));
-  for (int y = 0; y < image.height; ++y) {
-    raw.push_back('\0');
-    raw.append(reinterpret_cast<const char*>(&image.rgb[row * static_cast<size_t>(y)]), row);
-  }
-  uLongf zlen = compressBound(static_cast<uLong>(raw.size()));
-  std::string z(zlen, '\0');
-  int rc = compress2(reinterpret_cast<Bytef*>(z.data()), &zlen,
-                     reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size()), 6);
-  CS_CHECK(rc == Z_OK, "write_png: zlib compression failed (code {}) for '{}'", rc, file.string());
-  z.resize(zlen);
-
-  std::string png("\x89PNG\r\n\x1a\n", 8);
-  std::string ihdr;
-  put_be32(ihdr, static_cast<uint32_t>(image.width));
-  put_be32(ihdr, static_cast<uint32_t>(image.height));
-  ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit, RGB, deflate, filter 0, no interlace
-  put_chunk(png, "IHDR", ihdr);
-  put_chunk(png, "IDAT", z);
-  put_chunk(png, "IEND", "");
-
+  SurfacePtr s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, image.width, image.height),
+               cairo_surface_destroy);
+  CS_CHECK(cairo_surface_status(s.get()) == CAIRO_STATUS_SUCCESS,
+           "write_png: cannot create a {}x{} image for '{}'", image.width, image.height,
+           file.string());
+  cairo_surface_flush(s.get());
+  unsigned char* data = cairo_image_surface_get_data(s.get());
+  const int stride = cairo_image_surface_get_stride(s.get());
+  for (int y = 0; y < image.height; ++y)
+    for (int x = 0; x < image.width; ++x) {
+      const uint8_t* p = image.at(x, y);
+      const uint32_t px = (uint32_t{p[0]} << 16) | (uint32_t{p[1]} << 8) | p[2];
+      std::memcpy(data + static_cast<size_t>(y) * stride + static_cast<size_t>(x) * 4, &px, 4);
+    }
+  cairo_surface_mark_dirty(s.get());
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  CS_CHECK(out.good(), "write_png: cannot create '{}'", file.string());
-  out.write(png.data(), static_cast<std::streamsize>(png.size()));
-  out.close();
-  CS_CHECK(out.good(), "write_png: writing '{}' failed", file.string());
+  // Written next to the target, then renamed over it: a failed write leaves the old plot.
+  std::filesystem::path tmp = file;
+  tmp += ".tmp";
+  const cairo_status_t st = cairo_surface_write_to_png(s.get(), tmp.c_str());
+  if (st != CAIRO_STATUS_SUCCESS) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    cstorch::fail("write_png: cannot write '{}': {}", file.string(), cairo_status_to_string(st));
+  }
+  std::filesystem::rename(tmp, file);
 }
 
 void plot_metrics_file(const std::filesystem::path& metrics_file, const std::filesystem::path& png,

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 
 #include <cstorch/core/error.h>
+
+#include "cstorch/distributed.h"
 
 #include "modelzoo/loggers.h"
 
@@ -26,6 +29,17 @@ std::string hms(double seconds) {
 
 }  // namespace
 
+bool stdout_is_terminal() {
+  // Under an MPI launcher stdout is the launcher's pseudo-terminal whatever the launcher's own
+  // output is: trust what cszoo recorded before launching (CSTORCH_STDOUT_IS_TTY), and treat
+  // an unknown launch as not a terminal, so piped logs never hold redraw frames.
+  if (cstorch::distributed::launched_by_mpi()) {
+    const char* v = std::getenv("CSTORCH_STDOUT_IS_TTY");
+    return v && std::string(v) == "1";
+  }
+  return ::isatty(STDOUT_FILENO) == 1;
+}
+
 ProgressBar::ProgressBar(Options options) : opt_(std::move(options)) {
   CS_CHECK(opt_.total_steps > 0, "ProgressBar: total_steps must be positive, got {}",
            opt_.total_steps);
@@ -34,7 +48,7 @@ ProgressBar::ProgressBar(Options options) : opt_(std::move(options)) {
   CS_CHECK(opt_.print_every >= 1, "ProgressBar: print_every must be at least 1, got {}",
            opt_.print_every);
   out_ = opt_.out ? opt_.out : &std::cout;
-  terminal_ = opt_.terminal.value_or(::isatty(STDOUT_FILENO) == 1);
+  terminal_ = opt_.terminal.value_or(stdout_is_terminal());
   if (!opt_.clock) opt_.clock = steady_seconds;
 }
 

@@ -64,27 +64,28 @@ void LoggingCallback::on_step_outputs(Trainer& t, const cstorch::Tensor& loss,
                                       const cstorch::Tensor& lr) {
   const int64_t step = t.global_step();
   const bool log = step % log_steps_ == 0;
-  if (!log && !progress_) return;
   auto loggers = loggers_;
   auto progress = progress_;
+  auto last = last_loss_;
+  // Every step's loss is read (the run summary reports the last one); logging and the
+  // progress bar use their own periods.
   auto record = cstorch::step_closure(
-      [step, log, loggers, progress](const cstorch::Tensor& l, const cstorch::Tensor& r) {
-        Scalars s{{"loss", l.item<float>()}, {"lr", r.item<float>()}};
+      [step, log, loggers, progress, last](const cstorch::Tensor& l, const cstorch::Tensor& r) {
+        const double loss = l.item<float>();
+        *last = loss;
+        if (!log && !progress) return;
+        Scalars s{{"loss", loss}, {"lr", r.item<float>()}};
         if (log) loggers->log_metrics(step, s);
         if (progress) progress->log_metrics(step, s);
       });
   record(loss, lr);
 }
 
-void LoggingCallback::on_validation_result(Trainer& t, double mean_loss) {
-  Scalars s = cstorch::metrics::compute_all(/*reset=*/true);
-  Scalars logged{{"eval/loss", mean_loss}};
-  std::string line = fmt::format("validation at step {}: loss {:.5f}", t.global_step(), mean_loss);
-  for (const auto& [k, v] : s) {
-    std::string key = k.rfind("eval/", 0) == 0 ? k : "eval/" + k;
-    logged[key] = v;
-    line += fmt::format("  {} {:.5f}", key.substr(5), v);
-  }
+void LoggingCallback::on_validation_result(Trainer& t, const Scalars& logged) {
+  std::string line =
+      fmt::format("validation at step {}: loss {:.5f}", t.global_step(), logged.at("eval/loss"));
+  for (const auto& [key, v] : logged)
+    if (key != "eval/loss") line += fmt::format("  {} {:.5f}", key.substr(5), v);
   loggers_->log_metrics(t.global_step(), logged);
   if (progress_) progress_->flush();
   if (!cstorch::distributed::is_main_process()) return;  // every replica has the same numbers
@@ -154,6 +155,13 @@ PrecisionCallback::PrecisionCallback(const ConfigView& p) {
   } catch (const cstorch::Error& e) {
     cstorch::fail("{}: {}", p.path(), e.what());
   }
+}
+
+std::string PrecisionCallback::describe() const {
+  if (!dtype_) return "f32";
+  std::string s = *dtype_ == cstorch::DType::bf16 ? "bf16 mixed" : "f16 mixed";
+  if (scaler_) s += scaler_->dynamic() ? ", dynamic loss scaling" : ", static loss scaling";
+  return s;
 }
 
 void PrecisionCallback::on_before_forward(Trainer&, const cstorch::Batch&) {

@@ -2,6 +2,7 @@
 // the step's outputs (loss and learning-rate tensors), checkpoint steps and validation results
 // from the loop.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include <memory>
@@ -22,8 +23,8 @@ class CoreCallback : public Callback {
   virtual void on_step_outputs(Trainer&, const cstorch::Tensor& loss, const cstorch::Tensor& lr) {}
   // At each checkpoint step of the training loop, after the step was queued.
   virtual void on_checkpoint_step(Trainer&) {}
-  // After a validation pass, with its mean loss.
-  virtual void on_validation_result(Trainer&, double mean_loss) {}
+  // After a validation pass, with its results (eval/loss and eval/<metric>).
+  virtual void on_validation_result(Trainer&, const Scalars& results) {}
 };
 
 // Sends the loss and learning rate every `log_steps` steps (from a step closure, so values
@@ -47,9 +48,13 @@ class LoggingCallback : public CoreCallback {
   void on_fit_end(Trainer&) override;
   void finalize(Trainer&) override;
   void on_step_outputs(Trainer&, const cstorch::Tensor& loss, const cstorch::Tensor& lr) override;
-  void on_validation_result(Trainer&, double mean_loss) override;
+  void on_validation_result(Trainer&, const Scalars& results) override;
+  // The loss of the latest step whose values were read (NaN before any); read it after
+  // cstorch::synchronize().
+  double last_loss() const { return *last_loss_; }
 
  private:
+  std::shared_ptr<double> last_loss_ = std::make_shared<double>(std::nan(""));
   void end_progress();
   int64_t log_steps_;
   std::shared_ptr<MultiLogger> loggers_;
@@ -80,6 +85,8 @@ class PrecisionCallback : public CoreCallback {
   // without a host branch when loss scaling is on).
   void optimizer_step(cstorch::nn::Module& model, cstorch::optim::Optimizer& optimizer);
   cstorch::amp::GradScaler* grad_scaler() { return scaler_.get(); }
+  // "f32", or "bf16 mixed" / "f16 mixed, dynamic loss scaling" for the run header.
+  std::string describe() const;
 
  private:
   std::optional<cstorch::DType> dtype_;

@@ -20,6 +20,10 @@ void run_phase(const ConfigView& phase, Mode mode, const RunOverrides& o) {
   apply_run_overrides(init, o);
   ConfigView iv(init, phase.child_path("init"));
   Trainer trainer(iv);
+  // The run record keeps the phase as received (command-line overrides applied).
+  Config recorded = phase.value();
+  recorded["init"] = init;
+  trainer.set_run_config(recorded);
   if (o.on_trainer) o.on_trainer(trainer);
   auto ckpt_of = [&](const ConfigView& v) -> std::optional<std::string> {
     if (o.checkpoint_path) return o.checkpoint_path;

@@ -15,6 +15,7 @@
 #include "cstorch/metrics.h"
 #include "cstorch/tensor.h"
 #include "modelzoo/trainer/core_callbacks.h"
+#include "modelzoo/trainer/trainer_impl.h"
 
 namespace modelzoo {
 
@@ -164,11 +165,6 @@ static CheckpointConfig parse_checkpoint(const ConfigView& v) {
   return c;
 }
 
-struct Trainer::Impl {
-  std::vector<std::shared_ptr<CoreCallback>> core;
-  std::string artifact_dir;  // compile_only / validate_only reports
-};
-
 Trainer::Trainer(const ConfigView& init) : Trainer(init, nullptr) {}
 
 Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backend)
@@ -241,11 +237,15 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
     }
   }
 
+  impl_->loggers = multi;
+  run_config_ = Config::object();
+  run_config_["init"] = init.value();
   // The model, built after seeding so its initial weights depend on `seed` only.
   cstorch::manual_seed(seed_);
   ConfigView mv = init.at("model");
   mv.expect_map();
   std::string model_name = mv.at("name").as_string();
+  impl_->model_name = model_name;
   Config model_args = mv.value();
   model_args.erase("name");
   ConfigView margs(model_args, mv.path());
@@ -302,9 +302,10 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
       init.has("precision") ? init.at("precision")
                             : ConfigView(Config(), init.child_path("precision")));
   impl_->core.push_back(precision_);
-  impl_->core.push_back(std::make_shared<LoggingCallback>(
+  impl_->logging = std::make_shared<LoggingCallback>(
       logging_.log_steps, multi, progress_every, metrics_file,
-      plot ? (fs::path(model_dir_) / "loss_lr.png").string() : std::string()));
+      plot ? (fs::path(model_dir_) / "loss_lr.png").string() : std::string());
+  impl_->core.push_back(impl_->logging);
   impl_->core.push_back(std::make_shared<CheckpointCallback>());
   for (auto& c : impl_->core) callbacks_.push_back(c);
   if (init.has("callbacks")) {
@@ -337,6 +338,52 @@ Trainer::~Trainer() {
     } catch (...) {
     }
   }
+}
+
+void Trainer::add_step_output(const std::string& name, const Tensor& value) {
+  CS_CHECK(collecting_ != nullptr,
+           "Trainer.add_step_output('{}'): call it from a hook inside the traced training step "
+           "(on_before_forward ... on_after_scheduler_step)",
+           name);
+  for (const auto& [n, t] : *collecting_)
+    CS_CHECK(n != name, "Trainer.add_step_output: '{}' was added twice in one step", name);
+  collecting_->emplace_back(name, value);
+}
+
+bool Trainer::has_step_output(const std::string& name) const {
+  return std::find(step_output_names_.begin(), step_output_names_.end(), name) !=
+         step_output_names_.end();
+}
+
+const Tensor& Trainer::step_output(const std::string& name) const {
+  auto it = std::find(step_output_names_.begin(), step_output_names_.end(), name);
+  CS_CHECK(it != step_output_names_.end() && step_outputs_.size() == step_output_names_.size(),
+           "Trainer.step_output: no step output '{}' (the step has: {})", name,
+           step_output_names_.empty() ? std::string("none")
+                                      : fmt::format("{}", fmt::join(step_output_names_, ", ")));
+  return step_outputs_[static_cast<size_t>(it - step_output_names_.begin())];
+}
+
+void Trainer::log_metrics(int64_t step, const Scalars& metrics) {
+  impl_->loggers->log_metrics(step, metrics);
+}
+
+double Trainer::last_train_loss() const {
+  return impl_->logging->last_loss();
+}
+
+void Trainer::request_stop(const std::string& reason) {
+  if (stop_requested_) return;
+  stop_requested_ = true;
+  stop_reason_ = reason;
+}
+
+void Trainer::pin_checkpoint(const std::string& path, bool pinned) {
+  // By file name: the same file may be named through differently spelled model_dir paths.
+  const std::string name = fs::path(path).filename().string();
+  auto it = std::find(pinned_.begin(), pinned_.end(), name);
+  if (pinned && it == pinned_.end()) pinned_.push_back(name);
+  if (!pinned && it != pinned_.end()) pinned_.erase(it);
 }
 
 void Trainer::add_callback(CallbackPtr cb) {
@@ -466,12 +513,23 @@ void remove_stale_temp_checkpoints(const std::string& model_dir) {
 }  // namespace
 
 std::string Trainer::write_checkpoint(int64_t step, State state) {
+  // On every replica, so that decisions made from it (an early stop's checkpoint, the best
+  // checkpoints) agree and the collective state gathering stays in step.
+  last_saved_step_ = step;
   if (!cstorch::distributed::is_main_process()) return std::string();  // rank 0 writes
   fs::create_directories(model_dir_);
   std::string path = (fs::path(model_dir_) / fmt::format("checkpoint_{}.mdl", step)).string();
   cstorch::save(state, path);
+  fmt::print("saved checkpoint {}\n", path);
+  std::fflush(stdout);
+  if (record_) record_->checkpoints.push_back(path);
   if (ckpt_.keep_last > 0) {
+    // Pinned checkpoints (the best ones) neither count nor go.
     auto all = checkpoints();
+    std::erase_if(all, [&](const auto& c) {
+      return std::find(pinned_.begin(), pinned_.end(), fs::path(c.second).filename().string()) !=
+             pinned_.end();
+    });
     for (size_t i = 0; i + static_cast<size_t>(ckpt_.keep_last) < all.size(); ++i) {
       std::error_code ec;
       fs::remove(all[i].second, ec);
@@ -726,6 +784,9 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
   CS_CHECK(train != nullptr, "Trainer.fit: a training dataloader is required");
   CS_CHECK(optimizer_ != nullptr, "Trainer.fit: trainer.init.optimizer is required for training");
   if (!participating_) return;  // a process beyond this trainer's replicas
+  stop_requested_ = false;
+  stop_reason_.clear();
+  begin_run("fit", ckpt_path.value_or(""));
   each([&](Callback& c) { c.on_fit_start(*this); });
   try {
     remove_stale_temp_checkpoints(model_dir_);
@@ -747,6 +808,7 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       cstorch::distributed::broadcast_(tensors, 0);
     }
     write_run_metadata();
+    if (record_) record_->start_step = global_step_;  // after a resume: the checkpoint's step
     const int64_t accum = loop_.grad_accum_steps;
     const int64_t loader_len = train->size();
     data::StepArgs args;
@@ -762,18 +824,27 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         fmt::print("training is complete: step {} of max_steps {}\n", global_step_,
                    *loop_.max_steps);
       each([&](Callback& c) { c.on_fit_end(*this); });
+      end_run("completed");
       return;
     }
     const int64_t total = with_path("trainer.init.loop", [&] {
       return data::compute_num_steps(args, loader_len > 0 ? loader_len / accum : -1);
     });
     run_steps_ = total;
+    print_header("fit", train.get(), val.get(), total);
     model_->train();
     each([&](Callback& c) { c.on_train_start(*this); });
     try {
       // The traced step: forward, backward, optimizer update. With gradient accumulation the
       // micro-batches before the last only accumulate gradients (scaled by 1/accum).
       auto body = [this, accum](const Batch& b, bool update) {
+        // Values callbacks add with add_step_output (names fixed while the step is traced).
+        std::vector<std::pair<std::string, Tensor>> extra;
+        collecting_ = &extra;
+        struct Reset {
+          std::vector<std::pair<std::string, Tensor>>*& p;
+          ~Reset() { p = nullptr; }
+        } reset{collecting_};
         // The rate this step uses (a new node: the scheduler rebinds the lr tensor below).
         Tensor lr_used = optimizer_->param_groups()[0].lr * 1.0;
         each([&](Callback& c) { c.on_before_forward(*this, b); });
@@ -803,7 +874,13 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
           if (num_shards_ > 1)
             for (auto& p : model_->parameters()) p.set_grad(Tensor());
         }
-        return std::vector<Tensor>{reported, lr_used};
+        std::vector<Tensor> outs{reported, lr_used};
+        if (update) step_output_names_.clear();
+        for (auto& [name, t] : extra) {
+          if (update) step_output_names_.push_back(name);
+          outs.push_back(t);
+        }
+        return outs;
       };
       auto step_fn = cstorch::trace([&](const Batch& b) { return body(b, true); }, "train_step");
       auto accum_fn =
@@ -835,6 +912,7 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         }
         if (!last_micro) continue;
         ++global_step_;
+        step_outputs_.assign(out.begin() + 2, out.end());
         for (auto& core : impl_->core) core->on_step_outputs(*this, out[0], out[1]);
         each([&](Callback& c) { c.on_train_batch_end(*this, out[0], global_step_); });
         const bool last = step_in_run + 1 == total;
@@ -844,6 +922,17 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
             step_in_run + 1 < total) {
           validate(val);
           model_->train();
+        }
+        if (stop_requested_ && !last) {
+          // A callback asked to stop (early stopping): end here as a finished run would, with
+          // a checkpoint of this step.
+          if (ckpt_.save_at_end && last_saved_step_ != global_step_)
+            for (auto& core : impl_->core) core->on_checkpoint_step(*this);
+          if (cstorch::distributed::is_main_process()) {
+            fmt::print("stopping early at step {}: {}\n", global_step_, stop_reason_);
+            std::fflush(stdout);
+          }
+          break;
         }
       }
       if (epoch >= 0) each([&](Callback& c) { c.on_train_epoch_end(*this, epoch); });
@@ -855,20 +944,32 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       throw;
     }
     each([&](Callback& c) { c.on_train_end(*this); });
-    // A given validation loader runs at the end (whether or not eval_frequency is set); in a
-    // compile_only / validate_only run this prepares the validation step without running it.
-    if (val) validate(val);
+    // A given validation loader runs at the end, whether or not eval_frequency is set (unless
+    // an early stop followed a validation of this very step); in a compile_only /
+    // validate_only run this prepares the validation step without running it.
+    if (val && !(stop_requested_ && validated_step_ == global_step_)) validate(val);
   } catch (const std::exception& e) {
     each([&](Callback& c) { c.on_fit_exception(*this, e); });
+    end_run("failed");
     throw;
   }
   each([&](Callback& c) { c.on_fit_end(*this); });
+  end_run(stop_requested_ ? "stopped early" : "completed");
 }
 
 double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path) {
   CS_CHECK(val != nullptr, "Trainer.validate: a validation dataloader is required");
   if (!participating_) return 0;
-  if (ckpt_path) load_checkpoint(*ckpt_path);
+  // A validation inside fit() belongs to the fit's run record; a direct call makes its own.
+  const bool own_record = !record_;
+  if (own_record) begin_run("validate", ckpt_path.value_or(""));
+  try {
+    if (ckpt_path) load_checkpoint(*ckpt_path);
+  } catch (const std::exception&) {
+    if (own_record) end_run("failed");
+    throw;
+  }
+  if (own_record) print_header("validate", nullptr, val.get(), 0);
   const bool was_training = model_->is_training();
   model_->eval();
   each([&](Callback& c) { c.on_validate_start(*this); });
@@ -927,15 +1028,22 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
     cstorch::synchronize();
     combine_validation(*sum, steps);
     mean = *sum / static_cast<double>(steps);
+    // The results every callback can read: the mean loss and each metric the model updated.
+    last_val_ = {{"eval/loss", mean}};
+    for (const auto& [k, v] : cstorch::metrics::compute_all(/*reset=*/true))
+      last_val_[k.rfind("eval/", 0) == 0 ? k : "eval/" + k] = v;
+    validated_step_ = global_step_;
     each([&](Callback& c) { c.on_validate_epoch_end(*this, 0); });
-    for (auto& core : impl_->core) core->on_validation_result(*this, mean);
+    for (auto& core : impl_->core) core->on_validation_result(*this, last_val_);
   } catch (const std::exception& e) {
     each([&](Callback& c) { c.on_validate_exception(*this, e); });
     model_->train(was_training);
+    if (own_record) end_run("failed");
     throw;
   }
   each([&](Callback& c) { c.on_validate_end(*this); });
   model_->train(was_training);
+  if (own_record) end_run("completed");
   return mean;
 }
 

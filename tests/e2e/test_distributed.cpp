@@ -167,6 +167,15 @@ TEST(DistributedE2E, ShardedOptimizerStateMatchesUnsharded) {
             &st);
   ASSERT_EQ(st, 0) << out;
   EXPECT_NE(out.find("launching 2 replicas"), std::string::npos) << out;
+  // Piped output: the launcher gives the replicas a pseudo-terminal, but progress is plain
+  // lines (no "\r" redraw frames), and only rank 0 prints the run's header and summary.
+  EXPECT_EQ(out.find('\r'), std::string::npos) << out;
+  EXPECT_NE(out.find("train 20/20"), std::string::npos) << out;
+  size_t summaries = 0;
+  for (size_t p = out.find("== fit completed"); p != std::string::npos;
+       p = out.find("== fit completed", p + 1))
+    ++summaries;
+  EXPECT_EQ(summaries, 1u) << out;
   out = run(kCszoo + " checkpoint diff " + ckpt("unsharded", 20).string() + " " +
                 ckpt("sharded", 20).string(),
             &st);

@@ -184,7 +184,8 @@ TEST(TrainerConfig, ErrorsNameTheKeyPath) {
   EXPECT_EQ(err("", "loop", "{num_steps: 3, num_epochs: 1}"),
             "trainer.init.loop: num_epochs and num_steps are mutually exclusive");
   EXPECT_EQ(err("", "callbacks", "[{NoSuchCallback: {}}]"),
-            "trainer.init.callbacks[0]: unknown callback 'NoSuchCallback' (registered: )");
+            "trainer.init.callbacks[0]: unknown callback 'NoSuchCallback' (registered: "
+            "EarlyStopping, GradNormLogger, KeepBestCheckpoints, LRMonitor)");
   EXPECT_EQ(err("", "checkpoint", "{steps: true}"),
             "trainer.init.checkpoint.steps: expected an integer, got true");
 }

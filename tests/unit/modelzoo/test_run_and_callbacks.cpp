@@ -1,0 +1,489 @@
+// The Trainer's run record and console lines, the built-in callbacks (EarlyStopping,
+// KeepBestCheckpoints, LRMonitor, GradNormLogger) and the loss/LR plot's validation curve.
+#include <cairo.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "cstorch/cstorch.h"
+#include "cstorch/version.h"
+#include "modelzoo/builtin_callbacks.h"
+#include "modelzoo/loggers.h"
+#include "modelzoo/overrides.h"
+#include "modelzoo/plot.h"
+#include "modelzoo/trainer.h"
+#include "unit/test_util.h"
+
+namespace cs = cstorch;
+namespace fs = std::filesystem;
+using modelzoo::Config;
+using modelzoo::ConfigView;
+
+namespace {
+
+// Deterministic separable data: x [batch, 64], y = argmax of 10 fixed features of x.
+class SmallLoader : public cs::utils::data::Loader {
+ public:
+  explicit SmallLoader(int64_t batches) : batches_(batches) {}
+  std::optional<cs::Batch> next() override {
+    if (pos_ >= batches_) return std::nullopt;
+    const int64_t n = 8, d = 784;
+    auto x = cs::testing::rvals(n * d, -0.5, 0.5, static_cast<uint32_t>(pos_ + 7));
+    std::vector<int64_t> y(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      float best = -1e9f;
+      for (int64_t c = 0; c < 10; ++c)
+        if (x[static_cast<size_t>(i * d + c * 5)] > best)
+          best = x[static_cast<size_t>(i * d + c * 5)], y[static_cast<size_t>(i)] = c;
+    }
+    ++pos_;
+    return cs::Batch{{"x", cs::from_vector(x, {n, d})}, {"y", cs::from_vector(y, {n})}};
+  }
+  void reset() override { pos_ = 0; }
+  int64_t size() const override { return batches_; }
+
+ private:
+  int64_t batches_, pos_ = 0;
+};
+
+modelzoo::DataLoaderPtr small(int64_t batches) {
+  return std::make_shared<cs::utils::data::DataLoader>(
+      [batches](const Config&, const cs::utils::data::WorkerInfo&) {
+        return std::make_shared<SmallLoader>(batches);
+      },
+      Config{{"batch_size", 8}});
+}
+
+std::string test_name() {
+  return ::testing::UnitTest::GetInstance()->current_test_info()->name();
+}
+
+// A small fc_mnist run logging to model_dir/metrics.jsonl, no progress bar.
+Config init_config(const fs::path& dir, const std::string& extra = "") {
+  return cs::parse_config("device: CPU\nmodel_dir: " + dir.string() +
+                          "\n"
+                          "seed: 5\n"
+                          "model: {name: fc_mnist, depth: 1, hidden_size: 16}\n"
+                          "optimizer: {SGD: {lr: 0.1}}\n"
+                          "loop: {max_steps: 20}\n"
+                          "checkpoint: {steps: 0}\n"
+                          "logging: {log_steps: 1, progress: false, plot: false}\n"
+                          "loggers: [JSONLines]\n" +
+                          extra);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const cs::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::vector<int64_t> checkpoint_steps(modelzoo::Trainer& t) {
+  std::vector<int64_t> r;
+  for (auto& [s, p] : t.checkpoints()) r.push_back(s);
+  return r;
+}
+
+// Values of `name` in the metrics file, by step.
+std::map<int64_t, double> series(const fs::path& dir, const std::string& name) {
+  std::map<int64_t, double> r;
+  for (const auto& m : modelzoo::read_metrics_file(dir / "metrics.jsonl"))
+    if (m.name == name) r[m.step] = m.value;
+  return r;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Run record and console
+
+TEST(RunRecord, YamlReadsBackEqual) {
+  Config c = cs::parse_config(
+      R"({"a": {"b": [1, 2.5, 1e-05, "1.0", "yes", "null", "", "x: y", "line\nbreak"],
+            "empty_map": {}, "empty_list": [], "t": true, "n": null,
+            "list of maps": [{"k": 1, "j": [3]}, {"z": {"w": -0.1}}], "3": 0.1}})");
+  const std::string y = modelzoo::to_yaml(c);
+  EXPECT_EQ(cs::parse_config(y), c) << y;
+  EXPECT_NE(y.find("list of maps"), std::string::npos);
+}
+
+TEST(RunRecord, OnePerRunAResumeAppends) {
+  auto dir = cs::testing::temp_dir("runrec", test_name());
+  modelzoo::set_run_command_line({"cszoo", "fit", "params.yaml", "--model_dir", dir.string()});
+  Config c = init_config(dir);
+  c["loop"]["max_steps"] = 6;
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(small(4));
+  }
+  const fs::path r1 = dir / "run_records" / "run_0001.yaml";
+  ASSERT_TRUE(fs::exists(r1));
+  const std::string first = cs::testing::read_file(r1);
+  Config rec = cs::load_config_file(r1.string());
+  EXPECT_EQ(rec["run"], 1);
+  EXPECT_EQ(rec["mode"], "fit");
+  EXPECT_EQ(rec["status"], "completed");
+  EXPECT_EQ(rec["seed"], 5);
+  EXPECT_EQ(rec["cstorch_version"], cs::version());
+  EXPECT_EQ(rec["git_commit"], cs::git_commit());
+  EXPECT_EQ(rec["command_line"],
+            Config({"cszoo", "fit", "params.yaml", "--model_dir", dir.string()}));
+  EXPECT_FALSE(rec["host"].get<std::string>().empty());
+  EXPECT_TRUE(rec["start_time"].is_string());
+  EXPECT_TRUE(rec["end_time"].is_string());
+  EXPECT_EQ(rec["config"]["init"], c);  // the init map exactly as the Trainer received it
+  EXPECT_EQ(rec["start_step"], 0);
+  EXPECT_EQ(rec["end_step"], 6);
+  EXPECT_TRUE(rec["final_train_loss"].is_number());
+  EXPECT_EQ(rec["checkpoints_saved"], Config({(dir / "checkpoint_6.mdl").string()}));
+
+  // Resumed with more steps: a second record; the first is untouched.
+  c["loop"]["max_steps"] = 9;
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.set_run_config({{"init", c}, {"fit", {{"note", "phase as received"}}}});
+    t.fit(small(4));
+  }
+  EXPECT_EQ(cs::testing::read_file(r1), first);
+  Config rec2 = cs::load_config_file((dir / "run_records" / "run_0002.yaml").string());
+  EXPECT_EQ(rec2["run"], 2);
+  EXPECT_EQ(rec2["start_step"], 6);
+  EXPECT_EQ(rec2["end_step"], 9);
+  EXPECT_EQ(rec2["config"]["fit"]["note"], "phase as received");
+  modelzoo::set_run_command_line({});
+  fs::remove_all(dir);
+}
+
+TEST(RunRecord, ConsoleHeaderSummaryAndCheckpointLines) {
+  auto dir = cs::testing::temp_dir("runrec", test_name());
+  Config c = init_config(dir);
+  c["loop"] = {{"max_steps", 4}, {"eval_frequency", 2}, {"eval_steps", 2}};
+  c["checkpoint"] = {{"steps", 2}};
+  ::testing::internal::CaptureStdout();
+  int64_t params = 0;
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    for (auto& p : t.model().parameters()) params += p.numel();
+    t.fit(small(3), small(2));
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find(fmt::format("== fit: model fc_mnist, {} parameters", params)),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("train data: 3 steps/epoch, batch 8, 24 samples/epoch"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("validation data: 2 steps/epoch"), std::string::npos) << out;
+  EXPECT_NE(out.find("steps: 4 (global step 0 -> 4)"), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("device CPU, precision f32, threads {}, replicas 1",
+                                 cs::get_num_threads())),
+            std::string::npos)
+      << out;
+  for (int s : {2, 4})
+    EXPECT_NE(out.find(fmt::format("saved checkpoint {}",
+                                   (dir / fmt::format("checkpoint_{}.mdl", s)).string())),
+              std::string::npos)
+        << out;
+  EXPECT_NE(out.find("== fit completed: 4 steps in"), std::string::npos) << out;
+  EXPECT_NE(out.find("final train loss"), std::string::npos) << out;
+  EXPECT_NE(out.find("last validation (step 4): eval/accuracy"), std::string::npos) << out;
+  EXPECT_NE(out.find("checkpoints in " + dir.string() + ": 2 (latest "), std::string::npos) << out;
+  EXPECT_NE(out.find("run record " + (dir / "run_records" / "run_0001.yaml").string()),
+            std::string::npos)
+      << out;
+  fs::remove_all(dir);
+}
+
+TEST(RunRecord, ValidateHasItsOwnRecord) {
+  auto dir = cs::testing::temp_dir("runrec", test_name());
+  Config c = init_config(dir);
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  ::testing::internal::CaptureStdout();
+  const double loss = t.validate(small(2));
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("== validate: model fc_mnist"), std::string::npos) << out;
+  EXPECT_NE(out.find("== validate completed"), std::string::npos) << out;
+  Config rec = cs::load_config_file((dir / "run_records" / "run_0001.yaml").string());
+  EXPECT_EQ(rec["mode"], "validate");
+  EXPECT_NEAR(rec["last_validation"]["eval/loss"].get<double>(), loss, 1e-12);
+  EXPECT_FALSE(rec.contains("final_train_loss"));
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Built-in callbacks
+
+TEST(BuiltinCallbacks, EarlyStoppingStopsWithACheckpoint) {
+  auto dir = cs::testing::temp_dir("cb", test_name());
+  // Training lowers the validation loss, so in mode max it never improves after the first
+  // validation: patience 2 stops after the validations of steps 2 (best), 4 and 6.
+  Config c = init_config(dir, "callbacks: [{EarlyStopping: {mode: max, patience: 2}}]\n");
+  c["loop"] = {{"max_steps", 20}, {"eval_frequency", 2}, {"eval_steps", 2}};
+  ::testing::internal::CaptureStdout();
+  std::string out;
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(small(4), small(2));
+    out = ::testing::internal::GetCapturedStdout();
+    EXPECT_EQ(t.global_step(), 6);
+    EXPECT_TRUE(t.stop_requested());
+    EXPECT_EQ(checkpoint_steps(t), std::vector<int64_t>({6}));
+  }
+  EXPECT_NE(out.find("stopping early at step 6: EarlyStopping: eval/loss did not improve"),
+            std::string::npos)
+      << out;
+  // No second validation of step 6 at the end; the record says why the run ended.
+  EXPECT_EQ(series(dir, "eval/loss").size(), 3u);
+  Config rec = cs::load_config_file((dir / "run_records" / "run_0001.yaml").string());
+  EXPECT_EQ(rec["status"], "stopped early");
+  EXPECT_NE(rec["stop_reason"].get<std::string>().find("EarlyStopping"), std::string::npos);
+
+  // In mode min with a min_delta no improvement can meet, the same stop; with a reachable one
+  // (0) the loss keeps improving and the run goes on to max_steps.
+  auto dir2 = cs::testing::temp_dir("cb", test_name() + "2");
+  Config c2 = init_config(dir2, "callbacks: [{EarlyStopping: {min_delta: 100, patience: 2}}]\n");
+  c2["loop"] = c["loop"];
+  {
+    modelzoo::Trainer t2(ConfigView(c2, "trainer.init"));
+    t2.fit(small(4), small(2));
+    EXPECT_EQ(t2.global_step(), 6);
+  }
+  auto dir3 = cs::testing::temp_dir("cb", test_name() + "3");
+  Config c3 = init_config(dir3, "callbacks: [{EarlyStopping: {patience: 2}}]\n");
+  c3["loop"] = c["loop"];
+  {
+    modelzoo::Trainer t3(ConfigView(c3, "trainer.init"));
+    t3.fit(small(4), small(2));
+    EXPECT_EQ(t3.global_step(), 20);
+    EXPECT_FALSE(t3.stop_requested());
+  }
+  for (auto& d : {dir, dir2, dir3}) fs::remove_all(d);
+}
+
+TEST(BuiltinCallbacks, KeepBestCheckpointsKeepsTheBestK) {
+  // Validation loss falls as training goes on (checked below), so in mode min the latest
+  // validations are the best; in mode max the earliest.
+  auto dir = cs::testing::temp_dir("cb", test_name());
+  Config c = init_config(dir, "callbacks: [{KeepBestCheckpoints: {k: 2}}]\n");
+  c["loop"] = {{"max_steps", 10}, {"eval_frequency", 2}, {"eval_steps", 2}};
+  std::vector<int64_t> kept;
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(small(4), small(2));
+    kept = checkpoint_steps(t);
+  }
+  auto val = series(dir, "eval/loss");
+  ASSERT_EQ(val.size(), 5u);
+  for (auto it = std::next(val.begin()); it != val.end(); ++it)
+    ASSERT_LT(it->second, std::prev(it)->second) << "step " << it->first;
+  // Steps 2, 4, 6 were saved by the callback and dropped (deleted); 10 is the run's own.
+  EXPECT_EQ(kept, std::vector<int64_t>({8, 10}));
+  Config index = cs::load_config_file((dir / "best_checkpoints.json").string());
+  EXPECT_EQ(index["monitor"], "eval/loss");
+  ASSERT_EQ(index["best"].size(), 2u);
+  EXPECT_EQ(index["best"][0]["step"], 10);
+  EXPECT_EQ(index["best"][1]["step"], 8);
+  EXPECT_DOUBLE_EQ(index["best"][0]["value"].get<double>(), val[10]);
+
+  // Mode max with keep_last 1: the best two (steps 2 and 4) are pinned, keep_last keeps the
+  // newest of the others.
+  auto dir2 = cs::testing::temp_dir("cb", test_name() + "2");
+  Config c2 = init_config(dir2, "callbacks: [{KeepBestCheckpoints: {mode: max, k: 2}}]\n");
+  c2["loop"] = c["loop"];
+  c2["checkpoint"] = {{"steps", 3}, {"keep_last", 1}};
+  modelzoo::Trainer t2(ConfigView(c2, "trainer.init"));
+  t2.fit(small(4), small(2));
+  EXPECT_EQ(checkpoint_steps(t2), std::vector<int64_t>({2, 4, 10}));
+  for (auto& d : {dir, dir2}) fs::remove_all(d);
+}
+
+TEST(BuiltinCallbacks, LRMonitorLogsTheRateEachStepUsed) {
+  auto dir = cs::testing::temp_dir("cb", test_name());
+  Config c = init_config(dir, "callbacks: [{LRMonitor: {every_n_steps: 3}}]\n");
+  c["loop"] = {{"max_steps", 10}};
+  c["schedulers"] = cs::parse_config(
+      "[{LinearLR: {initial_learning_rate: 0.1, "
+      "end_learning_rate: 0.01, total_iters: 9}}]");
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(small(4));
+  }
+  auto lr = series(dir, "lr/group_0");
+  auto core = series(dir, "lr");  // the Trainer's own log of group 0's rate, every step
+  ASSERT_EQ(lr.size(), 3u);
+  for (int64_t s : {3, 6, 9}) {
+    ASSERT_TRUE(lr.count(s)) << "step " << s;
+    const double want = 0.1 + (0.01 - 0.1) * static_cast<double>(s - 1) / 9;
+    EXPECT_NEAR(lr[s], want, 1e-6 * want) << "step " << s;
+    EXPECT_EQ(lr[s], core[s]) << "step " << s;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(BuiltinCallbacks, GradNormIsTheNormOfTheSgdUpdate) {
+  // Plain SGD moves the parameters by -lr * grad: the update's norm / lr is the gradient's
+  // norm at that step, computed independently of the callback. Tolerance 1e-4 relative: the
+  // update is recovered as a difference of f32 parameters (about 1e-7 relative error on
+  // parameters ~30x larger than a step's change).
+  auto dir = cs::testing::temp_dir("cb", test_name());
+  Config c = init_config(dir, "callbacks: [{GradNormLogger: {every_n_steps: 1}}]\n");
+  c["loop"] = {{"max_steps", 1}};
+  c["checkpoint"] = {{"save_at_end", false}};
+  std::vector<std::vector<float>> before;
+  double update_sq = 0;
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    for (auto& p : t.model().parameters()) before.push_back(p.to_vector<float>());
+    t.fit(small(4));
+    auto params = t.model().parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto after = params[i].to_vector<float>();
+      for (size_t j = 0; j < after.size(); ++j) {
+        const double d = static_cast<double>(after[j]) - before[i][j];
+        update_sq += d * d;
+      }
+    }
+  }
+  const double want = std::sqrt(update_sq) / 0.1;
+  auto gn = series(dir, "grad_norm");
+  ASSERT_EQ(gn.size(), 1u);
+  EXPECT_GT(want, 0.01);
+  EXPECT_NEAR(gn[1], want, 1e-4 * want);
+
+  // Every N steps, including with gradient accumulation (one norm per optimizer step).
+  auto dir2 = cs::testing::temp_dir("cb", test_name() + "2");
+  Config c2 = init_config(dir2, "callbacks: [{GradNormLogger: {every_n_steps: 2}}]\n");
+  c2["loop"] = {{"max_steps", 6}, {"grad_accum_steps", 2}};
+  {
+    modelzoo::Trainer t(ConfigView(c2, "trainer.init"));
+    t.fit(small(4));
+  }
+  auto gn2 = series(dir2, "grad_norm");
+  EXPECT_EQ(gn2.size(), 3u);
+  for (auto& [s, v] : gn2) {
+    EXPECT_EQ(s % 2, 0);
+    EXPECT_TRUE(std::isfinite(v) && v > 0) << v;
+  }
+  for (auto& d : {dir, dir2}) fs::remove_all(d);
+}
+
+TEST(BuiltinCallbacks, ParameterErrorsNameTheKeyPath) {
+  auto dir = cs::testing::temp_dir("cb", test_name());
+  auto err = [&](const std::string& cb) {
+    Config c = init_config(dir, "callbacks: [" + cb + "]\n");
+    return error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); });
+  };
+  EXPECT_EQ(err("{EarlyStopping: {patiense: 3}}"),
+            "trainer.init.callbacks[0].EarlyStopping.patiense: unknown key (valid keys: monitor, "
+            "mode, patience, min_delta)");
+  EXPECT_EQ(err("{EarlyStopping: {mode: up}}"),
+            "trainer.init.callbacks[0].EarlyStopping.mode: must be min or max, got 'up'");
+  EXPECT_EQ(err("{EarlyStopping: {patience: 0}}"),
+            "trainer.init.callbacks[0].EarlyStopping.patience: must be at least 1, got 0");
+  EXPECT_EQ(err("{EarlyStopping: {min_delta: -1}}"),
+            "trainer.init.callbacks[0].EarlyStopping.min_delta: must be 0 or more, got -1");
+  EXPECT_EQ(err("{KeepBestCheckpoints: {top_k: 3}}"),
+            "trainer.init.callbacks[0].KeepBestCheckpoints.top_k: unknown key (valid keys: "
+            "monitor, mode, k)");
+  EXPECT_EQ(err("{KeepBestCheckpoints: {k: 0}}"),
+            "trainer.init.callbacks[0].KeepBestCheckpoints.k: must be at least 1, got 0");
+  EXPECT_EQ(err("{LRMonitor: {every: 3}}"),
+            "trainer.init.callbacks[0].LRMonitor.every: unknown key (valid keys: every_n_steps)");
+  EXPECT_EQ(err("LRMonitor, {GradNormLogger: {every_n_steps: 0}}"),
+            "trainer.init.callbacks[1].GradNormLogger.every_n_steps: must be at least 1, got 0");
+  EXPECT_EQ(err("{GradNormLogger: {every_n_steps: two}}"),
+            "trainer.init.callbacks[0].GradNormLogger.every_n_steps: expected an integer, got "
+            "\"two\"");
+
+  // A monitor the validation does not produce: the error lists what it has.
+  Config c = init_config(dir, "callbacks: [{EarlyStopping: {monitor: eval/f1}}]\n");
+  c["loop"] = {{"max_steps", 2}, {"eval_frequency", 2}, {"eval_steps", 1}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  EXPECT_EQ(error_of([&] { t.fit(small(2), small(1)); }),
+            "EarlyStopping: monitor 'eval/f1' is not among the validation results (they are: "
+            "eval/accuracy, eval/loss)");
+  fs::remove_all(dir);
+}
+
+TEST(BuiltinCallbacks, StepOutputErrors) {
+  auto dir = cs::testing::temp_dir("cb", test_name());
+  Config c = init_config(dir);
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  EXPECT_NE(error_of([&] {
+              t.add_step_output("x", cs::from_vector(std::vector<float>{1}, {1}));
+            }).find("call it from a hook inside the traced training step"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { t.step_output("grad_norm"); }),
+            "Trainer.step_output: no step output 'grad_norm' (the step has: none)");
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plot: validation curve when validation ran
+
+namespace {
+
+struct Decoded {
+  int width = 0, height = 0;
+  int64_t val_pixels = 0, loss_pixels = 0;
+};
+
+// Decodes the PNG with Cairo and counts pixels of the validation and training loss colours.
+Decoded decode(const fs::path& png) {
+  Decoded d;
+  cairo_surface_t* s = cairo_image_surface_create_from_png(png.c_str());
+  EXPECT_EQ(cairo_surface_status(s), CAIRO_STATUS_SUCCESS) << png;
+  if (cairo_surface_status(s) != CAIRO_STATUS_SUCCESS) {
+    cairo_surface_destroy(s);
+    return d;
+  }
+  d.width = cairo_image_surface_get_width(s);
+  d.height = cairo_image_surface_get_height(s);
+  const unsigned char* data = cairo_image_surface_get_data(s);
+  const int stride = cairo_image_surface_get_stride(s);
+  auto is = [](uint32_t px, const std::array<uint8_t, 3>& c) {
+    return ((px >> 16) & 0xff) == c[0] && ((px >> 8) & 0xff) == c[1] && (px & 0xff) == c[2];
+  };
+  for (int y = 0; y < d.height; ++y)
+    for (int x = 0; x < d.width; ++x) {
+      uint32_t px;
+      std::memcpy(&px, data + static_cast<size_t>(y) * stride + static_cast<size_t>(x) * 4, 4);
+      d.val_pixels += is(px, modelzoo::kValLossColor);
+      d.loss_pixels += is(px, modelzoo::kLossColor);
+    }
+  cairo_surface_destroy(s);
+  return d;
+}
+
+}  // namespace
+
+TEST(Plot, ValidationCurveOnlyWhenValidationRan) {
+  for (bool with_val : {true, false}) {
+    auto dir = cs::testing::temp_dir("plotval", test_name() + (with_val ? "_val" : ""));
+    Config c = init_config(dir);
+    c["logging"]["plot"] = true;
+    c["loop"] = {{"max_steps", 12}, {"eval_frequency", with_val ? 3 : 0}, {"eval_steps", 2}};
+    {
+      modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+      if (with_val)
+        t.fit(small(4), small(2));
+      else
+        t.fit(small(4));
+    }
+    const fs::path png = dir / "loss_lr.png";
+    ASSERT_TRUE(fs::exists(png));
+    Decoded d = decode(png);
+    EXPECT_EQ(d.width, modelzoo::PlotOptions{}.width);
+    EXPECT_EQ(d.height, modelzoo::PlotOptions{}.height);
+    EXPECT_GT(d.loss_pixels, 200);
+    if (with_val)
+      EXPECT_GT(d.val_pixels, 100) << "no validation curve";
+    else
+      EXPECT_EQ(d.val_pixels, 0) << "a validation curve without validation";
+    fs::remove_all(dir);
+  }
+}
