@@ -335,9 +335,20 @@ class PickleWriter {
   }
   void finish() { out += '.'; }
 
-  void value(const State& s, const std::string& key, int depth) {
+  // How a map is written: as it is, or as part of an optimizer state dict (see
+  // optimizer_dict), whose "state" keys are Python ints and whose param groups' pairs are
+  // tuples, as torch.optim's state_dict() holds them.
+  enum class Role { Plain, OptimizerState, ParamGroup };
+
+  void value(const State& s, const std::string& key, int depth, Role role = Role::Plain) {
     CS_CHECK(depth < kMaxDepth, "save {}: state nested deeper than {} levels at '{}'", path_,
              kMaxDepth, show_key(key));
+    if (role == Role::ParamGroup && s.is_list()) {  // a pair (betas, etas, step_sizes)
+      value(s[0], join_key(key, "0"), depth + 1);
+      value(s[1], join_key(key, "1"), depth + 1);
+      out += '\x86';  // TUPLE2
+      return;
+    }
     switch (s.kind()) {
       case State::Kind::None:
         out += 'N';
@@ -373,23 +384,67 @@ class PickleWriter {
           out += 'e';  // APPENDS
         }
         break;
-      case State::Kind::Map:
+      case State::Kind::Map: {
+        const bool optimizer = optimizer_dict(s);
         out += '}';
         if (s.size() > 0) {
           out += '(';
           for (size_t i = 0; i < s.size(); ++i) {
-            CS_CHECK(valid_utf8(s.keys()[i]), "save {}: a key under '{}' is not valid UTF-8", path_,
+            const std::string& k = s.keys()[i];
+            CS_CHECK(valid_utf8(k), "save {}: a key under '{}' is not valid UTF-8", path_,
                      show_key(key));
-            string(s.keys()[i]);
-            value(s.items()[i], join_key(key, s.keys()[i]), depth + 1);
+            Role child = Role::Plain;
+            if (role == Role::OptimizerState)
+              integer(std::stoll(k));  // checked by optimizer_dict
+            else
+              string(k);
+            if (optimizer && k == "state") child = Role::OptimizerState;
+            if (role == Role::ParamGroup && is_pair(k, s.items()[i])) child = Role::ParamGroup;
+            if (optimizer && k == "param_groups") {
+              // A list of param groups: each group's pairs become tuples.
+              const State& gl = s.items()[i];
+              const std::string gkey = join_key(key, k);
+              out += ']';
+              if (gl.size() > 0) {
+                out += '(';
+                for (size_t g = 0; g < gl.size(); ++g)
+                  value(gl[g], join_key(gkey, std::to_string(g)), depth + 2, Role::ParamGroup);
+                out += 'e';
+              }
+              continue;
+            }
+            value(s.items()[i], join_key(key, k), depth + 1, child);
           }
           out += 'u';  // SETITEMS
         }
         break;
+      }
     }
   }
 
  private:
+  // An optimizer's state dict as Optimizer::state_dict() makes it: exactly the keys "state"
+  // (a map keyed by parameter ids, decimal integers) and "param_groups" (a list of maps).
+  static bool optimizer_dict(const State& s) {
+    if (s.size() != 2 || !s.contains("state") || !s.contains("param_groups")) return false;
+    const State& st = s.at("state");
+    const State& gl = s.at("param_groups");
+    if (!st.is_map() || !gl.is_list()) return false;
+    for (const auto& k : st.keys()) {
+      if (k.empty() || k.size() > 18 || (k.size() > 1 && k[0] == '0')) return false;
+      for (char c : k)
+        if (c < '0' || c > '9') return false;
+    }
+    for (const auto& g : gl.items())
+      if (!g.is_map()) return false;
+    return true;
+  }
+  // A hyper-parameter pair of a param group (torch keeps these as tuples).
+  static bool is_pair(const std::string& k, const State& v) {
+    return (k == "betas" || k == "etas" || k == "step_sizes") && v.is_list() && v.size() == 2 &&
+           v[0].is_number() && v[1].is_number();
+  }
+
   void integer(int64_t v) {
     if (v >= 0 && v < 256) {
       out += 'K';
