@@ -10,6 +10,7 @@ PACKAGES=(
   libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libhdf5-dev
   zlib1g-dev                  # deflate and CRC-32 for the PNG loss/LR plots (modelzoo/loggers)
+  libzip-dev                  # the zip container of PyTorch .pt checkpoints (src/checkpoint/pt.cpp)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-torch   # the PyTorch reference for tests and the benchmark peer
   python3-h5py

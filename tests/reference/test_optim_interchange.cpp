@@ -34,6 +34,9 @@ struct Case {
   std::string id, type;
   json args;
 };
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.id;
+}
 
 // clang-format off
 const std::vector<Case>& cases() {
