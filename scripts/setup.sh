@@ -10,7 +10,7 @@ PACKAGES=(
   libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libhdf5-dev
   zlib1g-dev                  # CRC-32 for checkpoint checksums and the tests' file checks
-  libzip-dev                  # .npz archives (ZIP) read by the NumPy data processor
+  libzip-dev                  # the zip container of .pt checkpoints and .npz arrays
   libcairo2-dev               # the loss/LR plot (modelzoo/loggers/plot.cpp): antialiased lines, text, PNG output
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-torch   # the PyTorch reference for tests and the benchmark peer

@@ -9,7 +9,10 @@
 //   docs/checkpoint-format.md so that other programs (h5py) can read and write it.
 // - PyTorch (.pt, .pth): the zip + pickle format of torch.save; torch.load reads what we write
 //   into the same nested dicts and lists of tensors, and we read what torch.save writes
-//   (tensors, dicts, OrderedDicts, lists, tuples, numbers, strings, None).
+//   (tensors, dicts, OrderedDicts, lists, tuples, numbers, strings, None). An optimizer state
+//   dict (a map of exactly "state", keyed by decimal parameter ids, and "param_groups") is
+//   written as torch.optim's: int state keys, betas / etas / step_sizes as tuples, so
+//   torch.optim.<Name>.load_state_dict takes it (docs/checkpoint-format.md).
 // - safetensors (.safetensors): flat tensor maps; the nested structure and non-tensor values
 //   travel in the header's __metadata__ so cstorch files round-trip exactly.
 //

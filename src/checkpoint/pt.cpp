@@ -1,5 +1,5 @@
-// PyTorch's torch.save format, written and read without Python: a zip archive (entries stored
-// uncompressed) holding `<prefix>/data.pkl` (a pickle, protocol 2, of the object with each
+// PyTorch's torch.save format, written and read without Python: a zip archive (libzip; entries
+// stored uncompressed) holding `<prefix>/data.pkl` (a pickle, protocol 2, of the object with each
 // tensor reduced to torch._utils._rebuild_tensor_v2 over a persistent storage reference),
 // `<prefix>/data/<key>` (each storage's raw little-endian bytes) and `<prefix>/version`.
 //
@@ -10,11 +10,16 @@
 // CRC-32 of the zip central directory (zlib's crc32), so damaged bytes are an error naming the
 // record and the tensor rather than wrong values.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
 #include <unordered_map>
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zip.h>
 
 #include "checkpoint/common.h"
 
@@ -40,246 +45,404 @@ T get(const std::string& s, size_t at) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Zip writer (stored entries, zip64 when sizes or offsets need it, data 64-byte aligned as
-// torch.save does).
+// The zip container, through libzip. libzip lays out and parses the archive (local headers,
+// central directory, zip64 records when sizes or offsets pass 4 GB); the bytes go through
+// sources defined here over our own file handles, so that a save writes into the crash-safe
+// temporary file (AtomicFile) and every read is a bounds-checked pread whose errors name the
+// file. C callbacks must not throw: they record the message and report failure to libzip,
+// which returns it to the C++ caller that throws it.
 
-constexpr uint32_t kLocalSig = 0x04034b50, kCentralSig = 0x02014b50, kEndSig = 0x06054b50,
-                   kEnd64Sig = 0x06064b50, kLocator64Sig = 0x07064b50;
-constexpr uint64_t k32 = 0xFFFFFFFFu;
+// A libzip error as text (libzip's zip_error_t owns a string buffer).
+std::string zip_error_text(zip_error_t* e) {
+  return zip_error_strerror(e);
+}
 
+// Output source: sequential writes buffered, plus the positioned rewrites libzip makes of the
+// local headers once an entry's CRC is known.
+class ZipFileSink {
+ public:
+  ZipFileSink(const std::string& file, const std::string& shown) : file_(file), shown_(shown) {
+    zip_error_init(&error_);
+  }
+  ~ZipFileSink() {
+    if (fd_ >= 0) ::close(fd_);
+    zip_error_fini(&error_);
+  }
+  static zip_int64_t callback(void* self, void* data, zip_uint64_t len, zip_source_cmd_t cmd) {
+    return static_cast<ZipFileSink*>(self)->handle(data, len, cmd);
+  }
+  std::string failure;  // the first error, with the file named
+
+ private:
+  zip_int64_t handle(void* data, zip_uint64_t len, zip_source_cmd_t cmd) {
+    try {
+      switch (cmd) {
+        case ZIP_SOURCE_SUPPORTS:
+          return ZIP_SOURCE_SUPPORTS_WRITABLE |
+                 zip_source_make_command_bitmap(ZIP_SOURCE_ACCEPT_EMPTY, -1);
+        case ZIP_SOURCE_STAT: {  // a new, empty archive (opened with ZIP_TRUNCATE)
+          auto* st = ZIP_SOURCE_GET_ARGS(zip_stat_t, data, len, &error_);
+          if (!st) return -1;
+          zip_stat_init(st);
+          st->size = 0;
+          st->valid |= ZIP_STAT_SIZE;
+          return sizeof(*st);
+        }
+        case ZIP_SOURCE_ERROR:
+          return zip_error_to_data(&error_, data, len);
+        case ZIP_SOURCE_OPEN:
+        case ZIP_SOURCE_CLOSE:
+        case ZIP_SOURCE_FREE:
+        case ZIP_SOURCE_ACCEPT_EMPTY:
+          return 0;
+        case ZIP_SOURCE_READ:
+        case ZIP_SOURCE_SEEK:
+          return 0;  // nothing to read back from a truncated archive
+        case ZIP_SOURCE_TELL:
+          return 0;
+        case ZIP_SOURCE_BEGIN_WRITE:
+          fd_ = ::open(file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+          if (fd_ < 0)
+            return fail(fmt::format("cannot create {}: {}", file_, std::strerror(errno)));
+          buf_.clear();
+          buf_.reserve(kBuffer);
+          pos_ = end_ = flushed_ = 0;
+          return 0;
+        case ZIP_SOURCE_WRITE:
+          return write(static_cast<const char*>(data), len);
+        case ZIP_SOURCE_SEEK_WRITE: {
+          zip_int64_t at = zip_source_seek_compute_offset(pos_, end_, data, len, &error_);
+          if (at < 0) return -1;
+          pos_ = static_cast<uint64_t>(at);
+          return 0;
+        }
+        case ZIP_SOURCE_TELL_WRITE:
+          return static_cast<zip_int64_t>(pos_);
+        case ZIP_SOURCE_COMMIT_WRITE: {
+          if (!flush()) return -1;
+          int rc = ::close(fd_);
+          fd_ = -1;
+          if (rc != 0)
+            return fail(fmt::format("closing {} failed: {}", file_, std::strerror(errno)));
+          return 0;
+        }
+        case ZIP_SOURCE_ROLLBACK_WRITE:
+        case ZIP_SOURCE_REMOVE:
+          if (fd_ >= 0) ::close(fd_);
+          fd_ = -1;
+          return 0;  // AtomicFile removes the temporary file
+        default:
+          zip_error_set(&error_, ZIP_ER_OPNOTSUPP, 0);
+          return -1;
+      }
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+  }
+
+  zip_int64_t fail(std::string msg) {
+    if (failure.empty()) failure = "save " + shown_ + ": " + std::move(msg);
+    zip_error_set(&error_, ZIP_ER_WRITE, 0);
+    return -1;
+  }
+
+  zip_int64_t write(const char* p, uint64_t n) {
+    if (pos_ == end_ && pos_ == flushed_ + buf_.size()) {  // appending
+      if (buf_.size() + n > kBuffer && !flush()) return -1;
+      if (n >= kBuffer) {
+        if (!pwrite_all(p, n, pos_)) return -1;
+        flushed_ = pos_ + n;
+      } else {
+        buf_.insert(buf_.end(), p, p + n);
+      }
+    } else {  // a rewrite of bytes already written (a local header)
+      if (!flush() || !pwrite_all(p, n, pos_)) return -1;
+    }
+    pos_ += n;
+    end_ = std::max(end_, pos_);
+    return static_cast<zip_int64_t>(n);
+  }
+
+  bool flush() {
+    if (buf_.empty()) return true;
+    if (!pwrite_all(buf_.data(), buf_.size(), flushed_)) return false;
+    flushed_ += buf_.size();
+    buf_.clear();
+    return true;
+  }
+
+  bool pwrite_all(const char* p, uint64_t n, uint64_t at) {
+    while (n > 0) {
+      ssize_t k = ::pwrite(fd_, p, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)),
+                           static_cast<off_t>(at));
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        fail(fmt::format("writing {} failed: {}", file_, std::strerror(errno)));
+        return false;
+      }
+      p += k;
+      n -= static_cast<uint64_t>(k);
+      at += static_cast<uint64_t>(k);
+    }
+    return true;
+  }
+
+  static constexpr size_t kBuffer = size_t{4} << 20;
+  std::string file_, shown_;
+  zip_error_t error_;
+  int fd_ = -1;
+  std::vector<char> buf_;  // bytes [flushed_, flushed_ + buf_.size())
+  uint64_t pos_ = 0, end_ = 0, flushed_ = 0;
+};
+
+// Zip writer: stored (uncompressed) entries, each record's data starting on a 64-byte
+// boundary (as torch.save writes them, so that readers may map tensors in place), a fixed
+// timestamp so that equal states give equal files.
 class ZipWriter {
  public:
-  ZipWriter(const std::string& file, const std::string& shown) : w_(file, shown) {}
-
-  void add(const std::string& name, const void* data, uint64_t n) {
-    uint32_t crc = crc32(data, static_cast<size_t>(n));
-    uint64_t off = w_.offset();
-    bool z64 = n >= k32;
-    std::string h;
-    put<uint32_t>(h, kLocalSig);
-    put<uint16_t>(h, z64 ? 45 : 20);  // version needed
-    put<uint16_t>(h, 0);              // flags
-    put<uint16_t>(h, 0);              // stored
-    put<uint16_t>(h, 0);              // time
-    put<uint16_t>(h, 0x21);           // date 1980-01-01
-    put<uint32_t>(h, crc);
-    put<uint32_t>(h, z64 ? static_cast<uint32_t>(k32) : static_cast<uint32_t>(n));
-    put<uint32_t>(h, z64 ? static_cast<uint32_t>(k32) : static_cast<uint32_t>(n));
-    put<uint16_t>(h, static_cast<uint16_t>(name.size()));
-    std::string extra;
-    if (z64) {
-      put<uint16_t>(extra, 1);
-      put<uint16_t>(extra, 16);
-      put<uint64_t>(extra, n);
-      put<uint64_t>(extra, n);
+  ZipWriter(const std::string& file, const std::string& shown) : sink_(file, shown), shown_(shown) {
+    zip_error_t err;
+    zip_error_init(&err);
+    src_ = zip_source_function_create(&ZipFileSink::callback, &sink_, &err);
+    CS_CHECK(src_, "save {}: libzip: {}", shown_, zip_error_text(&err));
+    za_ = zip_open_from_source(src_, ZIP_CREATE | ZIP_TRUNCATE, &err);
+    if (!za_) {
+      std::string msg = zip_error_text(&err);
+      zip_error_fini(&err);
+      zip_source_free(src_);
+      fail("save {}: libzip cannot start the archive: {}", shown_, msg);
     }
-    // Padding extra field ("FB", as PyTorch) so the data starts on a 64-byte boundary.
-    uint64_t data_at = off + 30 + name.size() + extra.size() + 4;
-    uint16_t pad = static_cast<uint16_t>((64 - data_at % 64) % 64);
-    put<uint16_t>(extra, 0x4246);
-    put<uint16_t>(extra, pad);
-    extra.append(pad, 'Z');
-    put<uint16_t>(h, static_cast<uint16_t>(extra.size()));
-    h += name;
-    h += extra;
-    w_.write(h.data(), h.size());
-    w_.write(data, static_cast<size_t>(n));
-    entries_.push_back({name, crc, n, off});
+    zip_error_fini(&err);
+  }
+  ~ZipWriter() {
+    if (za_) zip_discard(za_);  // not finished: nothing is committed
+  }
+  ZipWriter(const ZipWriter&) = delete;
+  ZipWriter& operator=(const ZipWriter&) = delete;
+
+  // `data` must stay valid until finish() (libzip reads it then).
+  void add(const std::string& name, const void* data, uint64_t n) {
+    zip_source_t* s = zip_source_buffer(za_, n ? data : nullptr, n, 0);
+    CS_CHECK(s, "save {}: libzip: {}", shown_, zip_strerror(za_));
+    zip_int64_t idx = zip_file_add(za_, name.c_str(), s, ZIP_FL_ENC_UTF_8);
+    if (idx < 0) {
+      zip_source_free(s);
+      fail("save {}: libzip cannot add {}: {}", shown_, name, zip_strerror(za_));
+    }
+    auto i = static_cast<zip_uint64_t>(idx);
+    CS_CHECK(zip_set_file_compression(za_, i, ZIP_CM_STORE, 0) == 0 &&
+                 zip_file_set_mtime(za_, i, kTime, 0) == 0,
+             "save {}: libzip: {}", shown_, zip_strerror(za_));
+    // The local header is 30 bytes, the name, libzip's zip64 field when the size needs one
+    // (20 bytes) and this padding field ("FB" and its length, as torch.save's).
+    uint64_t header = 30 + name.size() + (n > k32 ? 20 : 0) + 4;
+    uint16_t pad = static_cast<uint16_t>((64 - (offset_ + header) % 64) % 64);
+    std::string z(pad, 'Z');
+    CS_CHECK(zip_file_extra_field_set(za_, i, 0x4246, ZIP_EXTRA_FIELD_NEW,
+                                      reinterpret_cast<const zip_uint8_t*>(z.data()), pad,
+                                      ZIP_FL_LOCAL) == 0,
+             "save {}: libzip: {}", shown_, zip_strerror(za_));
+    offset_ += header + pad + n;
   }
 
   void finish() {
-    uint64_t cd_start = w_.offset();
-    std::string cd;
-    for (auto& e : entries_) {
-      bool big_size = e.size >= k32, big_off = e.offset >= k32;
-      std::string extra;
-      if (big_size || big_off) {
-        put<uint16_t>(extra, 1);
-        put<uint16_t>(extra, static_cast<uint16_t>((big_size ? 16 : 0) + (big_off ? 8 : 0)));
-        if (big_size) {
-          put<uint64_t>(extra, e.size);
-          put<uint64_t>(extra, e.size);
-        }
-        if (big_off) put<uint64_t>(extra, e.offset);
-      }
-      put<uint32_t>(cd, kCentralSig);
-      put<uint16_t>(cd, 45);  // made by
-      put<uint16_t>(cd, big_size || big_off ? 45 : 20);
-      put<uint16_t>(cd, 0);
-      put<uint16_t>(cd, 0);
-      put<uint16_t>(cd, 0);
-      put<uint16_t>(cd, 0x21);
-      put<uint32_t>(cd, e.crc);
-      put<uint32_t>(cd, big_size ? static_cast<uint32_t>(k32) : static_cast<uint32_t>(e.size));
-      put<uint32_t>(cd, big_size ? static_cast<uint32_t>(k32) : static_cast<uint32_t>(e.size));
-      put<uint16_t>(cd, static_cast<uint16_t>(e.name.size()));
-      put<uint16_t>(cd, static_cast<uint16_t>(extra.size()));
-      put<uint16_t>(cd, 0);  // comment
-      put<uint16_t>(cd, 0);  // disk
-      put<uint16_t>(cd, 0);  // internal attributes
-      put<uint32_t>(cd, 0);  // external attributes
-      put<uint32_t>(cd, big_off ? static_cast<uint32_t>(k32) : static_cast<uint32_t>(e.offset));
-      cd += e.name;
-      cd += extra;
+    int rc = zip_close(za_);
+    if (rc != 0) {
+      std::string msg = sink_.failure.empty()
+                            ? fmt::format("save {}: libzip: {}", shown_, zip_strerror(za_))
+                            : sink_.failure;
+      zip_discard(za_);
+      za_ = nullptr;
+      fail("{}", msg);
     }
-    uint64_t cd_size = cd.size(), count = entries_.size();
-    bool z64 = count >= 0xFFFF || cd_start >= k32 || cd_size >= k32;
-    if (z64) {
-      uint64_t end64_at = cd_start + cd_size;
-      put<uint32_t>(cd, kEnd64Sig);
-      put<uint64_t>(cd, 44);
-      put<uint16_t>(cd, 45);
-      put<uint16_t>(cd, 45);
-      put<uint32_t>(cd, 0);
-      put<uint32_t>(cd, 0);
-      put<uint64_t>(cd, count);
-      put<uint64_t>(cd, count);
-      put<uint64_t>(cd, cd_size);
-      put<uint64_t>(cd, cd_start);
-      put<uint32_t>(cd, kLocator64Sig);
-      put<uint32_t>(cd, 0);
-      put<uint64_t>(cd, end64_at);
-      put<uint32_t>(cd, 1);
-    }
-    put<uint32_t>(cd, kEndSig);
-    put<uint16_t>(cd, 0);
-    put<uint16_t>(cd, 0);
-    put<uint16_t>(cd, z64 ? 0xFFFF : static_cast<uint16_t>(count));
-    put<uint16_t>(cd, z64 ? 0xFFFF : static_cast<uint16_t>(count));
-    put<uint32_t>(cd, z64 ? static_cast<uint32_t>(k32) : static_cast<uint32_t>(cd_size));
-    put<uint32_t>(cd, z64 ? static_cast<uint32_t>(k32) : static_cast<uint32_t>(cd_start));
-    put<uint16_t>(cd, 0);
-    w_.write(cd.data(), cd.size());
-    w_.close();
+    za_ = nullptr;  // zip_close freed it
   }
 
  private:
-  struct E {
-    std::string name;
-    uint32_t crc;
-    uint64_t size, offset;
-  };
-  FileWriter w_;
-  std::vector<E> entries_;
+  static constexpr uint64_t k32 = 0xFFFFFFFFu;
+  static constexpr time_t kTime = 315532800;  // 1980-01-01, the earliest zip date
+  ZipFileSink sink_;
+  std::string shown_;
+  zip_source_t* src_ = nullptr;
+  zip_t* za_ = nullptr;
+  uint64_t offset_ = 0;  // where the next local header starts
 };
 
-// ---------------------------------------------------------------------------------------------
-// Zip reader: central directory (zip64 aware); only stored (uncompressed) entries, which is
-// what torch.save writes.
-
-struct ZipEntry {
-  uint16_t method = 0;
-  uint32_t crc = 0;
-  uint64_t csize = 0, usize = 0, local = 0;
-  uint64_t data = 0;  // resolved start of the data
-};
-
-class ZipReader {
+// Input source over a FileReader (bounds-checked preads).
+class ZipFileSource {
  public:
-  explicit ZipReader(FileReader& f) : f_(f) {
-    const std::string& p = f.path();
-    uint64_t size = f.size();
-    CS_CHECK(size >= 22, "checkpoint {}: truncated zip file ({} bytes)", p, size);
-    uint64_t tail_n = std::min<uint64_t>(size, 22 + 65535 + 20);
-    std::string tail = f.read_string(size - tail_n, static_cast<size_t>(tail_n), "the zip end");
-    size_t at = std::string::npos;
-    for (size_t i = tail.size() - 22 + 1; i-- > 0;) {
-      if (get<uint32_t>(tail, i) == kEndSig &&
-          i + 22 + get<uint16_t>(tail, i + 20) == tail.size()) {
-        at = i;
-        break;
-      }
-    }
-    CS_CHECK(at != std::string::npos,
-             "checkpoint {}: no zip end record: the file is truncated or not a zip archive", p);
-    uint64_t count = get<uint16_t>(tail, at + 10);
-    uint64_t cd_size = get<uint32_t>(tail, at + 12);
-    uint64_t cd_off = get<uint32_t>(tail, at + 16);
-    if (count == 0xFFFF || cd_size == k32 || cd_off == k32) {
-      CS_CHECK(at >= 20 && get<uint32_t>(tail, at - 20) == kLocator64Sig,
-               "checkpoint {}: zip64 end locator missing", p);
-      uint64_t end64 = get<uint64_t>(tail, at - 20 + 8);
-      std::string e = f.read_string(end64, 56, "the zip64 end record");
-      CS_CHECK(get<uint32_t>(e, 0) == kEnd64Sig, "checkpoint {}: damaged zip64 end record", p);
-      count = get<uint64_t>(e, 32);
-      cd_size = get<uint64_t>(e, 40);
-      cd_off = get<uint64_t>(e, 48);
-    }
-    CS_CHECK(cd_off <= size && cd_size <= size - cd_off && count <= cd_size / 46 + 1,
-             "checkpoint {}: damaged zip central directory ({} entries, {} bytes at {})", p, count,
-             cd_size, cd_off);
-    std::string cd = f.read_string(cd_off, static_cast<size_t>(cd_size), "the zip directory");
-    size_t pos = 0;
-    for (uint64_t i = 0; i < count; ++i) {
-      CS_CHECK(pos + 46 <= cd.size() && get<uint32_t>(cd, pos) == kCentralSig,
-               "checkpoint {}: damaged zip central directory entry {}", p, i);
-      ZipEntry e;
-      e.method = get<uint16_t>(cd, pos + 10);
-      e.crc = get<uint32_t>(cd, pos + 16);
-      e.csize = get<uint32_t>(cd, pos + 20);
-      e.usize = get<uint32_t>(cd, pos + 24);
-      size_t nlen = get<uint16_t>(cd, pos + 28), xlen = get<uint16_t>(cd, pos + 30),
-             clen = get<uint16_t>(cd, pos + 32);
-      e.local = get<uint32_t>(cd, pos + 42);
-      CS_CHECK(pos + 46 + nlen + xlen + clen <= cd.size(),
-               "checkpoint {}: damaged zip central directory entry {}", p, i);
-      std::string name = cd.substr(pos + 46, nlen);
-      // zip64 extra: the fields that were 0xFFFFFFFF, in order.
-      size_t x = pos + 46 + nlen, xend = x + xlen;
-      while (x + 4 <= xend) {
-        uint16_t id = get<uint16_t>(cd, x), len = get<uint16_t>(cd, x + 2);
-        CS_CHECK(x + 4 + len <= xend, "checkpoint {}: damaged zip extra field of {}", p, name);
-        if (id == 1) {
-          size_t q = x + 4, qend = x + 4 + len;
-          auto next = [&](uint64_t& v) {
-            if (v != k32) return;
-            CS_CHECK(q + 8 <= qend, "checkpoint {}: damaged zip64 field of {}", p, name);
-            v = get<uint64_t>(cd, q);
-            q += 8;
-          };
-          next(e.usize);
-          next(e.csize);
-          next(e.local);
+  explicit ZipFileSource(FileReader& f) : f_(f) { zip_error_init(&error_); }
+  ~ZipFileSource() { zip_error_fini(&error_); }
+  static zip_int64_t callback(void* self, void* data, zip_uint64_t len, zip_source_cmd_t cmd) {
+    return static_cast<ZipFileSource*>(self)->handle(data, len, cmd);
+  }
+  std::string failure;  // the last read error, naming the file
+
+ private:
+  zip_int64_t handle(void* data, zip_uint64_t len, zip_source_cmd_t cmd) {
+    switch (cmd) {
+      case ZIP_SOURCE_SUPPORTS:
+        return ZIP_SOURCE_SUPPORTS_SEEKABLE;
+      case ZIP_SOURCE_OPEN:
+        pos_ = 0;
+        return 0;
+      case ZIP_SOURCE_READ: {
+        uint64_t n = pos_ >= f_.size() ? 0 : std::min<uint64_t>(len, f_.size() - pos_);
+        try {
+          if (n) f_.read(pos_, data, static_cast<size_t>(n), "the zip archive");
+        } catch (const std::exception& e) {
+          failure = e.what();
+          zip_error_set(&error_, ZIP_ER_READ, EIO);
+          return -1;
         }
-        x += 4 + len;
+        pos_ += n;
+        return static_cast<zip_int64_t>(n);
       }
-      pos += 46 + nlen + xlen + clen;
-      entries_[name] = e;
-      names_.push_back(name);
+      case ZIP_SOURCE_SEEK: {
+        zip_int64_t at = zip_source_seek_compute_offset(pos_, f_.size(), data, len, &error_);
+        if (at < 0) return -1;
+        pos_ = static_cast<uint64_t>(at);
+        return 0;
+      }
+      case ZIP_SOURCE_TELL:
+        return static_cast<zip_int64_t>(pos_);
+      case ZIP_SOURCE_STAT: {
+        auto* st = ZIP_SOURCE_GET_ARGS(zip_stat_t, data, len, &error_);
+        if (!st) return -1;
+        zip_stat_init(st);
+        st->size = f_.size();
+        st->valid |= ZIP_STAT_SIZE;
+        return sizeof(*st);
+      }
+      case ZIP_SOURCE_ERROR:
+        return zip_error_to_data(&error_, data, len);
+      case ZIP_SOURCE_CLOSE:
+      case ZIP_SOURCE_FREE:
+        return 0;
+      default:
+        zip_error_set(&error_, ZIP_ER_OPNOTSUPP, 0);
+        return -1;
     }
   }
+
+  FileReader& f_;
+  zip_error_t error_;
+  uint64_t pos_ = 0;
+};
+
+struct ZipEntry {
+  zip_uint64_t index = 0;
+  uint16_t method = 0;
+  uint32_t crc = 0;
+  uint64_t csize = 0, usize = 0;
+};
+
+// Zip reader: the archive's directory through libzip (with its consistency checks of every
+// local header against the central directory); only stored (uncompressed) entries, which is
+// what torch.save writes. Record bytes are read at offsets within the record, and CRC-32s are
+// checked here (libzip checks only whole records read from their start).
+class ZipReader {
+ public:
+  explicit ZipReader(FileReader& f) : f_(f), source_(f) {
+    const std::string& p = f.path();
+    CS_CHECK(f.size() >= 22, "checkpoint {}: truncated zip file ({} bytes)", p, f.size());
+    zip_error_t err;
+    zip_error_init(&err);
+    src_ = zip_source_function_create(&ZipFileSource::callback, &source_, &err);
+    CS_CHECK(src_, "checkpoint {}: libzip: {}", p, zip_error_text(&err));
+    za_ = zip_open_from_source(src_, ZIP_RDONLY | ZIP_CHECKCONS, &err);
+    if (!za_) {
+      int code = zip_error_code_zip(&err);
+      std::string msg = zip_error_text(&err);
+      zip_error_fini(&err);
+      zip_source_free(src_);
+      if (!source_.failure.empty()) fail("{}", source_.failure);
+      if (code == ZIP_ER_NOZIP)
+        fail("checkpoint {}: no zip end record: the file is truncated or not a zip archive", p);
+      fail("checkpoint {}: damaged zip archive ({})", p, msg);
+    }
+    zip_error_fini(&err);
+    zip_int64_t count = zip_get_num_entries(za_, 0);
+    for (zip_int64_t i = 0; i < count; ++i) {
+      zip_stat_t st;
+      CS_CHECK(zip_stat_index(za_, static_cast<zip_uint64_t>(i), 0, &st) == 0 &&
+                   (st.valid & ZIP_STAT_NAME) && (st.valid & ZIP_STAT_SIZE) &&
+                   (st.valid & ZIP_STAT_COMP_SIZE) && (st.valid & ZIP_STAT_CRC) &&
+                   (st.valid & ZIP_STAT_COMP_METHOD),
+               "checkpoint {}: damaged zip central directory entry {}", p, i);
+      ZipEntry e;
+      e.index = static_cast<zip_uint64_t>(i);
+      e.method = st.comp_method;
+      e.crc = st.crc;
+      e.csize = st.comp_size;
+      e.usize = st.size;
+      std::string name = st.name;
+      if (entries_.emplace(name, e).second) names_.push_back(name);
+    }
+  }
+  ~ZipReader() {
+    if (za_) zip_discard(za_);
+  }
+  ZipReader(const ZipReader&) = delete;
+  ZipReader& operator=(const ZipReader&) = delete;
 
   const std::vector<std::string>& names() const { return names_; }
   bool has(const std::string& name) const { return entries_.count(name) > 0; }
 
-  // The entry's data location, validated (stored, in bounds).
+  // The entry, validated (stored, sizes consistent, within the file).
   const ZipEntry& entry(const std::string& name) {
     auto it = entries_.find(name);
     CS_CHECK(it != entries_.end(), "checkpoint {}: the zip archive has no record {}", f_.path(),
              name);
-    ZipEntry& e = it->second;
-    if (e.data == 0) {
-      CS_CHECK(e.method == 0 && e.csize == e.usize,
-               "checkpoint {}: record {} is compressed (method {}); only the uncompressed "
-               "records torch.save writes are supported",
-               f_.path(), name, e.method);
-      std::string h = f_.read_string(e.local, 30, "a zip local header");
-      CS_CHECK(get<uint32_t>(h, 0) == kLocalSig, "checkpoint {}: damaged zip local header of {}",
-               f_.path(), name);
-      uint64_t data = e.local + 30 + get<uint16_t>(h, 26) + get<uint16_t>(h, 28);
-      CS_CHECK(data <= f_.size() && e.usize <= f_.size() - data,
-               "checkpoint {}: record {} ({} bytes) lies past the end of the file: truncated",
-               f_.path(), name, e.usize);
-      e.data = data;
-    }
+    const ZipEntry& e = it->second;
+    CS_CHECK(e.method == ZIP_CM_STORE && e.csize == e.usize,
+             "checkpoint {}: record {} is compressed (method {}); only the uncompressed "
+             "records torch.save writes are supported",
+             f_.path(), name, e.method);
+    CS_CHECK(e.usize <= f_.size(),
+             "checkpoint {}: record {} ({} bytes) lies past the end of the file: truncated",
+             f_.path(), name, e.usize);
     return e;
+  }
+
+  // Reads n bytes at offset `at` of the record into dst.
+  void read(const std::string& name, uint64_t at, void* dst, uint64_t n) {
+    const ZipEntry& e = entry(name);
+    CS_CHECK(at <= e.usize && n <= e.usize - at,
+             "checkpoint {}: read of bytes {}..{} of record {} ({} bytes)", f_.path(), at, at + n,
+             name, e.usize);
+    if (n == 0) return;
+    source_.failure.clear();
+    zip_file_t* zf = zip_fopen_index(za_, e.index, ZIP_FL_COMPRESSED);  // stored: the bytes
+    if (!zf) record_error(name, zip_strerror(za_));
+    struct Closer {
+      zip_file_t* f;
+      ~Closer() { zip_fclose(f); }
+    } closer{zf};
+    if (at > 0 && zip_fseek(zf, static_cast<zip_int64_t>(at), SEEK_SET) != 0)
+      record_error(name, zip_file_strerror(zf));
+    auto* out = static_cast<char*>(dst);
+    while (n > 0) {
+      zip_int64_t k = zip_fread(zf, out, std::min<uint64_t>(n, uint64_t{1} << 30));
+      if (k < 0) record_error(name, zip_file_strerror(zf));
+      if (k == 0)
+        fail("checkpoint {}: record {} ({} bytes) lies past the end of the file: truncated",
+             f_.path(), name, e.usize);
+      out += k;
+      n -= static_cast<uint64_t>(k);
+    }
+  }
+  std::string read_string(const std::string& name, uint64_t at, uint64_t n) {
+    std::string s(static_cast<size_t>(n), '\0');
+    read(name, at, s.data(), n);
+    return s;
   }
 
   std::string read_all(const std::string& name, uint64_t limit) {
     const ZipEntry& e = entry(name);
     CS_CHECK(e.usize <= limit, "checkpoint {}: record {} is implausibly large ({} bytes)",
              f_.path(), name, e.usize);
-    std::string s = f_.read_string(e.data, static_cast<size_t>(e.usize), name.c_str());
+    std::string s = read_string(name, 0, e.usize);
     check_crc(name, crc32(s.data(), s.size()), "");
     return s;
   }
@@ -295,7 +458,17 @@ class ZipReader {
   }
 
  private:
+  [[noreturn]] void record_error(const std::string& name, const char* msg) {
+    if (!source_.failure.empty())
+      fail("checkpoint {}: reading record {}: {}", f_.path(), name, source_.failure);
+    fail("checkpoint {}: reading record {}: {} (the file is damaged or truncated)", f_.path(), name,
+         msg);
+  }
+
   FileReader& f_;
+  ZipFileSource source_;
+  zip_source_t* src_ = nullptr;
+  zip_t* za_ = nullptr;
   std::map<std::string, ZipEntry> entries_;
   std::vector<std::string> names_;
 };
@@ -335,9 +508,20 @@ class PickleWriter {
   }
   void finish() { out += '.'; }
 
-  void value(const State& s, const std::string& key, int depth) {
+  // How a map is written: as it is, or as part of an optimizer state dict (see
+  // optimizer_dict), whose "state" keys are Python ints and whose param groups' pairs are
+  // tuples, as torch.optim's state_dict() holds them.
+  enum class Role { Plain, OptimizerState, ParamGroup };
+
+  void value(const State& s, const std::string& key, int depth, Role role = Role::Plain) {
     CS_CHECK(depth < kMaxDepth, "save {}: state nested deeper than {} levels at '{}'", path_,
              kMaxDepth, show_key(key));
+    if (role == Role::ParamGroup && s.is_list()) {  // a pair (betas, etas, step_sizes)
+      value(s[0], join_key(key, "0"), depth + 1);
+      value(s[1], join_key(key, "1"), depth + 1);
+      out += '\x86';  // TUPLE2
+      return;
+    }
     switch (s.kind()) {
       case State::Kind::None:
         out += 'N';
@@ -373,23 +557,67 @@ class PickleWriter {
           out += 'e';  // APPENDS
         }
         break;
-      case State::Kind::Map:
+      case State::Kind::Map: {
+        const bool optimizer = optimizer_dict(s);
         out += '}';
         if (s.size() > 0) {
           out += '(';
           for (size_t i = 0; i < s.size(); ++i) {
-            CS_CHECK(valid_utf8(s.keys()[i]), "save {}: a key under '{}' is not valid UTF-8", path_,
+            const std::string& k = s.keys()[i];
+            CS_CHECK(valid_utf8(k), "save {}: a key under '{}' is not valid UTF-8", path_,
                      show_key(key));
-            string(s.keys()[i]);
-            value(s.items()[i], join_key(key, s.keys()[i]), depth + 1);
+            Role child = Role::Plain;
+            if (role == Role::OptimizerState)
+              integer(std::stoll(k));  // checked by optimizer_dict
+            else
+              string(k);
+            if (optimizer && k == "state") child = Role::OptimizerState;
+            if (role == Role::ParamGroup && is_pair(k, s.items()[i])) child = Role::ParamGroup;
+            if (optimizer && k == "param_groups") {
+              // A list of param groups: each group's pairs become tuples.
+              const State& gl = s.items()[i];
+              const std::string gkey = join_key(key, k);
+              out += ']';
+              if (gl.size() > 0) {
+                out += '(';
+                for (size_t g = 0; g < gl.size(); ++g)
+                  value(gl[g], join_key(gkey, std::to_string(g)), depth + 2, Role::ParamGroup);
+                out += 'e';
+              }
+              continue;
+            }
+            value(s.items()[i], join_key(key, k), depth + 1, child);
           }
           out += 'u';  // SETITEMS
         }
         break;
+      }
     }
   }
 
  private:
+  // An optimizer's state dict as Optimizer::state_dict() makes it: exactly the keys "state"
+  // (a map keyed by parameter ids, decimal integers) and "param_groups" (a list of maps).
+  static bool optimizer_dict(const State& s) {
+    if (s.size() != 2 || !s.contains("state") || !s.contains("param_groups")) return false;
+    const State& st = s.at("state");
+    const State& gl = s.at("param_groups");
+    if (!st.is_map() || !gl.is_list()) return false;
+    for (const auto& k : st.keys()) {
+      if (k.empty() || k.size() > 18 || (k.size() > 1 && k[0] == '0')) return false;
+      for (char c : k)
+        if (c < '0' || c > '9') return false;
+    }
+    for (const auto& g : gl.items())
+      if (!g.is_map()) return false;
+    return true;
+  }
+  // A hyper-parameter pair of a param group (torch keeps these as tuples).
+  static bool is_pair(const std::string& k, const State& v) {
+    return (k == "betas" || k == "etas" || k == "step_sizes") && v.is_list() && v.size() == 2 &&
+           v[0].is_number() && v[1].is_number();
+  }
+
   void integer(int64_t v) {
     if (v >= 0 && v < 256) {
       out += 'K';
@@ -942,11 +1170,11 @@ class PtReader : public FormatReader {
     Tensor t = make_host_tensor(v.shape, dt, [&](void* dst) {
       if (contiguous) {
         const uint64_t len = static_cast<uint64_t>(n) * item;
-        f_.read(z.data + begin, dst, static_cast<size_t>(len), "tensor data");
+        zip_.read(record, begin, dst, len);
         if (check) {
-          uint32_t crc = crc_span(z.data, begin, 0);
+          uint32_t crc = crc_span(record, 0, begin, 0);
           crc = crc32(dst, static_cast<size_t>(len), crc);
-          crc = crc_span(z.data + begin + len, z.usize - begin - len, crc);
+          crc = crc_span(record, begin + len, z.usize - begin - len, crc);
           zip_.check_crc(record, crc, what);
           checked = true;
         }
@@ -957,7 +1185,7 @@ class PtReader : public FormatReader {
         for (size_t i = 0; i < v.shape.size(); ++i) hi += (v.shape[i] - 1) * v.stride[i];
         uint64_t from = check ? 0 : begin;
         uint64_t len = check ? z.usize : static_cast<uint64_t>(hi - v.offset + 1) * item;
-        std::string span = f_.read_string(z.data + from, static_cast<size_t>(len), "tensor data");
+        std::string span = zip_.read_string(record, from, len);
         if (check) {
           zip_.check_crc(record, crc32(span.data(), span.size()), what);
           checked = true;
@@ -1093,12 +1321,12 @@ class PtReader : public FormatReader {
     return static_cast<int64_t>(entries.size() - 1);
   }
 
-  // Continues `crc` over `n` bytes of the file at `at` (read in blocks).
-  uint32_t crc_span(uint64_t at, uint64_t n, uint32_t crc) const {
+  // Continues `crc` over `n` bytes of `record` from offset `at` (read in blocks).
+  uint32_t crc_span(const std::string& record, uint64_t at, uint64_t n, uint32_t crc) {
     std::vector<char> buf(static_cast<size_t>(std::min<uint64_t>(n, 4 << 20)));
     while (n > 0) {
       size_t k = static_cast<size_t>(std::min<uint64_t>(n, buf.size()));
-      f_.read(at, buf.data(), k, "tensor data");
+      zip_.read(record, at, buf.data(), k);
       crc = crc32(buf.data(), k, crc);
       at += k;
       n -= k;

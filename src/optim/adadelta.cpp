@@ -7,11 +7,13 @@ using namespace impl;
 
 Adadelta::Adadelta(std::vector<Tensor> params, double lr, double rho, double eps,
                    double weight_decay, bool maximize)
-    : Optimizer(std::move(params), {{"lr", lr},
-                                    {"rho", rho},
-                                    {"eps", eps},
-                                    {"weight_decay", weight_decay},
-                                    {"maximize", maximize ? 1.0 : 0.0}}) {
+    : Optimizer(std::move(params),
+                {{"lr", lr},
+                 {"rho", rho},
+                 {"eps", eps},
+                 {"weight_decay", weight_decay},
+                 {"maximize", maximize ? 1.0 : 0.0}},
+                /*enable_global_step=*/true) {
   CS_CHECK(rho >= 0 && rho <= 1, "Adadelta: invalid rho {} (must be in [0, 1])", rho);
   check_nonneg("Adadelta", "eps", eps);
   check_nonneg("Adadelta", "weight_decay", weight_decay);
@@ -32,6 +34,7 @@ void Adadelta::step() {
     for (auto& p : g.params) {
       Tensor grad = grad_of(p, maximize);
       if (!grad.defined()) continue;
+      increment_global_step(p);  // a count only (torch's "step"); no update reads it
       if (wd) grad = addcmul(grad, p, wdt);
       Tensor& v = state(p, "square_avg");
       Tensor& u = state(p, "acc_delta");
@@ -41,6 +44,12 @@ void Adadelta::step() {
       p.copy_(addcmul(p, delta, neg_lr));
     }
   }
+}
+
+Optimizer::Layout Adadelta::layout() const {
+  Layout l = Optimizer::layout();
+  l.integer_step = true;
+  return l;
 }
 
 }  // namespace cstorch::optim

@@ -3,7 +3,9 @@
 #include "cstorch/optim/optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
+#include <tuple>
 
 #include "core/internal.h"
 #include "runtime/trace_context.h"
@@ -216,21 +218,68 @@ double host_value(const Tensor& t) {
 }
 }  // namespace
 
+Optimizer::Layout Optimizer::layout() const {
+  Layout l;
+  const auto& o = groups_.front().options;
+  for (const char* b : {"amsgrad", "maximize", "nesterov", "centered", "adam", "scale_parameter",
+                        "relative_step", "warmup_init"})
+    if (o.count(b)) l.bool_options.push_back(b);
+  const std::array<std::string, 3> pairs[] = {{"betas", "beta1", "beta2"},
+                                              {"etas", "etaminus", "etaplus"},
+                                              {"step_sizes", "step_size_min", "step_size_max"}};
+  for (const auto& pr : pairs)
+    if (o.count(pr[1]) && o.count(pr[2])) l.pairs.push_back(pr);
+  return l;
+}
+
+void Optimizer::state_to_dict(const ParamGroup&, State&) const {}
+State Optimizer::state_from_dict(const ParamGroup&, const State& ps) const {
+  return ps;
+}
+
+namespace {
+// Keys torch.optim keeps in a param group that choose how an update is computed (kernel
+// selection, graph capture, autograd through the step) or what a scheduler started from,
+// never what it computes: accepted from torch's dicts and ignored when this optimizer has no
+// such option.
+bool torch_execution_key(const std::string& k) {
+  return k == "foreach" || k == "capturable" || k == "differentiable" || k == "fused" ||
+         k == "initial_lr";
+}
+}  // namespace
+
 State Optimizer::state_dict() {
   CS_CHECK(!detail::in_trace(),
            "{}: state_dict() inside a traced step; call it from a step closure or between steps",
            name());
   ensure_initialized();
+  const Layout lay = layout();
+  auto is_bool = [&](const std::string& k) {
+    return std::find(lay.bool_options.begin(), lay.bool_options.end(), k) != lay.bool_options.end();
+  };
   State st = State::map();
   State groups = State::list();
   int64_t index = 0;
   for (auto& g : groups_) {
     State gs = State::map();
     gs.set("lr", host_value(g.lr));
+    auto value = [&](const std::string& k) {
+      auto t = g.tensors.find(k);
+      return t != g.tensors.end() ? host_value(t->second) : g.options.at(k);
+    };
+    std::set<std::string> paired;
+    for (const auto& pr : lay.pairs) paired.insert({pr[1], pr[2]});
     for (auto& [k, v] : g.options) {
       if (k == "lr") continue;
-      auto t = g.tensors.find(k);
-      gs.set(k, t != g.tensors.end() ? host_value(t->second) : v);
+      if (paired.count(k)) {
+        for (const auto& pr : lay.pairs)
+          if (pr[1] == k) gs.set(pr[0], State(std::vector<State>{value(pr[1]), value(pr[2])}));
+        continue;
+      }
+      if (is_bool(k))
+        gs.set(k, value(k) != 0);
+      else
+        gs.set(k, value(k));
     }
     State ids = State::list();
     for (auto& p : g.params) {
@@ -239,9 +288,14 @@ State Optimizer::state_dict() {
         State ps = State::map();
         for (auto& nm : state_order_) {
           auto s = it->second.find(nm);
-          if (s != it->second.end()) ps.set(nm, s->second);
+          if (s == it->second.end()) continue;
+          if (nm == "step" && lay.integer_step)
+            ps.set(nm, static_cast<int64_t>(std::llround(host_value(s->second))));
+          else
+            ps.set(nm, s->second);
         }
-        st.set(std::to_string(index), ps);
+        state_to_dict(g, ps);
+        if (ps.size() > 0) st.set(std::to_string(index), ps);
       }
       ids.push_back(index++);
     }
@@ -265,36 +319,45 @@ void Optimizer::load_state_dict(const State& sd) {
   CS_CHECK(gl.size() == groups_.size(), "{}: param_groups has {} groups, this optimizer has {}",
            who, gl.size(), groups_.size());
   ensure_initialized();
-  std::vector<Tensor> flat;
+  const Layout lay = layout();
+  // The dict's parameter ids (its groups' "params" lists, in order) name this optimizer's
+  // parameters in order, as torch's load_state_dict pairs them.
+  std::map<std::string, std::pair<size_t, Tensor>> by_id;  // id -> (group, parameter)
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const State& gs = gl[gi];
     CS_CHECK(gs.is_map(), "{}: param_groups.{} must be a map", who, gi);
     CS_CHECK(gs.contains("params") && gs.at("params").is_list(),
              "{}: param_groups.{}.params must be a list of parameter indices", who, gi);
-    CS_CHECK(gs.at("params").size() == groups_[gi].params.size(),
+    const State& ids = gs.at("params");
+    CS_CHECK(ids.size() == groups_[gi].params.size(),
              "{}: param_groups.{}.params has {} parameters, this optimizer's group has {}", who, gi,
-             gs.at("params").size(), groups_[gi].params.size());
-    for (auto& p : groups_[gi].params) flat.push_back(p);
+             ids.size(), groups_[gi].params.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      CS_CHECK(ids[i].is_int(), "{}: param_groups.{}.params.{}: expected an integer id, got {}",
+               who, gi, i, kind_name(ids[i].kind()));
+      CS_CHECK(
+          by_id.emplace(std::to_string(ids[i].as_int()), std::make_pair(gi, groups_[gi].params[i]))
+              .second,
+          "{}: param_groups.{}.params.{}: parameter id {} appears twice", who, gi, i,
+          ids[i].as_int());
+    }
   }
   // Validate everything before writing anything, so a bad dict leaves the optimizer as it was.
+  std::vector<std::pair<Tensor, State>> loads;  // parameter, its state as this optimizer holds it
   for (const auto& key : st.keys()) {
-    size_t pos = 0;
-    int64_t idx = -1;
-    try {
-      idx = std::stoll(key, &pos);
-    } catch (...) {
-    }
-    CS_CHECK(pos == key.size() && idx >= 0 && idx < static_cast<int64_t>(flat.size()),
-             "{}: state.{}: not a parameter index (0..{})", who, key, flat.size() - 1);
-    const State& ps = st.at(key);
-    CS_CHECK(ps.is_map(), "{}: state.{} must be a map of state tensors", who, key);
-    const Tensor& p = flat[static_cast<size_t>(idx)];
+    auto found = by_id.find(key);
+    CS_CHECK(found != by_id.end(), "{}: state.{}: not a parameter id of param_groups.*.params", who,
+             key);
+    CS_CHECK(st.at(key).is_map(), "{}: state.{} must be a map of state tensors", who, key);
+    const auto& [gi, p] = found->second;
+    State ps = state_from_dict(groups_[gi], st.at(key));
     auto it = state_.find(p.impl());
     for (const auto& nm : ps.keys()) {
+      const State& v = ps.at(nm);
+      if (v.is_none()) continue;  // torch: no such state yet (SGD without momentum)
       CS_CHECK(it != state_.end() && it->second.count(nm),
                "{}: state.{}.{}: this optimizer has no state '{}' for parameter '{}'", who, key, nm,
                nm, p.name());
-      const State& v = ps.at(nm);
       const Tensor& own = it->second.at(nm);
       if (v.is_number()) {
         CS_CHECK(own.numel() == 1, "{}: state.{}.{}: a number for a state of shape {}", who, key,
@@ -307,43 +370,55 @@ void Optimizer::load_state_dict(const State& sd) {
                "{}: state.{}.{}: shape {} does not match this optimizer's {}", who, key, nm,
                shape_str(v.as_tensor().shape()), shape_str(own.shape()));
     }
+    loads.emplace_back(p, std::move(ps));
   }
+  // Hyper-parameters: (group, option, value).
+  std::vector<std::tuple<size_t, std::string, double>> options;
   for (size_t gi = 0; gi < groups_.size(); ++gi)
     for (const auto& k : gl[gi].keys()) {
       if (k == "params") continue;
       const State& v = gl[gi].at(k);
+      const auto& own = groups_[gi].options;
+      auto pair = std::find_if(lay.pairs.begin(), lay.pairs.end(),
+                               [&](const auto& pr) { return pr[0] == k; });
+      if (pair != lay.pairs.end() && !own.count(k)) {
+        CS_CHECK(v.is_list() && v.size() == 2 && v[0].is_number() && v[1].is_number(),
+                 "{}: param_groups.{}.{}: expected a pair of numbers ({}, {}), got {}", who, gi, k,
+                 (*pair)[1], (*pair)[2], v.repr());
+        options.emplace_back(gi, (*pair)[1], v[0].as_double());
+        options.emplace_back(gi, (*pair)[2], v[1].as_double());
+        continue;
+      }
+      if (torch_execution_key(k) && !own.count(k)) continue;
       CS_CHECK(v.is_number() || v.is_bool(), "{}: param_groups.{}.{}: expected a number, got {}",
-               who, gi, k, kind_name(v.kind()));
-      CS_CHECK(groups_[gi].options.count(k),
-               "{}: param_groups.{}.{}: unknown hyper-parameter for {}", who, gi, k, name());
+               who, gi, k, v.repr());
+      CS_CHECK(own.count(k), "{}: param_groups.{}.{}: unknown hyper-parameter for {}", who, gi, k,
+               name());
+      options.emplace_back(gi, k, v.is_bool() ? (v.as_bool() ? 1.0 : 0.0) : v.as_double());
     }
+  for (const auto& [gi, k, d] : options)
+    if (k == "lr") CS_CHECK(d >= 0, "{}: param_groups.{}.lr: invalid learning rate {}", who, gi, d);
   NoGradGuard ng;
-  for (const auto& key : st.keys()) {
-    const Tensor& p = flat[std::stoul(key)];
-    const State& ps = st.at(key);
+  for (const auto& [p, ps] : loads) {
     for (const auto& nm : ps.keys()) {
-      Tensor& own = state_.at(p.impl()).at(nm);
       const State& v = ps.at(nm);
+      if (v.is_none()) continue;
+      Tensor& own = state_.at(p.impl()).at(nm);
       if (v.is_number())
         own.fill_(v.as_double());
       else
-        own.copy_(v.as_tensor());
+        own.copy_(v.as_tensor().to(own.dtype()));
     }
   }
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+  for (const auto& [gi, k, d] : options) {
     ParamGroup& g = groups_[gi];
-    for (const auto& k : gl[gi].keys()) {
-      if (k == "params") continue;
-      const State& v = gl[gi].at(k);
-      double d = v.is_bool() ? (v.as_bool() ? 1.0 : 0.0) : v.as_double();
-      if (k == "lr") {
-        set_lr(gi, d);
-        continue;
-      }
-      g.options[k] = d;
-      auto t = g.tensors.find(k);
-      if (t != g.tensors.end()) t->second.fill_(d);
+    if (k == "lr") {
+      set_lr(gi, d);
+      continue;
     }
+    g.options[k] = d;
+    auto t = g.tensors.find(k);
+    if (t != g.tensors.end()) t->second.fill_(d);
   }
 }
 

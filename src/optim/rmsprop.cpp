@@ -8,13 +8,15 @@ using namespace impl;
 
 RMSprop::RMSprop(std::vector<Tensor> params, double lr, double alpha, double eps,
                  double weight_decay, double momentum, bool centered, bool maximize)
-    : Optimizer(std::move(params), {{"lr", lr},
-                                    {"alpha", alpha},
-                                    {"eps", eps},
-                                    {"weight_decay", weight_decay},
-                                    {"momentum", momentum},
-                                    {"centered", centered ? 1.0 : 0.0},
-                                    {"maximize", maximize ? 1.0 : 0.0}}) {
+    : Optimizer(std::move(params),
+                {{"lr", lr},
+                 {"alpha", alpha},
+                 {"eps", eps},
+                 {"weight_decay", weight_decay},
+                 {"momentum", momentum},
+                 {"centered", centered ? 1.0 : 0.0},
+                 {"maximize", maximize ? 1.0 : 0.0}},
+                /*enable_global_step=*/true) {
   check_nonneg("RMSprop", "alpha", alpha);
   check_nonneg("RMSprop", "eps", eps);
   check_nonneg("RMSprop", "weight_decay", weight_decay);
@@ -42,6 +44,7 @@ void RMSprop::step() {
     for (auto& p : g.params) {
       Tensor grad = grad_of(p, maximize);
       if (!grad.defined()) continue;
+      increment_global_step(p);  // a count only (torch's "step"); no update reads it
       if (wd) grad = addcmul(grad, p, wdt);
       Tensor& v = state(p, "square_avg");
       v.copy_(ema_sq(v, grad, a));
@@ -62,6 +65,12 @@ void RMSprop::step() {
       }
     }
   }
+}
+
+Optimizer::Layout RMSprop::layout() const {
+  Layout l = Optimizer::layout();
+  l.integer_step = true;
+  return l;
 }
 
 }  // namespace cstorch::optim

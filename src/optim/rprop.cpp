@@ -7,12 +7,14 @@ using namespace impl;
 
 Rprop::Rprop(std::vector<Tensor> params, double lr, double etaminus, double etaplus,
              double step_size_min, double step_size_max, bool maximize)
-    : Optimizer(std::move(params), {{"lr", lr},
-                                    {"etaminus", etaminus},
-                                    {"etaplus", etaplus},
-                                    {"step_size_min", step_size_min},
-                                    {"step_size_max", step_size_max},
-                                    {"maximize", maximize ? 1.0 : 0.0}}) {
+    : Optimizer(std::move(params),
+                {{"lr", lr},
+                 {"etaminus", etaminus},
+                 {"etaplus", etaplus},
+                 {"step_size_min", step_size_min},
+                 {"step_size_max", step_size_max},
+                 {"maximize", maximize ? 1.0 : 0.0}},
+                /*enable_global_step=*/true) {
   CS_CHECK(0 < etaminus && etaminus < 1 && etaplus > 1,
            "Rprop: invalid eta values ({}, {}): need 0 < etaminus < 1 < etaplus", etaminus,
            etaplus);
@@ -36,6 +38,7 @@ void Rprop::step() {
     for (auto& p : g.params) {
       Tensor grad = grad_of(p, maximize);
       if (!grad.defined()) continue;
+      increment_global_step(p);  // a count only (torch's "step"); no update reads it
       Tensor& prev = state(p, "prev");
       Tensor& ss = state(p, "step_size");
       Tensor s = sign(grad * prev);
@@ -46,6 +49,12 @@ void Rprop::step() {
       prev.copy_(g2);
     }
   }
+}
+
+Optimizer::Layout Rprop::layout() const {
+  Layout l = Optimizer::layout();
+  l.integer_step = true;
+  return l;
 }
 
 }  // namespace cstorch::optim

@@ -63,4 +63,19 @@ void SGD::step() {
   }
 }
 
+void SGD::state_to_dict(const ParamGroup&, State& ps) const {
+  if (!ps.contains("initialized")) return;
+  if (ps.at("initialized").as_tensor().item<float>() == 0) ps.erase("momentum_buffer");
+  ps.erase("initialized");
+}
+
+State SGD::state_from_dict(const ParamGroup& g, const State& ps) const {
+  State r = ps;
+  if (g.options.at("momentum") == 0 || g.options.at("dampening") == 0 || r.contains("initialized"))
+    return r;  // no flag here, or cstorch's own layout (the flag is in the dict)
+  bool has_buffer = r.contains("momentum_buffer") && !r.at("momentum_buffer").is_none();
+  r.set("initialized", has_buffer ? 1.0 : 0.0);
+  return r;
+}
+
 }  // namespace cstorch::optim

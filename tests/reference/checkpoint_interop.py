@@ -118,7 +118,11 @@ def check_h5(path, d):
 
 def torch_lookup(obj, path):
     for p in path:
-        obj = obj[p] if isinstance(obj, dict) else obj[int(p)]
+        if isinstance(obj, dict):
+            # An optimizer state dict's "state" is keyed by int parameter ids, as torch's.
+            obj = obj[p] if p in obj else obj[int(p)]
+        else:
+            obj = obj[int(p)]
     return obj
 
 
@@ -129,6 +133,9 @@ def check_pt(path, d):
     has_float = any(isinstance(v["value"], float) for v in m["values"])
     for weights_only in (False,) if has_float else (False, True):
         obj = torch.load(path, weights_only=weights_only)
+        if isinstance(obj, dict) and "optimizer" in obj:
+            keys = list(obj["optimizer"]["state"])
+            assert all(type(k) is int for k in keys), keys
         for t in m["tensors"]:
             x = torch_lookup(obj, t["path"])
             assert isinstance(x, torch.Tensor), flat(t["path"])

@@ -185,6 +185,22 @@ TEST_F(CheckpointInterop, PythonReadsWhatCstorchWrites) {
             std::string::npos);
 }
 
+TEST_F(CheckpointInterop, TorchReadsZip64Archives) {
+  // More than 65535 records: the archive needs zip64 end records, which torch.load must follow.
+  State s = State::list();
+  for (int i = 0; i < 70000; ++i) s.push_back(scalar_tensor(static_cast<float>(i)));
+  std::string p = (dir_ / "many.pt").string();
+  save(s, p);
+  std::string out;
+  int rc = run_command(shell_quote(python_path()) +
+                           " -c 'import sys, torch; x = torch.load(sys.argv[1]); "
+                           "assert len(x) == 70000, len(x); "
+                           "assert all(float(t) == i for i, t in enumerate(x)); print(\"OK\")' " +
+                           shell_quote(p),
+                       &out);
+  EXPECT_EQ(rc, 0) << out;
+}
+
 TEST_F(CheckpointInterop, CstorchReadsWhatPythonWrites) {
   std::string out;
   ASSERT_EQ(run_reference_script("checkpoint_interop.py", {"write", dir_.string()}, &out), 0)

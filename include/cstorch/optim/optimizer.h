@@ -4,6 +4,7 @@
 // traces into the compiled training step. Learning rates are 0-d tensors per param group, so
 // a change (or a scheduler) reaches the compiled step without retracing.
 #pragma once
+#include <array>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -80,14 +81,41 @@ class Optimizer {
   // schedulers that have not written it yet.
   void ensure_initialized();
 
-  // PyTorch-shaped state: {"state": {"0": {name: tensor, ...}, ...}, "param_groups": [{"lr":
-  // ..., <options>, "params": [0, 1, ...]}, ...]}; parameters are numbered across groups in
-  // order. The state tensors are the live ones (as torch's); hyper-parameters are numbers.
+  // PyTorch's layout of the same optimizer: {"state": {"0": {name: tensor, ...}, ...},
+  // "param_groups": [{"lr": ..., <options>, "params": [0, 1, ...]}, ...]}; parameters are
+  // numbered across groups in order. Hyper-parameters are named and typed as torch.optim's
+  // (see layout()): "betas": [b1, b2] (and "etas", "step_sizes"), booleans as booleans; state
+  // tensors carry torch's names, with "step" a 0-d f32 tensor, or an integer where torch keeps
+  // an integer. The state tensors are the live ones (as torch's). A .pt save writes the state
+  // keys as integers and the pairs as tuples, so torch.optim.<Name>.load_state_dict takes the
+  // "optimizer" entry of torch.load(...) as it is (docs/checkpoint-format.md).
   // Reads tensor values, so call it outside a traced step (e.g. in a step closure).
   State state_dict();
-  // Copies values from `sd` into this optimizer's state (shapes and dtypes must match) and
-  // restores the groups' hyper-parameters. Errors name the key path that is wrong.
+  // Copies values from `sd` into this optimizer's state (shapes must match; values are cast
+  // to the state's dtype) and restores the groups' hyper-parameters. Reads what state_dict()
+  // writes, what torch.optim's state_dict() writes (pairs, booleans, integer steps, None for
+  // absent state, and torch's execution switches "foreach", "capturable", "differentiable",
+  // "fused" and "initial_lr", which change no update and are ignored when this optimizer has
+  // no such option), and the layout of older cstorch checkpoints ("beta1"/"beta2" as numbers,
+  // booleans as 0/1). State entries are matched to parameters through the groups' "params"
+  // lists, as torch does. Parameters the dict has no state for keep theirs. Everything is
+  // validated before anything is written; errors name the key path that is wrong.
   void load_state_dict(const State& sd);
+
+  // How state_dict() names and types hyper-parameters so that the dict matches torch.optim's.
+  struct Layout {
+    // Options held here as 0/1 numbers that the dict holds as booleans.
+    std::vector<std::string> bool_options;
+    // Two options the dict holds as one pair {pair, first, second}, e.g. {"betas", "beta1",
+    // "beta2"}.
+    std::vector<std::array<std::string, 3>> pairs;
+    // The "step" state is an integer in the dict (torch keeps a Python int for this optimizer).
+    bool integer_step = false;
+  };
+  // Default: the pairs betas (beta1, beta2), etas (etaminus, etaplus) and step_sizes
+  // (step_size_min, step_size_max) and the booleans amsgrad, maximize, nesterov, centered,
+  // adam, scale_parameter, relative_step and warmup_init, each where the group has them.
+  virtual Layout layout() const;
 
   // Every parameter and state tensor (handles), for GradScaler's skip of non-finite steps.
   std::vector<Tensor> params_and_state();
@@ -116,6 +144,11 @@ class Optimizer {
   bool active(const ParamGroup& g, const std::string& key) const;
   // Adds one to the "step" state of `p` (enable_global_step) and returns it.
   Tensor increment_global_step(const Tensor& p);
+  // One parameter's state as state_dict() writes it (`ps`: name -> tensor, editable), and as
+  // load_state_dict() receives it before validation (returns what to load). For state whose
+  // representation differs from torch's (SGD's first-step flag); the default changes nothing.
+  virtual void state_to_dict(const ParamGroup& g, State& ps) const;
+  virtual State state_from_dict(const ParamGroup& g, const State& ps) const;
   bool enable_global_step_;
 
  private:
@@ -139,6 +172,12 @@ class SGD : public Optimizer {
   void step() override;
   std::vector<std::string> state_names_to_sparsify() const override { return {"momentum_buffer"}; }
   std::string name() const override { return "SGD"; }
+
+ protected:
+  // With dampening, the "initialized" flag is torch's "momentum_buffer is None": the dict
+  // holds no buffer before the first step and no flag.
+  void state_to_dict(const ParamGroup& g, State& ps) const override;
+  State state_from_dict(const ParamGroup& g, const State& ps) const override;
 };
 
 // Adam with L2 weight decay, amsgrad and maximize (torch.optim.Adam).
@@ -167,7 +206,7 @@ class AdamW : public Adam {
   std::string name() const override { return "AdamW"; }
 };
 
-// Adadelta (torch.optim.Adadelta).
+// Adadelta (torch.optim.Adadelta); counts its steps in state "step" as torch does.
 class Adadelta : public Optimizer {
  public:
   Adadelta(std::vector<Tensor> params, double lr = 1.0, double rho = 0.9, double eps = 1e-6,
@@ -178,6 +217,7 @@ class Adadelta : public Optimizer {
     return {"square_avg", "acc_delta"};
   }
   std::string name() const override { return "Adadelta"; }
+  Layout layout() const override;  // "step" is an integer
 };
 
 // Adafactor (Shazeer & Stern 2018, as in the reference implementations): factored second
@@ -286,7 +326,8 @@ class RAdam : public Optimizer {
   std::string name() const override { return "RAdam"; }
 };
 
-// RMSprop with momentum and centered variants (torch.optim.RMSprop).
+// RMSprop with momentum and centered variants (torch.optim.RMSprop); counts its steps in
+// state "step" as torch does.
 class RMSprop : public Optimizer {
  public:
   RMSprop(std::vector<Tensor> params, double lr = 1e-2, double alpha = 0.99, double eps = 1e-8,
@@ -298,9 +339,11 @@ class RMSprop : public Optimizer {
     return {"square_avg", "momentum_buffer", "grad_avg"};
   }
   std::string name() const override { return "RMSprop"; }
+  Layout layout() const override;  // "step" is an integer
 };
 
-// Rprop (torch.optim.Rprop). The learning rate only sets the initial step sizes.
+// Rprop (torch.optim.Rprop). The learning rate only sets the initial step sizes. Counts its
+// steps in state "step" as torch does.
 class Rprop : public Optimizer {
  public:
   Rprop(std::vector<Tensor> params, double lr = 1e-2, double etaminus = 0.5, double etaplus = 1.2,
@@ -312,6 +355,7 @@ class Rprop : public Optimizer {
   }
   std::vector<std::string> schedulable_keys() const override { return {}; }
   std::string name() const override { return "Rprop"; }
+  Layout layout() const override;  // "step" is an integer
 };
 
 // Builds an optimizer by class name (case-insensitive). `learning_rate` is an alias of `lr`.

@@ -4,9 +4,11 @@
 #include <hdf5.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <tuple>
 
 #include "cstorch/checkpoint.h"
 #include "cstorch/cstorch.h"
@@ -453,3 +455,81 @@ TEST(Checkpoint, OneTensorReadWithoutTheStructure) {
   check(p);
   fs::remove_all(dir);
 }
+
+namespace cstorch::testing {
+namespace {
+
+// The zip records of a .pt file: (name, data offset, size, method), from the local headers in
+// order.
+std::vector<std::tuple<std::string, uint64_t, uint64_t, uint16_t>> local_records(
+    const std::string& b) {
+  std::vector<std::tuple<std::string, uint64_t, uint64_t, uint16_t>> r;
+  size_t at = 0;
+  while (at + 30 <= b.size() && b.compare(at, 4, std::string("PK\x03\x04", 4)) == 0) {
+    uint32_t size;
+    uint16_t nlen, xlen, method;
+    std::memcpy(&method, b.data() + at + 8, 2);
+    std::memcpy(&size, b.data() + at + 22, 4);
+    std::memcpy(&nlen, b.data() + at + 26, 2);
+    std::memcpy(&xlen, b.data() + at + 28, 2);
+    uint64_t data = at + 30 + nlen + xlen;
+    r.emplace_back(b.substr(at + 30, nlen), data, size, method);
+    at = static_cast<size_t>(data + size);
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST(CheckpointPt, RecordsAreAlignedStoredAndReproducible) {
+  // Every record's data starts on a 64-byte boundary (as torch.save writes them), records are
+  // stored, and two saves of the same state are the same bytes (no timestamps).
+  auto dir = temp_dir("cstorch_ckpt", "pt_layout");
+  State s = State::map({{"a", rt({3, 5}, 1)},
+                        {"b", rt({7}, 2)},
+                        {"n", 3},
+                        {"long name " + std::string(37, 'x'), rt({1}, 3)}});
+  std::string p = (dir / "a.pt").string(), q = (dir / "b.pt").string();
+  save(s, p);
+  save(s, q);
+  std::string bytes = read_file(p);
+  EXPECT_EQ(bytes, read_file(q));
+  auto recs = local_records(bytes);
+  ASSERT_EQ(recs.size(), 5u);  // data.pkl, 3 storages, version
+  EXPECT_EQ(std::get<0>(recs.front()), "archive/data.pkl");
+  EXPECT_EQ(std::get<0>(recs.back()), "archive/version");
+  for (auto& [name, data, size, method] : recs) {
+    EXPECT_EQ(data % 64, 0u) << name;
+    EXPECT_EQ(method, 0) << name;  // stored
+  }
+  EXPECT_TRUE(load(p) == s);
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointPt, Zip64ArchiveOfManyRecords) {
+  // More than 65535 records need the zip64 end of central directory; a read finds every
+  // record and checks their CRCs as in any other file.
+  auto dir = temp_dir("cstorch_ckpt", "pt_zip64");
+  State s = State::list();  // (a list: a map this long is slow to build for other reasons)
+  for (int i = 0; i < 70000; ++i) s.push_back(scalar_tensor(static_cast<float>(i)));
+  std::string p = (dir / "many.pt").string();
+  save(s, p);
+  std::string bytes = read_file(p);
+  EXPECT_NE(bytes.find(std::string("PK\x06\x06", 4)), std::string::npos);  // zip64 end record
+  EXPECT_NE(bytes.find(std::string("PK\x06\x07", 4)), std::string::npos);  // and its locator
+  State back = load(p);
+  ASSERT_EQ(back.size(), 70000u);
+  EXPECT_EQ(back[69999].as_tensor().item<float>(), 69999.0f);
+  EXPECT_TRUE(back == s);
+  // Damage in the last storage is found.
+  float v = 69999.0f;
+  std::string last(reinterpret_cast<const char*>(&v), 4);
+  size_t at = bytes.rfind(last);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x40);
+  write_file(p, bytes);
+  EXPECT_ERROR_HAS(load(p), "CRC-32");
+  fs::remove_all(dir);
+}
+
+}  // namespace cstorch::testing

@@ -99,7 +99,119 @@ TEST(OptimizerStateDict, PyTorchShape) {
   EXPECT_NEAR(g.at("lr").as_double(), 0.01, 1e-9);
   EXPECT_EQ(g.at("params")[0].as_int(), 0);
   EXPECT_EQ(g.at("params")[1].as_int(), 1);
-  EXPECT_TRUE(g.contains("beta1") && g.contains("amsgrad"));
+  // torch.optim.Adam's names and types: one "betas" pair, booleans as booleans.
+  EXPECT_FALSE(g.contains("beta1") || g.contains("beta2"));
+  ASSERT_TRUE(g.at("betas").is_list());
+  EXPECT_DOUBLE_EQ(g.at("betas")[0].as_double(), 0.9);
+  EXPECT_DOUBLE_EQ(g.at("betas")[1].as_double(), 0.999);
+  EXPECT_TRUE(g.at("amsgrad").is_bool() && g.at("amsgrad").as_bool());
+  EXPECT_TRUE(g.at("maximize").is_bool() && !g.at("maximize").as_bool());
+}
+
+TEST(OptimizerStateDict, TorchNamesAndTypesPerOptimizer) {
+  auto ps = params(1);
+  optim::Rprop rp(ps, 0.01, 0.4, 1.3, 1e-5, 10);
+  set_grads(ps, 0);
+  rp.step();
+  State sd = rp.state_dict();
+  const State& g = sd.at("param_groups")[0];
+  EXPECT_DOUBLE_EQ(g.at("etas")[0].as_double(), 0.4);
+  EXPECT_DOUBLE_EQ(g.at("etas")[1].as_double(), 1.3);
+  EXPECT_DOUBLE_EQ(g.at("step_sizes")[0].as_double(), 1e-5);
+  EXPECT_DOUBLE_EQ(g.at("step_sizes")[1].as_double(), 10.0);
+  // torch keeps Rprop's, RMSprop's and Adadelta's step as a Python int.
+  ASSERT_TRUE(sd.at("state").at("0").at("step").is_int());
+  EXPECT_EQ(sd.at("state").at("0").at("step").as_int(), 1);
+
+  // SGD with dampening: before the first step there is no momentum buffer (torch: None) and
+  // the internal first-step flag never appears in the dict.
+  auto ps2 = params(1);
+  optim::SGD sgd(ps2, 0.1, 0.9, 0.1, 0, false, false);
+  State s0 = sgd.state_dict();
+  EXPECT_EQ(s0.at("state").size(), 0u);
+  EXPECT_TRUE(s0.at("param_groups")[0].at("nesterov").is_bool());
+  set_grads(ps2, 0);
+  sgd.step();
+  State s1 = sgd.state_dict();
+  EXPECT_EQ(s1.at("state").at("0").keys(), (std::vector<std::string>{"momentum_buffer"}));
+}
+
+TEST(OptimizerStateDict, ReadsTorchAndOlderLayouts) {
+  // Three ways to say the same Adam state: what state_dict() writes now, the older cstorch
+  // layout (beta1/beta2 numbers, 0/1 booleans), and torch's (execution switches, step as an
+  // integer-valued tensor, ids that are not 0..n-1).
+  auto pa = params(1);
+  optim::Adam a(pa, 0.01, 0.8, 0.95, 1e-8, 0.0, true);
+  for (int s = 0; s < 3; ++s) {
+    set_grads(pa, s);
+    a.step();
+    a.zero_grad();
+  }
+  State now = a.state_dict();
+  State old = now;
+  State& og = old.at("param_groups")[0];
+  og.erase("betas");
+  og.set("beta1", 0.8);
+  og.set("beta2", 0.95);
+  og.set("amsgrad", 1.0);
+  og.set("maximize", 0.0);
+  State torch_sd = now;
+  State& tg = torch_sd.at("param_groups")[0];
+  tg.set("foreach", State());
+  tg.set("capturable", false);
+  tg.set("differentiable", false);
+  tg.set("fused", false);
+  tg.set("initial_lr", 0.01);
+  tg.set("params", State(std::vector<State>{State(7), State(3)}));
+  State tstate = State::map();
+  tstate.set("7", now.at("state").at("0"));
+  tstate.set("3", now.at("state").at("1"));
+  torch_sd.set("state", tstate);
+  for (const State* sd : {&now, &old, &torch_sd}) {
+    auto pb = params(1);
+    optim::Adam b(pb, 0.5, 0.1, 0.2, 1e-8, 0.0, true);  // other hyper-parameters: restored
+    b.load_state_dict(*sd);
+    EXPECT_EQ(b.state_dict(), now);
+  }
+  // A pair that is not a pair of numbers.
+  State bad = now;
+  bad.at("param_groups")[0].set("betas", State(std::vector<State>{State(0.9)}));
+  auto pc = params(3);
+  optim::Adam c(pc, 0.01, 0.9, 0.999, 1e-8, 0.0, true);
+  expect_error([&] { c.load_state_dict(bad); }, {"param_groups.0.betas", "pair of numbers"});
+
+  // SGD with dampening from torch's layout: a buffer means "past the first step" (without
+  // it, the next step would take the gradient as the buffer, undamped).
+  auto pd = params(1);
+  optim::SGD d(pd, 0.1, 0.9, 0.5);
+  for (int s = 0; s < 2; ++s) {
+    set_grads(pd, s);
+    d.step();
+    d.zero_grad();
+  }
+  State torch_sgd = d.state_dict();
+  EXPECT_FALSE(torch_sgd.at("state").at("0").contains("initialized"));
+  std::vector<Tensor> pe;  // fresh parameters holding pd's values
+  for (auto& p : pd) {
+    Tensor t = from_vector(p.to_vector<float>(), p.shape());
+    t.set_requires_grad(true).set_name(p.name());
+    pe.push_back(t);
+  }
+  optim::SGD e(pe, 0.1, 0.9, 0.5);
+  e.load_state_dict(torch_sgd);
+  set_grads(pd, 2);
+  set_grads(pe, 2);
+  d.step();
+  e.step();
+  EXPECT_EQ(values(pd), values(pe));
+  // SGD without momentum: torch writes momentum_buffer None.
+  auto pf = params(4);
+  optim::SGD f(pf, 0.1);
+  State none_buf = f.state_dict();
+  State ns = State::map();
+  ns.set("0", State::map({{"momentum_buffer", State()}}));
+  none_buf.set("state", ns);
+  f.load_state_dict(none_buf);
 }
 
 TEST(OptimizerStateDict, BadDictsNameTheKeyPath) {
@@ -114,7 +226,7 @@ TEST(OptimizerStateDict, BadDictsNameTheKeyPath) {
   expect_error([&] { opt.load_state_dict(bad); }, {"state.1.bogus", "no state 'bogus'"});
   bad = sd;
   bad.at("state").set("9", sd.at("state").at("0"));
-  expect_error([&] { opt.load_state_dict(bad); }, {"state.9", "not a parameter index"});
+  expect_error([&] { opt.load_state_dict(bad); }, {"state.9", "not a parameter id"});
   bad = sd;
   bad.erase("param_groups");
   expect_error([&] { opt.load_state_dict(bad); }, {"'state' and 'param_groups'"});
