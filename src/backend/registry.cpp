@@ -41,8 +41,9 @@ const DeviceBackend& device_backend(Device d) {
   if (d.type == DeviceType::GPU && cuda::built()) return cuda::backend(d.index);
   if (d.type == DeviceType::GPU)
     fail(
-        "device GPU: this binary was built without the CUDA backend; configure with "
-        "-DCSTORCH_CUDA=ON on a machine with the CUDA toolkit (nvcc) to build it, or use the CPU");
+        "device {}: this binary was built without the CUDA backend; configure with "
+        "-DCSTORCH_CUDA=ON on a machine with the CUDA toolkit (nvcc) to build it, or use the CPU",
+        device_str(d));
   fail("device {}: no backend is registered for it", device_str(d));
 }
 
