@@ -23,10 +23,17 @@ if [[ -z "$NVCC" ]]; then
 fi
 NVCC_VERSION=$("$NVCC" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
 echo "test_cuda: nvcc $NVCC_VERSION ($NVCC)"
+# nvcc runs ptxas and friends from PATH: put its own folder first, so that a machine with two
+# toolkits (Debian's 11.8 in /usr/bin, another in /usr/local/cuda/bin) does not mix them.
+export PATH="$(dirname "$NVCC"):$PATH"
 EXTRA=()
-# CUDA 11.x accepts GCC up to 11; Debian's nvcc finds g++-11 itself (its wrapper), another 11.x
-# toolkit is told.
-if [[ "$NVCC_VERSION" == 11.* && "$NVCC" != /usr/bin/nvcc ]] && command -v g++-11 >/dev/null; then
+# CUDA 11.x accepts GCC up to 11 (bookworm's default is 12): name g++-11 (Debian's nvcc would also
+# find it through its wrapper; saying it keeps the choice visible in the configure output).
+if [[ "$NVCC_VERSION" == 11.* ]]; then
+  if ! command -v g++-11 >/dev/null; then
+    echo "test_cuda: CUDA $NVCC_VERSION needs g++-11 (scripts/setup_cuda.sh installs it)" >&2
+    exit 1
+  fi
   EXTRA+=(-DCMAKE_CUDA_HOST_COMPILER=g++-11)
 fi
 LAUNCHER=()

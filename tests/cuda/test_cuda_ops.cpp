@@ -81,7 +81,8 @@ TEST(CudaOps, ElementwiseAgainstTheCpu) {
   check("minimum row", {a, row}, [](const V& v) { return minimum(v[0], v[1]); });
   check("addcmul", {a, b, s}, [](const V& v) { return addcmul(v[0], v[1], v[2]); });
   check("addcmul broadcast", {a, row, col}, [](const V& v) { return addcmul(v[0], v[1], v[2]); });
-  for (auto [name, fn] : std::vector<std::pair<std::string, Tensor (*)(const Tensor&, const Tensor&)>>{
+  for (auto [name, fn] :
+       std::vector<std::pair<std::string, Tensor (*)(const Tensor&, const Tensor&)>>{
            {"eq", &eq}, {"ne", &ne}, {"lt", &lt}, {"le", &le}, {"gt", &gt}, {"ge", &ge}}) {
     check(name, {a, row}, [fn = fn](const V& v) { return fn(v[0], v[1]); });
   }
@@ -120,16 +121,21 @@ TEST(CudaOps, ProductsAgainstTheCpu) {
   // elements not near zero; these sums of K products of values in [-1, 1] are ~sqrt(K), and the
   // absolute floor is raised to K * 1e-6 by comparing rel 1e-4 on the smallest ones instead.
   Tensor a = rt({33, 47}, 1), b = rt({47, 29}, 2), at = rt({47, 33}, 3), bt = rt({29, 47}, 4);
-  check("matmul", {a, b}, [](const V& v) { return matmul(v[0], v[1]); }, 1e-4);
-  check("matmul a^T b^T", {at, bt},
-        [](const V& v) { return matmul(transpose(v[0], 0, 1), transpose(v[1], 0, 1)); }, 1e-4);
+  check(
+      "matmul", {a, b}, [](const V& v) { return matmul(v[0], v[1]); }, 1e-4);
+  check(
+      "matmul a^T b^T", {at, bt},
+      [](const V& v) { return matmul(transpose(v[0], 0, 1), transpose(v[1], 0, 1)); }, 1e-4);
   Tensor ba = rt({3, 33, 47}, 5), bb = rt({3, 47, 29}, 6);
-  check("batched matmul", {ba, bb}, [](const V& v) { return matmul(v[0], v[1]); }, 1e-4);
-  check("batched x shared", {ba, b}, [](const V& v) { return matmul(v[0], v[1]); }, 1e-4);
+  check(
+      "batched matmul", {ba, bb}, [](const V& v) { return matmul(v[0], v[1]); }, 1e-4);
+  check(
+      "batched x shared", {ba, b}, [](const V& v) { return matmul(v[0], v[1]); }, 1e-4);
   Tensor x = rt({64, 784}, 7), w = rt({256, 784}, 8), bias = rt({256}, 9);
-  check("linear+bias", {x, w, bias}, [](const V& v) { return linear(v[0], v[1], v[2]); }, 1e-4);
-  check("linear 3-d", {rt({2, 5, 784}, 10), w},
-        [](const V& v) { return linear(v[0], v[1]); }, 1e-4);
+  check(
+      "linear+bias", {x, w, bias}, [](const V& v) { return linear(v[0], v[1], v[2]); }, 1e-4);
+  check(
+      "linear 3-d", {rt({2, 5, 784}, 10), w}, [](const V& v) { return linear(v[0], v[1]); }, 1e-4);
 }
 
 TEST(CudaOps, SoftmaxAndLossAgainstTheCpu) {
@@ -166,8 +172,7 @@ TEST(CudaOps, SoftmaxAndLossAgainstTheCpu) {
 TEST(CudaOps, ABadTargetIsAnErrorAtTheNextHostRead) {
   Tensor logits = rt({4, 10}).to(kGpu);
   Tensor t = from_vector(std::vector<int64_t>{1, 2, 10, 3}, {4}).to(kGpu);
-  EXPECT_ERROR(cross_entropy(logits, t).item<float>(), "device GPU:0",
-               "outside [0, classes)");
+  EXPECT_ERROR(cross_entropy(logits, t).item<float>(), "device GPU:0", "outside [0, classes)");
   // The device stays usable.
   EXPECT_NEAR(sum(logits).item<float>(), sum(rt({4, 10})).item<float>(), 1e-5);
 }

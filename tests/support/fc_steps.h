@@ -41,8 +41,8 @@ inline FcRun fc_mnist_run(Device dev, const std::string& optimizer, int steps, i
   runtime::StepDeviceScope scope(dev);
   manual_seed(5);
   auto cfg = parse_config("hidden_sizes: " + hidden + "\n");
-  auto model = modelzoo::models().create("fc_mnist", modelzoo::ConfigView(cfg, "model"),
-                                         "model.name");
+  auto model =
+      modelzoo::models().create("fc_mnist", modelzoo::ConfigView(cfg, "model"), "model.name");
   model->to(dev);
   std::unique_ptr<optim::Optimizer> opt;
   if (optimizer == "sgd")

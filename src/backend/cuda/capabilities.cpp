@@ -22,7 +22,7 @@ struct Table {
   uint32_t mask[ir::kNumOps] = {};
   int count = 0;
   constexpr Table() {
-#define CUDA_OP(Name, m)                           \
+#define CUDA_OP(Name, m)                          \
   mask[static_cast<int>(ir::OpCode::Name)] = (m); \
   ++count;
 #include "backend/cuda/cuda_ops.def"
@@ -70,8 +70,8 @@ std::string unsupported(const ir::Node& n) {
   };
   for (const auto& in : n.inputs)
     if (static_cast<int>(in->shape.size()) > kCudaMaxRank)
-      return fmt::format("{}: input shape {} has more than {} dims", n.name(),
-                         shape_str(in->shape), kCudaMaxRank);
+      return fmt::format("{}: input shape {} has more than {} dims", n.name(), shape_str(in->shape),
+                         kCudaMaxRank);
   switch (n.op) {
     case O::Full:
       return "";

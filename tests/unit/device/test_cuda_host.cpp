@@ -148,9 +148,8 @@ class DummyBackend final : public ir::DeviceBackend {
 
 TEST(CudaDeviceTable, MakesEachDeviceOnceAndNamesAnIndexOutOfRange) {
   int probes = 0, made = 0;
-  cuda::DeviceTable t(
-      [&](std::string*) { return ++probes, 2; },
-      [&](int i) { return ++made, std::make_shared<DummyBackend>(i); });
+  cuda::DeviceTable t([&](std::string*) { return ++probes, 2; },
+                      [&](int i) { return ++made, std::make_shared<DummyBackend>(i); });
   const auto& b1 = t.get(1);
   EXPECT_EQ(static_cast<const DummyBackend&>(b1).index, 1);
   EXPECT_EQ(&t.get(1), &b1);
@@ -250,8 +249,7 @@ TEST(CudaCapabilities, NodesTheKernelsCannotRunAreNamedWithTheReason) {
             "");
   // Comparisons of two dtypes; a cast from bf16.
   auto i = leaf({4, 5, 6}, DType::i64);
-  EXPECT_NE(cuda::unsupported(*node(O::Eq, ir::NoAttrs{}, {f, i}, {4, 5, 6}, DType::boolean)),
-            "");
+  EXPECT_NE(cuda::unsupported(*node(O::Eq, ir::NoAttrs{}, {f, i}, {4, 5, 6}, DType::boolean)), "");
   EXPECT_EQ(cuda::unsupported(*node(O::Eq, ir::NoAttrs{}, {i, i}, {4, 5, 6}, DType::boolean)), "");
   EXPECT_NE(cuda::unsupported(*node(O::Cast, ir::CastAttrs{}, {h}, {4, 5, 6}, DType::f32)), "");
   // Batched products: equal batch dims or a 2-d operand.
@@ -342,7 +340,8 @@ TEST_P(CudaFcMnist, TheStepsNeedOnlyOpsWithCudaKernels) {
     EXPECT_NEAR(dev.eval_losses[s], cpu.eval_losses[s], 1e-5 * std::abs(cpu.eval_losses[s]));
   std::string ran;
   for (int i = 0; i < ir::kNumOps; ++i)
-    if (g_calls[i] > 0) ran += std::string(ran.empty() ? "" : " ") + ir::op_info(ir::OpCode(i)).name;
+    if (g_calls[i] > 0)
+      ran += std::string(ran.empty() ? "" : " ") + ir::op_info(ir::OpCode(i)).name;
   std::printf("ops run on the stand-in (%s): %s\n", opt.c_str(), ran.c_str());
   // The steps really ran on the stand-in, products and loss included.
   for (auto op : {ir::OpCode::Linear, ir::OpCode::Matmul, ir::OpCode::NllLoss,
@@ -361,7 +360,8 @@ TEST(CudaFcMnistRefusals, OpsAndDtypesWithoutCudaKernelsFailAtCompileNotAtRun) {
   // An op with no CUDA kernel: the traced step fails when it is compiled, naming op and device.
   auto gelu_step = trace([&](const Batch& b) { return gelu(b.at("x")).sum(); });
   EXPECT_ERROR(gelu_step(Batch{{"x", rt({4, 8})}}), "op 'gelu' has no kernel for device GPU:0");
-  EXPECT_EQ(g_calls[static_cast<int>(ir::OpCode::Sum)].load(), 0) << "a kernel ran before the error";
+  EXPECT_EQ(g_calls[static_cast<int>(ir::OpCode::Sum)].load(), 0)
+      << "a kernel ran before the error";
   // A dtype no CUDA kernel writes (bf16 autocast).
   auto bf16_step = trace([&](const Batch& b) {
     amp::autocast ac(DType::bf16);

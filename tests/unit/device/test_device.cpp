@@ -9,8 +9,8 @@
 #include <cstorch/checkpoint.h>
 #include <cstorch/cstorch.h>
 
-#include "core/internal.h"
 #include "backend/cuda/device.h"
+#include "core/internal.h"
 #include "ir/device.h"
 #include "modelzoo/model.h"
 #include "modelzoo/registry.h"

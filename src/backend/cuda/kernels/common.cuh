@@ -22,7 +22,7 @@ inline unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
 }
 
-#define CS_GRID_STRIDE(i, n)                                                          \
+#define CS_GRID_STRIDE(i, n)                                                             \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 

@@ -132,8 +132,8 @@ void unary(Unary op, const float* x, float* y, int64_t n, void* stream) {
   const unsigned g = blocks_for(n);
   cudaStream_t s = as_stream(stream);
   switch (op) {
-#define CS_UNARY(Name)                                          \
-  case Unary::Name:                                             \
+#define CS_UNARY(Name)                                         \
+  case Unary::Name:                                            \
     unary_kernel<Unary::Name><<<g, kThreads, 0, s>>>(x, y, n); \
     break;
     CS_UNARY(Neg)
@@ -156,8 +156,8 @@ void binary(Binary op, const Bcast& b, const float* x, const float* y, float* ou
   const unsigned g = blocks_for(n);
   cudaStream_t s = as_stream(stream);
   switch (op) {
-#define CS_BINARY(Name)                                                   \
-  case Binary::Name:                                                      \
+#define CS_BINARY(Name)                                                  \
+  case Binary::Name:                                                     \
     binary_kernel<Binary::Name><<<g, kThreads, 0, s>>>(b, x, y, out, n); \
     break;
     CS_BINARY(Add)

@@ -235,12 +235,12 @@ void reduce(Reduce op, const float* x, float* y, int64_t outer, int64_t r, int64
     return;
   }
   switch (op) {
-#define CS_REDUCE(Name)                                                                   \
-  case Reduce::Name:                                                                      \
-    if (inner == 1)                                                                       \
+#define CS_REDUCE(Name)                                                                           \
+  case Reduce::Name:                                                                              \
+    if (inner == 1)                                                                               \
       reduce_rows<Reduce::Name><<<static_cast<unsigned>(outer), row_threads(r), 0, s>>>(x, y, r); \
-    else                                                                                  \
-      reduce_cols<Reduce::Name><<<blocks_for(n), kThreads, 0, s>>>(x, y, outer, r, inner); \
+    else                                                                                          \
+      reduce_cols<Reduce::Name><<<blocks_for(n), kThreads, 0, s>>>(x, y, outer, r, inner);        \
     break;
     CS_REDUCE(Sum)
     CS_REDUCE(Mean)
@@ -277,8 +277,7 @@ void log_softmax_grad(const float* g, const float* y, float* dx, int64_t outer, 
   if (inner == 1)
     log_softmax_grad_rows<<<static_cast<unsigned>(outer), row_threads(c), 0, s>>>(g, y, dx, c);
   else
-    log_softmax_grad_cols<<<blocks_for(outer * inner), kThreads, 0, s>>>(g, y, dx, outer, c,
-                                                                         inner);
+    log_softmax_grad_cols<<<blocks_for(outer * inner), kThreads, 0, s>>>(g, y, dx, outer, c, inner);
 }
 
 void nll_loss(const float* lp, const void* targets, bool t64, float* y, int64_t outer, int64_t c,
@@ -297,8 +296,8 @@ void nll_loss_grad(const float* g, const void* targets, bool t64, float* dx, int
                    void* stream) {
   cudaStream_t s = as_stream(stream);
   cudaMemsetAsync(dx, 0, static_cast<size_t>(outer * c * inner) * sizeof(float), s);
-  nll_grad_kernel<<<1, 1024, 0, s>>>(g, targets, t64, dx, outer, c, inner, ignore_index,
-                                     reduction, error);
+  nll_grad_kernel<<<1, 1024, 0, s>>>(g, targets, t64, dx, outer, c, inner, ignore_index, reduction,
+                                     error);
 }
 
 }  // namespace cstorch::cuda::k

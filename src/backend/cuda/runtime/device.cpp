@@ -66,9 +66,9 @@ CudaBackend::CudaBackend(int index) : index_(index) {
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), index_,
              "cudaStreamCreate");
   check_cublas(cublasLtCreate(&lt_), index_, "cublasLtCreate");
-  check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&error_host_), sizeof(int),
-                           cudaHostAllocMapped),
-             index_, "cudaHostAlloc (error word)");
+  check_cuda(
+      cudaHostAlloc(reinterpret_cast<void**>(&error_host_), sizeof(int), cudaHostAllocMapped),
+      index_, "cudaHostAlloc (error word)");
   *error_host_ = 0;
   check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_dev_), error_host_, 0),
              index_, "cudaHostGetDevicePointer");
@@ -121,9 +121,10 @@ void CudaBackend::sync_and_check() const {
   check_cuda(cudaStreamSynchronize(stream_), index_, "cudaStreamSynchronize (queued kernels)");
   if (*static_cast<volatile int*>(error_host_) != 0) {
     *error_host_ = 0;
-    fail("device GPU:{}: a kernel found a class index outside [0, classes) in the targets of "
-         "nll_loss / cross_entropy (reported when the host next waited for the device)",
-         index_);
+    fail(
+        "device GPU:{}: a kernel found a class index outside [0, classes) in the targets of "
+        "nll_loss / cross_entropy (reported when the host next waited for the device)",
+        index_);
   }
 }
 

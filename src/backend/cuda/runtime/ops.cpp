@@ -125,8 +125,8 @@ template <k::Cmp op>
 void compare(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
   const auto& b = enter(ctx, n);
   if (n.numel() == 0) return;
-  k::compare(op, ty(n.inputs[0]->dtype, n.name()), bcast(n), in[0], in[1],
-             static_cast<bool*>(out), n.numel(), b.stream());
+  k::compare(op, ty(n.inputs[0]->dtype, n.name()), bcast(n), in[0], in[1], static_cast<bool*>(out),
+             n.numel(), b.stream());
   b.check_launch(n.name());
 }
 
@@ -205,10 +205,10 @@ void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, c
   } else {
     plan = std::make_shared<CudaBackend::GemmPlan>();
     auto& p = *plan;
-    check_cublas(cublasLtMatmulDescCreate(
-                     &p.op, tf32_allowed() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-                     CUDA_R_32F),
-                 dev, "cublasLtMatmulDescCreate");
+    check_cublas(
+        cublasLtMatmulDescCreate(
+            &p.op, tf32_allowed() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+        dev, "cublasLtMatmulDescCreate");
     const cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // lt's A is our B
     const cublasOperation_t tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // lt's B is our A
     check_cublas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
@@ -263,8 +263,8 @@ void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, c
                                                   sizeof bias),
                    dev, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
     }
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(be.lt(), p.op, p.a, p.b, p.c, p.c,
-                                                             pref, 1, &result, &found);
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(be.lt(), p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     check_cublas(st, dev, "cublasLtMatmulAlgoGetHeuristic");
     CS_CHECK(found > 0,
@@ -279,10 +279,10 @@ void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, c
                                                 sizeof bias),
                  dev, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
   const float alpha = 1.0f, beta = 0.0f;
-  check_cublas(cublasLtMatmul(be.lt(), plan->op, &alpha, B, plan->a, A, plan->b, &beta, C,
-                              plan->c, C, plan->c, &plan->algo, reinterpret_cast<void*>(ws),
-                              ws_bytes, be.cuda_stream()),
-               dev, "cublasLtMatmul");
+  check_cublas(
+      cublasLtMatmul(be.lt(), plan->op, &alpha, B, plan->a, A, plan->b, &beta, C, plan->c, C,
+                     plan->c, &plan->algo, reinterpret_cast<void*>(ws), ws_bytes, be.cuda_stream()),
+      dev, "cublasLtMatmul");
 }
 
 }  // namespace
@@ -436,8 +436,8 @@ void cuda_Linear(const KernelContext& ctx, const Node& n, const void* const* in,
              b.index());
     return;
   }
-  gemm(ctx, b, n.name(), f(in[0]), f(in[1]), bias, static_cast<float*>(out), m, nn, kk, false,
-       true, 1, 0, 0);
+  gemm(ctx, b, n.name(), f(in[0]), f(in[1]), bias, static_cast<float*>(out), m, nn, kk, false, true,
+       1, 0, 0);
 }
 
 void cuda_Softmax(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
@@ -469,9 +469,9 @@ void cuda_NllLoss(const KernelContext& ctx, const Node& n, const void* const* in
   const auto& at = n.attr<ir::LossAttrs>();
   const View v = loss_view(n.inputs[0]->shape);
   if (at.reduction == ir::Reduction::None && n.numel() == 0) return;
-  k::nll_loss(f(in[0]), in[1], n.inputs[1]->dtype == DType::i64, static_cast<float*>(out),
-              v.outer, v.r, v.inner, at.ignore_index, reduction_code(at.reduction),
-              b.error_word(), b.stream());
+  k::nll_loss(f(in[0]), in[1], n.inputs[1]->dtype == DType::i64, static_cast<float*>(out), v.outer,
+              v.r, v.inner, at.ignore_index, reduction_code(at.reduction), b.error_word(),
+              b.stream());
   b.check_launch(n.name());
 }
 void cuda_NllLossGrad(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
