@@ -2,7 +2,7 @@
 // scripts/test_cuda.sh only where nvidia-smi works). They need a CUDA device: without one they
 // fail, never skip. Every op of src/backend/cuda/cuda_ops.def against the CPU kernels (fp32,
 // relative 1e-5: the GPU's expf/logf are within 2 ulp and its sums are ordered differently), the
-// caching allocator in a loop, bad targets reported, and FC-MNIST training on GPU:0 against the
+// transfers, bad targets reported, and FC-MNIST training on GPU:0 against the
 // CPU for 100 steps per optimizer.
 #include <gtest/gtest.h>
 
@@ -23,31 +23,47 @@ using cstorch::testing::rt;
 
 const Device kGpu{DeviceType::GPU, 0};
 
-// Relative 1e-5 (absolute 1e-6 near zero) between a GPU result and the CPU's, element by element.
-void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what,
-                  double rel = 1e-5) {
+// |GPU - CPU| <= rel * scale + 1e-6 element by element, where scale is |CPU| (relative 1e-5), or
+// for products the same product of the inputs' absolute values (the size of the terms summed:
+// GPU and CPU sum in different orders, so an element that cancels to near zero is compared with
+// the terms that made it, the usual error bound of a dot product).
+void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what, double rel = 1e-5,
+                  const Tensor* scale = nullptr) {
   ASSERT_EQ(gpu.device(), kGpu) << what << ": the result is not on the GPU";
   Tensor g = gpu.to(Device{});
   ASSERT_EQ(g.shape(), cpu.shape()) << what;
   ASSERT_EQ(g.dtype(), cpu.dtype()) << what;
-  Tensor gf = cast(g, DType::f32), cf = cast(cpu, DType::f32);
-  auto a = gf.to_vector<float>(), b = cf.to_vector<float>();
+  auto a = cast(g, DType::f32).to_vector<float>(), b = cast(cpu, DType::f32).to_vector<float>();
+  std::vector<float> sc = scale ? scale->to_vector<float>() : b;
   int bad = 0;
   for (size_t i = 0; i < a.size() && bad < 5; ++i) {
     const bool both_nan = std::isnan(a[i]) && std::isnan(b[i]);
-    if (!both_nan && !(std::abs(a[i] - b[i]) <= rel * std::abs(b[i]) + 1e-6)) {
+    if (!both_nan && !(std::abs(a[i] - b[i]) <= rel * std::abs(sc[i]) + 1e-6)) {
       ADD_FAILURE() << what << ": element " << i << " GPU " << a[i] << " CPU " << b[i];
       ++bad;
     }
   }
 }
 
+using V = std::vector<Tensor>;
+
 // Runs f on CPU inputs and on the same inputs moved to the GPU.
-void check(const std::string& what, const std::vector<Tensor>& inputs,
-           const std::function<Tensor(const std::vector<Tensor>&)>& f, double rel = 1e-5) {
-  std::vector<Tensor> g;
+void check(const std::string& what, const V& inputs, const std::function<Tensor(const V&)>& f) {
+  V g;
   for (auto& t : inputs) g.push_back(t.to(kGpu));
-  expect_close(f(g), f(inputs), what, rel);
+  expect_close(f(g), f(inputs), what);
+}
+
+// A product: the tolerance scales with f of the inputs' absolute values.
+void check_product(const std::string& what, const V& inputs,
+                   const std::function<Tensor(const V&)>& f) {
+  V g, absolute;
+  for (auto& t : inputs) {
+    g.push_back(t.to(kGpu));
+    absolute.push_back(abs(t));
+  }
+  Tensor scale = f(absolute);
+  expect_close(f(g), f(inputs), what, 1e-5, &scale);
 }
 
 TEST(CudaDevice, IsPresentAndNamed) {
@@ -61,7 +77,6 @@ TEST(CudaDevice, IsPresentAndNamed) {
 TEST(CudaOps, ElementwiseAgainstTheCpu) {
   Tensor a = rt({37, 53}, 1), b = rt({37, 53}, 2), row = rt({53}, 3), col = rt({37, 1}, 4);
   Tensor pos = rt({37, 53}, 5, 0.1, 3.0), s = scalar_tensor(0.75);
-  using V = std::vector<Tensor>;
   check("neg", {a}, [](const V& v) { return neg(v[0]); });
   check("abs", {a}, [](const V& v) { return abs(v[0]); });
   check("exp", {a}, [](const V& v) { return exp(v[0]); });
@@ -101,7 +116,6 @@ TEST(CudaOps, ElementwiseAgainstTheCpu) {
 
 TEST(CudaOps, ReductionsAgainstTheCpu) {
   Tensor x = rt({6, 300, 7}, 9), row = rt({2000}, 10);
-  using V = std::vector<Tensor>;
   for (std::vector<int64_t> dims : {std::vector<int64_t>{}, {0}, {1}, {2}, {0, 1}, {1, 2}}) {
     const std::string d = shape_str(dims);
     check("sum " + d, {x}, [&](const V& v) { return sum(v[0], dims); });
@@ -116,30 +130,21 @@ TEST(CudaOps, ReductionsAgainstTheCpu) {
 }
 
 TEST(CudaOps, ProductsAgainstTheCpu) {
-  using V = std::vector<Tensor>;
-  // fp32 with TF32 off: the GPU's accumulation order differs, so 1e-5 relative holds only for
-  // elements not near zero; these sums of K products of values in [-1, 1] are ~sqrt(K), and the
-  // absolute floor is raised to K * 1e-6 by comparing rel 1e-4 on the smallest ones instead.
+  // fp32 products (TF32 off), compared at 1e-5 of the summed terms' size (check_product).
   Tensor a = rt({33, 47}, 1), b = rt({47, 29}, 2), at = rt({47, 33}, 3), bt = rt({29, 47}, 4);
-  check(
-      "matmul", {a, b}, [](const V& v) { return matmul(v[0], v[1]); }, 1e-4);
-  check(
-      "matmul a^T b^T", {at, bt},
-      [](const V& v) { return matmul(transpose(v[0], 0, 1), transpose(v[1], 0, 1)); }, 1e-4);
+  check_product("matmul", {a, b}, [](const V& v) { return matmul(v[0], v[1]); });
+  check_product("matmul a^T b^T", {at, bt},
+                [](const V& v) { return matmul(transpose(v[0], 0, 1), transpose(v[1], 0, 1)); });
   Tensor ba = rt({3, 33, 47}, 5), bb = rt({3, 47, 29}, 6);
-  check(
-      "batched matmul", {ba, bb}, [](const V& v) { return matmul(v[0], v[1]); }, 1e-4);
-  check(
-      "batched x shared", {ba, b}, [](const V& v) { return matmul(v[0], v[1]); }, 1e-4);
+  check_product("batched matmul", {ba, bb}, [](const V& v) { return matmul(v[0], v[1]); });
+  check_product("batched x shared", {ba, b}, [](const V& v) { return matmul(v[0], v[1]); });
   Tensor x = rt({64, 784}, 7), w = rt({256, 784}, 8), bias = rt({256}, 9);
-  check(
-      "linear+bias", {x, w, bias}, [](const V& v) { return linear(v[0], v[1], v[2]); }, 1e-4);
-  check(
-      "linear 3-d", {rt({2, 5, 784}, 10), w}, [](const V& v) { return linear(v[0], v[1]); }, 1e-4);
+  check_product("linear+bias", {x, w, bias}, [](const V& v) { return linear(v[0], v[1], v[2]); });
+  check_product("linear 3-d", {rt({2, 5, 784}, 10), w},
+                [](const V& v) { return linear(v[0], v[1]); });
 }
 
 TEST(CudaOps, SoftmaxAndLossAgainstTheCpu) {
-  using V = std::vector<Tensor>;
   Tensor logits = rt({64, 10}, 1, -4, 4), wide = rt({8, 3000}, 2, -4, 4), mid = rt({4, 6, 5}, 3);
   check("softmax", {logits}, [](const V& v) { return softmax(v[0], -1); });
   check("log_softmax", {logits}, [](const V& v) { return log_softmax(v[0], -1); });

@@ -102,8 +102,9 @@ std::string unsupported(const ir::Node& n) {
       // The batched product is one strided batch: A and B have the same batch dims, or one of
       // them has none (its matrix is shared by every batch).
       const Shape &a = n.inputs[0]->shape, &b = n.inputs[1]->shape;
-      const Shape ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
-      if (!ba.empty() && !bb.empty() && ba != bb)
+      const bool batched_a = a.size() > 2, batched_b = b.size() > 2;
+      // Compared in place (no copies: kernels call this on every run and never allocate).
+      if (batched_a && batched_b && !std::equal(a.begin(), a.end() - 2, b.begin(), b.end() - 2))
         return fmt::format(
             "matmul: the CUDA kernel needs equal batch dims or a 2-d operand, got {} and {}",
             shape_str(a), shape_str(b));

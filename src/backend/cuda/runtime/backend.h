@@ -5,10 +5,11 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <compare>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "backend/cuda/block_cache.h"
 #include "ir/device.h"
@@ -54,12 +55,30 @@ class CudaBackend final : public ir::DeviceBackend {
   void check_launch(const char* op) const;
   // Makes this backend's device current on the calling thread.
   void make_current() const;
-  // Cached cuBLASLt plans (descriptors and the chosen algorithm), by shape key.
-  struct GemmPlan;
+  // Cached cuBLASLt plans (descriptors and the chosen algorithm) by shape, layout and operand
+  // alignment; looked up without allocating (a step's kernels never allocate).
+  struct GemmKey {
+    int64_t m, n, k, batch, stride_a, stride_b;
+    bool trans_a, trans_b, tf32;
+    uint32_t align_a, align_b, align_c;
+    auto operator<=>(const GemmKey&) const = default;
+  };
+  struct GemmPlan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    GemmPlan() = default;
+    GemmPlan(const GemmPlan&) = delete;
+    GemmPlan& operator=(const GemmPlan&) = delete;
+    ~GemmPlan() {
+      if (op) cublasLtMatmulDescDestroy(op);
+      if (a) cublasLtMatrixLayoutDestroy(a);
+      if (b) cublasLtMatrixLayoutDestroy(b);
+      if (c) cublasLtMatrixLayoutDestroy(c);
+    }
+  };
   std::mutex& gemm_mu() const { return gemm_mu_; }
-  std::unordered_map<std::string, std::shared_ptr<GemmPlan>>& gemm_plans() const {
-    return gemm_plans_;
-  }
+  std::map<GemmKey, std::unique_ptr<GemmPlan>>& gemm_plans() const { return gemm_plans_; }
 
  private:
   // Waits for the stream, then reports a kernel's bad-input word as an error.
@@ -83,7 +102,7 @@ class CudaBackend final : public ir::DeviceBackend {
   mutable Staging staging_[kStagingSlots];
   mutable int next_slot_ = 0;
   mutable std::mutex gemm_mu_;
-  mutable std::unordered_map<std::string, std::shared_ptr<GemmPlan>> gemm_plans_;
+  mutable std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
 };
 
 }  // namespace cstorch::cuda

@@ -87,6 +87,7 @@ CudaBackend::~CudaBackend() {
   // driver may be shutting down.
   (void)cudaSetDevice(index_);
   (void)cudaStreamSynchronize(stream_);
+  gemm_plans_.clear();
   cache_.reset();
   for (auto& s : staging_) {
     if (s.done) (void)cudaEventDestroy(s.done);

@@ -161,49 +161,41 @@ bool tf32_allowed() {
   return on;
 }
 
-}  // namespace
-
-struct CudaBackend::GemmPlan {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  ~GemmPlan() {
-    if (op) cublasLtMatmulDescDestroy(op);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-  }
-};
-
-namespace {
-
-// C[batch][m, n] = op(A)[m, k] @ op(B)[k, n] (+ bias[n]), all row-major f32; stride_a / stride_b
-// are the elements between batches (0: one matrix shared by every batch). cuBLASLt is column-
-// major, so it computes C^T = op(B)^T @ op(A)^T: the row-major buffers read as their transposes.
+// C[batch][m, n] = op(A)[m, k] @ op(B)[k, n], all row-major f32; stride_a / stride_b are the
+// elements between batches (0: one matrix shared by every batch). cuBLASLt is column-major, so
+// it computes C^T = op(B)^T @ op(A)^T: the row-major buffers read as their transposes. No
+// epilogue: a bias is added by a separate kernel (fp32 epilogue support varies by version).
 void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, const float* A,
-          const float* B, const float* bias, float* C, int64_t m, int64_t n, int64_t kk,
-          bool trans_a, bool trans_b, int64_t batch, int64_t stride_a, int64_t stride_b) {
+          const float* B, float* C, int64_t m, int64_t n, int64_t kk, bool trans_a, bool trans_b,
+          int64_t batch, int64_t stride_a, int64_t stride_b) {
   const int dev = be.index();
-  // cuBLASLt assumes 256-byte aligned operands unless told otherwise: planned arena offsets may
-  // be less aligned, so the alignment is part of the plan.
-  const auto key = fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}", m, n, kk, trans_a,
-                               trans_b, batch, stride_a, stride_b, bias != nullptr, alignment(A),
-                               alignment(B), alignment(C), alignment(bias), tf32_allowed());
-  // Workspace: cuBLASLt wants it 256-byte aligned.
-  auto ws = reinterpret_cast<uintptr_t>(ctx.workspace);
-  size_t ws_bytes = ctx.workspace_bytes;
-  if (ws % 256) {
-    const uintptr_t up = (ws + 255) / 256 * 256;
-    ws_bytes = ws_bytes > up - ws ? ws_bytes - (up - ws) : 0;
-    ws = up;
-  }
+  // Workspace: planned as kGemmWorkspaceBytes; cuBLASLt wants it 256-byte aligned, so the plans
+  // ask for 256 bytes less than planned and the pointer is rounded up.
+  constexpr size_t kUsable = kGemmWorkspaceBytes - 256;
+  const auto ws_raw = reinterpret_cast<uintptr_t>(ctx.workspace);
+  const uintptr_t ws = (ws_raw + 255) / 256 * 256;
+  CS_CHECK(ctx.workspace != nullptr && ctx.workspace_bytes >= kGemmWorkspaceBytes,
+           "op '{}' on device GPU:{}: the GEMM workspace was not planned ({} bytes)", opname, dev,
+           ctx.workspace_bytes);
+  // cuBLASLt assumes 256-byte aligned operands unless told otherwise, and planned arena offsets
+  // may be less aligned: the alignments are part of the plan's key.
+  const CudaBackend::GemmKey key{m,
+                                 n,
+                                 kk,
+                                 batch,
+                                 stride_a,
+                                 stride_b,
+                                 trans_a,
+                                 trans_b,
+                                 tf32_allowed(),
+                                 static_cast<uint32_t>(alignment(A)),
+                                 static_cast<uint32_t>(alignment(B)),
+                                 static_cast<uint32_t>(alignment(C))};
   std::lock_guard<std::mutex> l(be.gemm_mu());
   auto& plans = be.gemm_plans();
-  std::shared_ptr<CudaBackend::GemmPlan> plan;
-  if (auto it = plans.find(key); it != plans.end()) {
-    plan = it->second;
-  } else {
-    plan = std::make_shared<CudaBackend::GemmPlan>();
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    auto plan = std::make_unique<CudaBackend::GemmPlan>();
     auto& p = *plan;
     check_cublas(
         cublasLtMatmulDescCreate(
@@ -215,12 +207,6 @@ void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, c
                  dev, "cublasLtMatmulDescSetAttribute(TRANSA)");
     check_cublas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
                  dev, "cublasLtMatmulDescSetAttribute(TRANSB)");
-    if (bias) {
-      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-      check_cublas(
-          cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
-          dev, "cublasLtMatmulDescSetAttribute(EPILOGUE)");
-    }
     auto layout = [&](cublasLtMatrixLayout_t* L, int64_t rows, int64_t cols, int64_t stride) {
       check_cublas(cublasLtMatrixLayoutCreate(L, CUDA_R_32F, static_cast<uint64_t>(rows),
                                               static_cast<uint64_t>(cols), rows),
@@ -242,10 +228,8 @@ void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, c
     layout(&p.c, n, m, m * n);
     cublasLtMatmulPreference_t pref = nullptr;
     check_cublas(cublasLtMatmulPreferenceCreate(&pref), dev, "cublasLtMatmulPreferenceCreate");
-    const uint64_t max_ws = ws_bytes;
-    const uint32_t al_a = static_cast<uint32_t>(alignment(B)),
-                   al_b = static_cast<uint32_t>(alignment(A)),
-                   al_c = static_cast<uint32_t>(alignment(C));
+    const uint64_t max_ws = kUsable;
+    const uint32_t al_a = key.align_b, al_b = key.align_a, al_c = key.align_c;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
                                          sizeof max_ws);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
@@ -258,11 +242,6 @@ void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, c
                                          sizeof al_c);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    if (bias) {  // the bias pointer's alignment is checked by the heuristic through the desc
-      check_cublas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                  sizeof bias),
-                   dev, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
-    }
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(be.lt(), p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
@@ -272,16 +251,13 @@ void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, c
              "(batch {}, trans_a {}, trans_b {})",
              opname, dev, m, kk, kk, n, batch, trans_a, trans_b);
     p.algo = result.algo;
-    plans.emplace(key, plan);
+    it = plans.emplace(key, std::move(plan)).first;
   }
-  if (bias)
-    check_cublas(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof bias),
-                 dev, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  const auto& plan = *it->second;
   const float alpha = 1.0f, beta = 0.0f;
   check_cublas(
-      cublasLtMatmul(be.lt(), plan->op, &alpha, B, plan->a, A, plan->b, &beta, C, plan->c, C,
-                     plan->c, &plan->algo, reinterpret_cast<void*>(ws), ws_bytes, be.cuda_stream()),
+      cublasLtMatmul(be.lt(), plan.op, &alpha, B, plan.a, A, plan.b, &beta, C, plan.c, C, plan.c,
+                     &plan.algo, reinterpret_cast<void*>(ws), kUsable, be.cuda_stream()),
       dev, "cublasLtMatmul");
 }
 
@@ -420,8 +396,8 @@ void cuda_Matmul(const KernelContext& ctx, const Node& n, const void* const* in,
     b.fill_zero(out, n.nbytes());
     return;
   }
-  gemm(ctx, b, n.name(), f(in[0]), f(in[1]), nullptr, static_cast<float*>(out), m, nn, kk,
-       at.trans_a, at.trans_b, batch, batch_a == 1 ? 0 : m * kk, batch_b == 1 ? 0 : kk * nn);
+  gemm(ctx, b, n.name(), f(in[0]), f(in[1]), static_cast<float*>(out), m, nn, kk, at.trans_a,
+       at.trans_b, batch, batch_a == 1 ? 0 : m * kk, batch_b == 1 ? 0 : kk * nn);
 }
 
 void cuda_Linear(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
@@ -429,15 +405,24 @@ void cuda_Linear(const KernelContext& ctx, const Node& n, const void* const* in,
   if (n.numel() == 0) return;
   const Shape& w = n.inputs[1]->shape;
   const int64_t nn = w[0], kk = w[1], m = n.numel() / nn;
-  const float* bias = n.inputs.size() == 3 ? f(in[2]) : nullptr;
-  if (kk == 0) {
+  float* y = static_cast<float*>(out);
+  if (kk == 0)
     b.fill_zero(out, n.nbytes());
-    CS_CHECK(bias == nullptr, "linear on GPU:{}: an empty input with a bias has no CUDA kernel",
-             b.index());
-    return;
+  else
+    gemm(ctx, b, n.name(), f(in[0]), f(in[1]), y, m, nn, kk, false, true, 1, 0, 0);
+  if (n.inputs.size() == 3) {  // y += bias, in place (row broadcast)
+    k::Bcast bc;
+    bc.rank = 2;
+    bc.contiguous = false;
+    bc.shape[0] = m;
+    bc.shape[1] = nn;
+    bc.strides[0][0] = nn;
+    bc.strides[0][1] = 1;
+    bc.strides[1][0] = 0;
+    bc.strides[1][1] = 1;
+    k::binary(k::Binary::Add, bc, y, f(in[2]), y, n.numel(), b.stream());
+    b.check_launch(n.name());
   }
-  gemm(ctx, b, n.name(), f(in[0]), f(in[1]), bias, static_cast<float*>(out), m, nn, kk, false, true,
-       1, 0, 0);
 }
 
 void cuda_Softmax(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
