@@ -20,6 +20,8 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_table.h"
 #include "ir/device.h"
+#include "modelzoo/registry.h"
+#include "modelzoo/trainer.h"
 #include "support/fc_steps.h"
 #include "unit/test_util.h"
 
@@ -374,6 +376,33 @@ TEST(CudaFcMnistRefusals, OpsAndDtypesWithoutCudaKernelsFailAtCompileNotAtRun) {
   EXPECT_NEAR(sum(x, {0, 1}).item<float>(), rt({4, 8}).sum().item<float>(), 1e-5);
   EXPECT_ERROR(sum(rt({2, 3, 4}).to(gpu), {0, 2}), "op 'sum' cannot run on device GPU:0",
                "one run of adjacent dims");
+}
+
+// The Model Zoo Trainer with `device: GPU` on the stand-in: FC-MNIST's fit (SGD + momentum,
+// with validation and checkpoints) uses only ops with CUDA kernels, and learns. (One Trainer per
+// process: the per-step comparison with the CPU is the traced test above.)
+TEST(CudaFcMnistRefusals, TheTrainersFitAndValidateNeedOnlyOpsWithCudaKernels) {
+  StandInScope scope;
+  auto tiny = [](int64_t batches) {
+    Config c = {{"data_processor", "TinyData"}, {"batches", batches}, {"batch_size", 8}};
+    return modelzoo::data_processors().create("TinyData", modelzoo::ConfigView(c, "x"), "x");
+  };
+  const auto dir = cstorch::testing::temp_dir("cuda_standin", "trainer");
+  Config c = parse_config("device: GPU\nmodel_dir: " + dir.string() +
+                          "\nseed: 3\nmodel: {name: fc_mnist, depth: 2, hidden_size: 16}\n"
+                          "optimizer: {SGD: {lr: 0.05, momentum: 0.9}}\n"
+                          "loop: {max_steps: 24, eval_frequency: 12, eval_steps: 2}\n"
+                          "checkpoint: {steps: 12}\nlogging: {log_steps: 4}\n");
+  modelzoo::Trainer t(modelzoo::ConfigView(c, "trainer.init"));
+  const double before = t.validate(tiny(2));
+  t.fit(tiny(8), tiny(2));
+  const double after = t.validate(tiny(2));
+  EXPECT_LT(after, before);
+  EXPECT_TRUE(std::filesystem::exists(dir / "checkpoint_24.mdl"));
+  EXPECT_EQ(t.model().parameters()[0].device(), (Device{DeviceType::GPU, 0}));
+  for (auto op : {ir::OpCode::Linear, ir::OpCode::Matmul, ir::OpCode::Addcmul,
+                  ir::OpCode::NllLossGrad, ir::OpCode::Argmax})
+    EXPECT_GT(g_calls[static_cast<int>(op)].load(), 0) << ir::op_info(op).name;
 }
 
 }  // namespace
