@@ -1,10 +1,11 @@
-// The device backends of this process: the ones built into this binary (the CPU) and the ones
-// registered at run time (a plugin, such as the tests' checking device). The core reaches
-// backends only through ir::device_backend(); this is the one file that includes a backend's
-// header.
+// The device backends of this process: the ones built into this binary (the CPU, and CUDA when
+// configured with CSTORCH_CUDA) and the ones registered at run time (a plugin, such as the tests'
+// checking device). The core reaches backends only through ir::device_backend(); this is the one
+// file that includes a backend's header.
 #include <mutex>
 
 #include "backend/cpu/device.h"
+#include "backend/cuda/device.h"
 #include "cstorch/config.h"
 #include "cstorch/core/error.h"
 #include "ir/device.h"
@@ -27,16 +28,22 @@ std::shared_ptr<const DeviceBackend> registered(DeviceType t) {
 const DeviceBackend* find_device_backend(Device d) {
   if (d.type == DeviceType::CPU || d.type == DeviceType::CSX) return &cpu::backend();
   // Registered backends live until the process ends (or are replaced by a test that owns
-  // every buffer of the old one), so the raw pointer stays valid for the caller.
-  return registered(d.type).get();
+  // every buffer of the old one), so the raw pointer stays valid for the caller. A registered
+  // GPU backend takes precedence over the built-in CUDA one (tests stand in for it there).
+  if (const DeviceBackend* b = registered(d.type).get()) return b;
+  if (d.type == DeviceType::GPU && cuda::built()) return cuda::find_backend(d.index);
+  return nullptr;
 }
 
 const DeviceBackend& device_backend(Device d) {
   if (const DeviceBackend* b = find_device_backend(d)) return *b;
+  // The built-in CUDA backend's own error: no usable device, or an index out of range.
+  if (d.type == DeviceType::GPU && cuda::built()) return cuda::backend(d.index);
   if (d.type == DeviceType::GPU)
     fail(
-        "device GPU: this binary was built without the CUDA backend; configure with "
-        "-DCSTORCH_CUDA=ON on a machine with the CUDA toolkit (nvcc) to build it, or use the CPU");
+        "device {}: this binary was built without the CUDA backend; configure with "
+        "-DCSTORCH_CUDA=ON on a machine with the CUDA toolkit (nvcc) to build it, or use the CPU",
+        device_str(d));
   fail("device {}: no backend is registered for it", device_str(d));
 }
 

@@ -108,9 +108,15 @@ void transfer_kernel(const KernelContext&, const Node& n, const void* const* in,
 
 Kernel kernel_for(const Node& n) {
   if (n.op == OpCode::ToDevice) return &transfer_kernel;
-  Kernel k = device_backend(n.device).kernel(n.op);
+  const DeviceBackend& b = device_backend(n.device);
+  Kernel k = b.kernel(n.op);
   CS_CHECK(k != nullptr, "op '{}' has no kernel for device {} in this build", n.name(),
            device_str(n.device));
+  CS_CHECK(b.supports(n.op, n.dtype), "op '{}' has no kernel for dtype {} on device {}", n.name(),
+           dtype_name(n.dtype), device_str(n.device));
+  if (std::string why = b.cannot_run(n); !why.empty())
+    fail("op '{}' cannot run on device {}: {} (output {} {})", n.name(), device_str(n.device), why,
+         dtype_name(n.dtype), shape_str(n.shape));
   return k;
 }
 

@@ -75,6 +75,10 @@ class DeviceBackend {
 
   // Capabilities the compiler asks about.
   virtual bool supports(OpCode op, DType t) const { return kernel(op) != nullptr; }
+  // Why this backend's kernel for n.op cannot run this node (its dtypes, ranks or layout), or
+  // empty when it can. Asked when a program is compiled and before an eager op runs, so an
+  // unsupported node is an error there rather than a wrong result (default: every node).
+  virtual std::string cannot_run(const Node& n) const { return {}; }
   // Whether the backend's Fused kernel runs this op as an instruction (default: the op's
   // kFusable trait).
   virtual bool fuses(OpCode op) const { return has_trait(op, kFusable); }

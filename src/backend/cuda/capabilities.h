@@ -1,0 +1,38 @@
+// What the CUDA backend's kernels run, answered in plain C++ so that the answers are compiled and
+// tested in every build (tests/unit/device/test_cuda_host.cpp), GPU or not. The CUDA backend
+// object (device.cu) answers DeviceBackend's capability questions with these functions; the
+// tests answer them the same way from a stand-in backend to prove, on the CPU, which graphs a
+// CUDA build would compile (FC-MNIST's training step) and which it refuses.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "ir/node.h"
+
+namespace cstorch::cuda {
+
+// Bit (1 << DType) for each output dtype the op's CUDA kernel writes; 0: no CUDA kernel.
+uint32_t op_dtypes(ir::OpCode op);
+// Whether the CUDA backend has a kernel for `op` writing `t`.
+bool supports(ir::OpCode op, DType t);
+// Empty when the CUDA kernel runs this node (op, output and input dtypes, ranks and layouts);
+// otherwise why not, for the compile-time error ("matmul: batch dims of A must ...").
+std::string unsupported(const ir::Node& n);
+// The ops the CUDA build can run: the number listed in cuda_ops.def.
+int num_ops();
+
+// The most dims the kernels walk (broadcasting index arrays).
+inline constexpr int kCudaMaxRank = 8;
+// Scratch a node's kernel needs: cuBLASLt's workspace for the products (a fixed budget that lets
+// it pick split-K and stream-K algorithms), none for the other kernels.
+inline constexpr size_t kGemmWorkspaceBytes = size_t{4} << 20;
+size_t workspace_bytes(const ir::Node& n);
+// No Fused kernel and no GEMM epilogues yet: the compiler keeps those ops separate on CUDA.
+inline bool fuses(ir::OpCode) {
+  return false;
+}
+inline bool gemm_epilogue_applies(int64_t, int64_t, int64_t, bool) {
+  return false;
+}
+
+}  // namespace cstorch::cuda

@@ -1,0 +1,86 @@
+// Shared pieces of the CUDA kernels: launch shapes, the broadcast offset walk and block
+// reductions. C++17 (see launch.h).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels/launch.h"
+
+namespace cstorch::cuda::k {
+
+constexpr int kThreads = 256;
+
+inline cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+// Blocks for a grid-stride loop over n elements: enough to fill the device, capped so the
+// launch stays valid (the loop covers the rest).
+inline unsigned blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
+}
+
+#define CS_GRID_STRIDE(i, n)                                                             \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// The offsets of output element i in each of `nin` inputs.
+template <int nin>
+__device__ inline void bcast_offsets(const Bcast& b, int64_t i, int64_t* off) {
+  for (int k = 0; k < nin; ++k) off[k] = 0;
+  for (int d = b.rank - 1; d >= 0; --d) {
+    const int64_t c = i % b.shape[d];
+    i /= b.shape[d];
+    for (int k = 0; k < nin; ++k) off[k] += c * b.strides[k][d];
+  }
+}
+
+__device__ inline float max_nan(float x, float y) {
+  if (x != x) return x;
+  if (y != y) return y;
+  return x > y ? x : y;
+}
+__device__ inline float min_nan(float x, float y) {
+  if (x != x) return x;
+  if (y != y) return y;
+  return x < y ? x : y;
+}
+
+// Block-wide reductions (blockDim.x a multiple of 32, at most 1024). Every thread gets the
+// result. `scratch` holds 32 values of T.
+template <class T, class Op>
+__device__ inline T block_reduce(T v, Op op, T* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_down_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  if (warp == 0) {
+    v = lane < warps ? scratch[lane] : scratch[0];
+    for (int o = 16; o > 0; o >>= 1) {
+      const T other = __shfl_down_sync(0xffffffffu, v, o);
+      if (lane + o < warps) v = op(v, other);
+    }
+    if (lane == 0) scratch[0] = v;
+  }
+  __syncthreads();
+  return scratch[0];
+}
+
+struct SumOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct MaxNanOp {
+  __device__ float operator()(float a, float b) const { return max_nan(a, b); }
+};
+struct MinNanOp {
+  __device__ float operator()(float a, float b) const { return min_nan(a, b); }
+};
+
+}  // namespace cstorch::cuda::k

@@ -1,0 +1,241 @@
+// The CUDA backend object (see backend.h) and the registry entry points of a CUDA build
+// (backend/cuda/device.h). Everything here is host code over the CUDA runtime API; kernels are
+// in ../kernels/*.cu, the node-reading wrappers in ops.cpp.
+#include <cstring>
+
+#include "backend/cuda/capabilities.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/device_table.h"
+#include "backend/cuda/runtime/backend.h"
+#include "cstorch/core/error.h"
+
+namespace cstorch::cuda {
+
+// ops.cpp: the kernel table, from cuda_ops.def.
+ir::Kernel kernel_of(ir::OpCode op);
+
+void check_cuda(cudaError_t e, int device, const char* what) {
+  if (e != cudaSuccess)
+    fail("device GPU:{}: {} failed: {} ({})", device, what, cudaGetErrorString(e),
+         cudaGetErrorName(e));
+}
+
+void check_cublas(cublasStatus_t s, int device, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    fail("device GPU:{}: {} failed: cuBLAS status {}", device, what, static_cast<int>(s));
+}
+
+const CudaBackend& cuda_backend(const ir::KernelContext& ctx) {
+  return *static_cast<const CudaBackend*>(ctx.backend);
+}
+
+namespace {
+
+// cudaMalloc / cudaFree for the block cache; out of memory is a null return (the cache then
+// gives back its cached blocks and retries).
+class CudaRaw final : public RawAllocator {
+ public:
+  explicit CudaRaw(int device) : device_(device) {}
+  void* raw_allocate(size_t n) override {
+    check_cuda(cudaSetDevice(device_), device_, "cudaSetDevice");
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, n);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear the sticky-free error so later calls do not see it
+      return nullptr;
+    }
+    check_cuda(e, device_, "cudaMalloc");
+    return p;
+  }
+  void raw_free(void* p, size_t) override {
+    (void)cudaSetDevice(device_);
+    (void)cudaFree(p);  // at exit the driver may already be gone: nothing to report then
+  }
+
+ private:
+  int device_;
+};
+
+// Freed blocks kept per device for reuse (beyond this they go back to cudaFree).
+constexpr size_t kCacheLimit = size_t{2} << 30;
+
+}  // namespace
+
+CudaBackend::CudaBackend(int index) : index_(index) {
+  make_current();
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), index_,
+             "cudaStreamCreate");
+  check_cublas(cublasLtCreate(&lt_), index_, "cublasLtCreate");
+  check_cuda(
+      cudaHostAlloc(reinterpret_cast<void**>(&error_host_), sizeof(int), cudaHostAllocMapped),
+      index_, "cudaHostAlloc (error word)");
+  *error_host_ = 0;
+  check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_dev_), error_host_, 0),
+             index_, "cudaHostGetDevicePointer");
+  for (auto& s : staging_) {
+    check_cuda(cudaHostAlloc(&s.host, kStagingSlotBytes, cudaHostAllocDefault), index_,
+               "cudaHostAlloc (staging)");
+    check_cuda(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), index_,
+               "cudaEventCreate");
+  }
+  raw_ = std::make_unique<CudaRaw>(index_);
+  cache_ = std::make_unique<BlockCache>(*raw_, fmt::format("GPU:{}", index_), kCacheLimit);
+}
+
+CudaBackend::~CudaBackend() {
+  // Backends live for the process; this runs only if one is replaced. Errors are ignored: the
+  // driver may be shutting down.
+  (void)cudaSetDevice(index_);
+  (void)cudaStreamSynchronize(stream_);
+  gemm_plans_.clear();
+  cache_.reset();
+  for (auto& s : staging_) {
+    if (s.done) (void)cudaEventDestroy(s.done);
+    if (s.host) (void)cudaFreeHost(s.host);
+  }
+  if (error_host_) (void)cudaFreeHost(error_host_);
+  if (lt_) (void)cublasLtDestroy(lt_);
+  if (stream_) (void)cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::make_current() const {
+  check_cuda(cudaSetDevice(index_), index_, "cudaSetDevice");
+}
+
+void* CudaBackend::allocate(size_t nbytes) const {
+  return cache_->allocate(nbytes);
+}
+
+void CudaBackend::deallocate(void* p, size_t nbytes) const {
+  // Stream-ordered reuse (block_cache.h): work queued on p before this runs before any work
+  // queued on it by its next owner, since both are on this device's one stream.
+  cache_->deallocate(p, nbytes);
+}
+
+void CudaBackend::check_launch(const char* op) const {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    fail("device GPU:{}: launching the {} kernel failed: {}", index_, op, cudaGetErrorString(e));
+}
+
+void CudaBackend::sync_and_check() const {
+  check_cuda(cudaStreamSynchronize(stream_), index_, "cudaStreamSynchronize (queued kernels)");
+  if (*static_cast<volatile int*>(error_host_) != 0) {
+    *error_host_ = 0;
+    fail(
+        "device GPU:{}: a kernel found a class index outside [0, classes) in the targets of "
+        "nll_loss / cross_entropy (reported when the host next waited for the device)",
+        index_);
+  }
+}
+
+void CudaBackend::synchronize() const {
+  make_current();
+  sync_and_check();
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, size_t n) const {
+  if (n == 0) return;
+  make_current();
+  check_cuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_), index_,
+             "cudaMemcpyAsync (device to host)");
+  sync_and_check();
+}
+
+void CudaBackend::copy_from_host(void* dst, const void* src, size_t n) const {
+  if (n == 0) return;
+  make_current();
+  if (n <= kStagingSlotBytes) {
+    // Through a pinned slot: the caller's memory is free again when this returns, and the copy
+    // itself runs asynchronously, after the kernels queued before it (a batch upload overlaps
+    // the previous step).
+    std::lock_guard<std::mutex> l(staging_mu_);
+    Staging& s = staging_[next_slot_];
+    next_slot_ = (next_slot_ + 1) % kStagingSlots;
+    if (s.pending)
+      check_cuda(cudaEventSynchronize(s.done), index_, "cudaEventSynchronize (staging slot)");
+    std::memcpy(s.host, src, n);
+    check_cuda(cudaMemcpyAsync(dst, s.host, n, cudaMemcpyHostToDevice, stream_), index_,
+               "cudaMemcpyAsync (host to device)");
+    check_cuda(cudaEventRecord(s.done, stream_), index_, "cudaEventRecord");
+    s.pending = true;
+    return;
+  }
+  check_cuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_), index_,
+             "cudaMemcpyAsync (host to device)");
+  check_cuda(cudaStreamSynchronize(stream_), index_, "cudaStreamSynchronize (upload)");
+}
+
+void CudaBackend::copy_on_device(void* dst, const void* src, size_t n) const {
+  if (n == 0 || dst == src) return;
+  make_current();
+  check_cuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream_), index_,
+             "cudaMemcpyAsync (device to device)");
+}
+
+void CudaBackend::fill_zero(void* dst, size_t n) const {
+  if (n == 0) return;
+  make_current();
+  check_cuda(cudaMemsetAsync(dst, 0, n, stream_), index_, "cudaMemsetAsync");
+}
+
+ir::Kernel CudaBackend::kernel(ir::OpCode op) const {
+  return kernel_of(op);
+}
+size_t CudaBackend::workspace_bytes(const ir::Node& n) const {
+  return cuda::workspace_bytes(n);
+}
+bool CudaBackend::supports(ir::OpCode op, DType t) const {
+  return cuda::supports(op, t);
+}
+std::string CudaBackend::cannot_run(const ir::Node& n) const {
+  return cuda::unsupported(n);
+}
+bool CudaBackend::fuses(ir::OpCode op) const {
+  return cuda::fuses(op);
+}
+bool CudaBackend::gemm_epilogue_applies(int64_t m, int64_t n, int64_t k, bool trans_b) const {
+  return cuda::gemm_epilogue_applies(m, n, k, trans_b);
+}
+int CudaBackend::max_rank() const {
+  return kCudaMaxRank;
+}
+
+namespace {
+
+DeviceTable& table() {
+  static DeviceTable* t = new DeviceTable(  // never destroyed: buffers may outlive statics
+      [](std::string* why) {
+        int n = 0;
+        const cudaError_t e = cudaGetDeviceCount(&n);
+        if (e != cudaSuccess) {
+          *why = fmt::format("cudaGetDeviceCount: {}", cudaGetErrorString(e));
+          return -1;
+        }
+        return n;
+      },
+      [](int index) -> std::shared_ptr<const ir::DeviceBackend> {
+        return std::make_shared<CudaBackend>(index);
+      });
+  return *t;
+}
+
+}  // namespace
+
+bool built() {
+  return true;
+}
+
+const ir::DeviceBackend& backend(int index) {
+  return table().get(index);
+}
+
+const ir::DeviceBackend* find_backend(int index) {
+  try {
+    return &table().get(index);
+  } catch (const Error&) {
+    return nullptr;
+  }
+}
+
+}  // namespace cstorch::cuda

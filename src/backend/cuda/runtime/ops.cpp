@@ -1,0 +1,495 @@
+// The CUDA kernel table: one `cuda_<Name>` per line of cuda_ops.def. Each reads its node (shapes,
+// dtypes, attributes) on the host, queues its kernel(s) on the backend's stream through the plain
+// launch functions of ../kernels/launch.h, and checks the launch. Products go through cuBLASLt
+// (gemm below). Nothing here allocates device memory: scratch is the planned workspace.
+#include <cstdlib>
+
+#include "backend/cuda/capabilities.h"
+#include "backend/cuda/kernels/launch.h"
+#include "backend/cuda/runtime/backend.h"
+#include "cstorch/core/error.h"
+
+namespace cstorch::cuda {
+
+namespace {
+
+using ir::KernelContext;
+using ir::Node;
+
+k::Ty ty(DType t, const char* op) {
+  switch (t) {
+    case DType::f32:
+      return k::Ty::f32;
+    case DType::i32:
+      return k::Ty::i32;
+    case DType::i64:
+      return k::Ty::i64;
+    case DType::boolean:
+      return k::Ty::b8;
+    default:
+      fail("{}: dtype {} has no CUDA kernel", op, dtype_name(t));
+  }
+}
+
+// The prologue of every kernel: the device current on this thread, the node checked (compile
+// time already refused what cannot run; this keeps an eager call just as safe).
+const CudaBackend& enter(const KernelContext& ctx, const Node& n) {
+  const CudaBackend& b = cuda_backend(ctx);
+  b.make_current();
+  if (std::string why = unsupported(n); !why.empty())
+    fail("op '{}' cannot run on device GPU:{}: {}", n.name(), b.index(), why);
+  return b;
+}
+
+k::Bcast bcast(const Node& n) {
+  k::Bcast b;
+  b.rank = static_cast<int>(n.shape.size());
+  const int64_t total = n.numel();
+  for (int d = 0; d < b.rank; ++d) b.shape[d] = n.shape[d];
+  for (size_t i = 0; i < n.inputs.size() && i < 3; ++i) {
+    const Shape& s = n.inputs[i]->shape;
+    if (n.inputs[i]->numel() != total) b.contiguous = false;
+    int64_t stride = 1;
+    for (int d = b.rank - 1; d >= 0; --d) {
+      const int k = d - (b.rank - static_cast<int>(s.size()));
+      const int64_t sz = k >= 0 ? s[k] : 1;
+      b.strides[i][d] = sz == 1 ? 0 : stride;
+      stride *= sz;
+    }
+  }
+  return b;
+}
+
+struct View {
+  int64_t outer = 1, r = 1, inner = 1;
+};
+// x viewed as [outer, r, inner] for a reduction over `dims` (sorted, one contiguous run; empty:
+// every dim).
+View reduce_view(const Shape& s, const ir::Dims& dims) {
+  View v;
+  if (dims.empty()) {
+    v.r = cstorch::numel(s);
+    return v;
+  }
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    if (d < dims.front())
+      v.outer *= s[d];
+    else if (d <= dims.back())
+      v.r *= s[d];
+    else
+      v.inner *= s[d];
+  }
+  return v;
+}
+View dim_view(const Shape& s, int64_t dim) {
+  View v;
+  if (s.empty()) return v;
+  for (int64_t i = 0; i < dim; ++i) v.outer *= s[i];
+  v.r = s[dim];
+  for (size_t i = dim + 1; i < s.size(); ++i) v.inner *= s[i];
+  return v;
+}
+View loss_view(const Shape& lp) {
+  View v;
+  if (lp.size() == 1) {
+    v.r = lp[0];
+    return v;
+  }
+  v.outer = lp[0];
+  v.r = lp[1];
+  for (size_t i = 2; i < lp.size(); ++i) v.inner *= lp[i];
+  return v;
+}
+
+const float* f(const void* p) {
+  return static_cast<const float*>(p);
+}
+
+template <k::Unary op>
+void unary(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  k::unary(op, f(in[0]), static_cast<float*>(out), n.numel(), b.stream());
+  b.check_launch(n.name());
+}
+
+template <k::Binary op>
+void binary(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  k::binary(op, bcast(n), f(in[0]), f(in[1]), static_cast<float*>(out), n.numel(), b.stream());
+  b.check_launch(n.name());
+}
+
+template <k::Cmp op>
+void compare(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  k::compare(op, ty(n.inputs[0]->dtype, n.name()), bcast(n), in[0], in[1], static_cast<bool*>(out),
+             n.numel(), b.stream());
+  b.check_launch(n.name());
+}
+
+template <k::Reduce op>
+void reduce(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const View v = reduce_view(n.inputs[0]->shape, n.attr<ir::AxesAttrs>().dims);
+  k::reduce(op, f(in[0]), static_cast<float*>(out), v.outer, v.r, v.inner, b.stream());
+  b.check_launch(n.name());
+}
+
+int reduction_code(ir::Reduction r) {
+  return r == ir::Reduction::None ? 0 : r == ir::Reduction::Mean ? 1 : 2;
+}
+
+// ---- cuBLASLt ----
+
+size_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (a == 0) return 256;
+  const uintptr_t low = a & (~a + 1);
+  return low < 256 ? low : 256;
+}
+
+bool tf32_allowed() {
+  // Off by default: fp32 products are true fp32 (as the CPU's), so results compare at 1e-5.
+  static const bool on = [] {
+    const char* e = std::getenv("CSTORCH_CUDA_TF32");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
+// C[batch][m, n] = op(A)[m, k] @ op(B)[k, n], all row-major f32; stride_a / stride_b are the
+// elements between batches (0: one matrix shared by every batch). cuBLASLt is column-major, so
+// it computes C^T = op(B)^T @ op(A)^T: the row-major buffers read as their transposes. No
+// epilogue: a bias is added by a separate kernel (fp32 epilogue support varies by version).
+void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, const float* A,
+          const float* B, float* C, int64_t m, int64_t n, int64_t kk, bool trans_a, bool trans_b,
+          int64_t batch, int64_t stride_a, int64_t stride_b) {
+  const int dev = be.index();
+  // Workspace: planned as kGemmWorkspaceBytes; cuBLASLt wants it 256-byte aligned, so the plans
+  // ask for 256 bytes less than planned and the pointer is rounded up.
+  constexpr size_t kUsable = kGemmWorkspaceBytes - 256;
+  const auto ws_raw = reinterpret_cast<uintptr_t>(ctx.workspace);
+  const uintptr_t ws = (ws_raw + 255) / 256 * 256;
+  CS_CHECK(ctx.workspace != nullptr && ctx.workspace_bytes >= kGemmWorkspaceBytes,
+           "op '{}' on device GPU:{}: the GEMM workspace was not planned ({} bytes)", opname, dev,
+           ctx.workspace_bytes);
+  // cuBLASLt assumes 256-byte aligned operands unless told otherwise, and planned arena offsets
+  // may be less aligned: the alignments are part of the plan's key.
+  const CudaBackend::GemmKey key{m,
+                                 n,
+                                 kk,
+                                 batch,
+                                 stride_a,
+                                 stride_b,
+                                 trans_a,
+                                 trans_b,
+                                 tf32_allowed(),
+                                 static_cast<uint32_t>(alignment(A)),
+                                 static_cast<uint32_t>(alignment(B)),
+                                 static_cast<uint32_t>(alignment(C))};
+  std::lock_guard<std::mutex> l(be.gemm_mu());
+  auto& plans = be.gemm_plans();
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    auto plan = std::make_unique<CudaBackend::GemmPlan>();
+    auto& p = *plan;
+    check_cublas(
+        cublasLtMatmulDescCreate(
+            &p.op, tf32_allowed() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+        dev, "cublasLtMatmulDescCreate");
+    const cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // lt's A is our B
+    const cublasOperation_t tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // lt's B is our A
+    check_cublas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+                 dev, "cublasLtMatmulDescSetAttribute(TRANSA)");
+    check_cublas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+                 dev, "cublasLtMatmulDescSetAttribute(TRANSB)");
+    auto layout = [&](cublasLtMatrixLayout_t* L, int64_t rows, int64_t cols, int64_t stride) {
+      check_cublas(cublasLtMatrixLayoutCreate(L, CUDA_R_32F, static_cast<uint64_t>(rows),
+                                              static_cast<uint64_t>(cols), rows),
+                   dev, "cublasLtMatrixLayoutCreate");
+      if (batch > 1) {
+        const int32_t count = static_cast<int32_t>(batch);
+        check_cublas(cublasLtMatrixLayoutSetAttribute(*L, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                      &count, sizeof count),
+                     dev, "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+        check_cublas(cublasLtMatrixLayoutSetAttribute(
+                         *L, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+                     dev, "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+      }
+    };
+    // Stored (column-major) shapes: our B as [n, k] (or [k, n] when trans_b), our A as [k, m]
+    // (or [m, k] when trans_a), C as [n, m].
+    layout(&p.a, trans_b ? kk : n, trans_b ? n : kk, stride_b);
+    layout(&p.b, trans_a ? m : kk, trans_a ? kk : m, stride_a);
+    layout(&p.c, n, m, m * n);
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_cublas(cublasLtMatmulPreferenceCreate(&pref), dev, "cublasLtMatmulPreferenceCreate");
+    const uint64_t max_ws = kUsable;
+    const uint32_t al_a = key.align_b, al_b = key.align_a, al_c = key.align_c;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                                         sizeof max_ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                         sizeof al_a);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                         sizeof al_b);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
+                                         sizeof al_c);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
+                                         sizeof al_c);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(be.lt(), p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    check_cublas(st, dev, "cublasLtMatmulAlgoGetHeuristic");
+    CS_CHECK(found > 0,
+             "op '{}' on device GPU:{}: cuBLASLt has no algorithm for [{}, {}] x [{}, {}] "
+             "(batch {}, trans_a {}, trans_b {})",
+             opname, dev, m, kk, kk, n, batch, trans_a, trans_b);
+    p.algo = result.algo;
+    it = plans.emplace(key, std::move(plan)).first;
+  }
+  const auto& plan = *it->second;
+  const float alpha = 1.0f, beta = 0.0f;
+  check_cublas(
+      cublasLtMatmul(be.lt(), plan.op, &alpha, B, plan.a, A, plan.b, &beta, C, plan.c, C, plan.c,
+                     &plan.algo, reinterpret_cast<void*>(ws), kUsable, be.cuda_stream()),
+      dev, "cublasLtMatmul");
+}
+
+}  // namespace
+
+// ---- the kernels of cuda_ops.def ----
+
+void cuda_Full(const KernelContext& ctx, const Node& n, const void* const*, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  k::fill(ty(n.dtype, "full"), n.attr<ir::FullAttrs>().value, out, n.numel(), b.stream());
+  b.check_launch(n.name());
+}
+
+void cuda_Neg(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Neg>(c, n, in, out);
+}
+void cuda_Abs(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Abs>(c, n, in, out);
+}
+void cuda_Exp(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Exp>(c, n, in, out);
+}
+void cuda_Log(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Log>(c, n, in, out);
+}
+void cuda_Sqrt(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Sqrt>(c, n, in, out);
+}
+void cuda_Rsqrt(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Rsqrt>(c, n, in, out);
+}
+void cuda_Reciprocal(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Reciprocal>(c, n, in, out);
+}
+void cuda_Tanh(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Tanh>(c, n, in, out);
+}
+void cuda_Sigmoid(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Sigmoid>(c, n, in, out);
+}
+void cuda_Relu(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Relu>(c, n, in, out);
+}
+void cuda_Expm1(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Expm1>(c, n, in, out);
+}
+
+void cuda_Cast(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  k::cast(ty(n.inputs[0]->dtype, "cast"), ty(n.dtype, "cast"), in[0], out, n.numel(), b.stream());
+  b.check_launch(n.name());
+}
+
+void cuda_Add(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  binary<k::Binary::Add>(c, n, in, out);
+}
+void cuda_Sub(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  binary<k::Binary::Sub>(c, n, in, out);
+}
+void cuda_Mul(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  binary<k::Binary::Mul>(c, n, in, out);
+}
+void cuda_Div(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  binary<k::Binary::Div>(c, n, in, out);
+}
+void cuda_Maximum(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  binary<k::Binary::Maximum>(c, n, in, out);
+}
+void cuda_Minimum(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  binary<k::Binary::Minimum>(c, n, in, out);
+}
+void cuda_ReluGrad(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  binary<k::Binary::ReluGrad>(c, n, in, out);
+}
+void cuda_Eq(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  compare<k::Cmp::Eq>(c, n, in, out);
+}
+void cuda_Ne(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  compare<k::Cmp::Ne>(c, n, in, out);
+}
+void cuda_Lt(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  compare<k::Cmp::Lt>(c, n, in, out);
+}
+void cuda_Le(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  compare<k::Cmp::Le>(c, n, in, out);
+}
+void cuda_Gt(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  compare<k::Cmp::Gt>(c, n, in, out);
+}
+void cuda_Ge(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  compare<k::Cmp::Ge>(c, n, in, out);
+}
+
+void cuda_Addcmul(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  k::addcmul(bcast(n), f(in[0]), f(in[1]), f(in[2]), static_cast<float*>(out), n.numel(),
+             b.stream());
+  b.check_launch(n.name());
+}
+
+void cuda_Sum(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  reduce<k::Reduce::Sum>(c, n, in, out);
+}
+void cuda_Mean(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  reduce<k::Reduce::Mean>(c, n, in, out);
+}
+void cuda_Max(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  reduce<k::Reduce::Max>(c, n, in, out);
+}
+void cuda_Min(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  reduce<k::Reduce::Min>(c, n, in, out);
+}
+void cuda_Argmax(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const View v = reduce_view(n.inputs[0]->shape, n.attr<ir::AxesAttrs>().dims);
+  k::argmax(f(in[0]), static_cast<int64_t*>(out), v.outer, v.r, v.inner, b.stream());
+  b.check_launch(n.name());
+}
+
+void cuda_Matmul(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const auto& at = n.attr<ir::MatmulAttrs>();
+  const Shape &sa = n.inputs[0]->shape, &sb = n.inputs[1]->shape;
+  const size_t ra = sa.size(), rb = sb.size();
+  const int64_t m = at.trans_a ? sa[ra - 1] : sa[ra - 2], kk = at.trans_a ? sa[ra - 2] : sa[ra - 1];
+  const int64_t nn = at.trans_b ? sb[rb - 2] : sb[rb - 1];
+  const int64_t batch_a = n.inputs[0]->numel() / std::max<int64_t>(1, m * kk);
+  const int64_t batch_b = n.inputs[1]->numel() / std::max<int64_t>(1, kk * nn);
+  const int64_t batch = n.numel() / std::max<int64_t>(1, m * nn);
+  if (kk == 0) {  // an empty inner dim: the product is zeros
+    b.fill_zero(out, n.nbytes());
+    return;
+  }
+  gemm(ctx, b, n.name(), f(in[0]), f(in[1]), static_cast<float*>(out), m, nn, kk, at.trans_a,
+       at.trans_b, batch, batch_a == 1 ? 0 : m * kk, batch_b == 1 ? 0 : kk * nn);
+}
+
+void cuda_Linear(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const Shape& w = n.inputs[1]->shape;
+  const int64_t nn = w[0], kk = w[1], m = n.numel() / nn;
+  float* y = static_cast<float*>(out);
+  if (kk == 0)
+    b.fill_zero(out, n.nbytes());
+  else
+    gemm(ctx, b, n.name(), f(in[0]), f(in[1]), y, m, nn, kk, false, true, 1, 0, 0);
+  if (n.inputs.size() == 3) {  // y += bias, in place (row broadcast)
+    k::Bcast bc;
+    bc.rank = 2;
+    bc.contiguous = false;
+    bc.shape[0] = m;
+    bc.shape[1] = nn;
+    bc.strides[0][0] = nn;
+    bc.strides[0][1] = 1;
+    bc.strides[1][0] = 0;
+    bc.strides[1][1] = 1;
+    k::binary(k::Binary::Add, bc, y, f(in[2]), y, n.numel(), b.stream());
+    b.check_launch(n.name());
+  }
+}
+
+void cuda_Softmax(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const View v = dim_view(n.shape, n.attr<ir::DimAttrs>().dim);
+  k::softmax(false, f(in[0]), static_cast<float*>(out), v.outer, v.r, v.inner, b.stream());
+  b.check_launch(n.name());
+}
+void cuda_LogSoftmax(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const View v = dim_view(n.shape, n.attr<ir::DimAttrs>().dim);
+  k::softmax(true, f(in[0]), static_cast<float*>(out), v.outer, v.r, v.inner, b.stream());
+  b.check_launch(n.name());
+}
+void cuda_LogSoftmaxGrad(const KernelContext& ctx, const Node& n, const void* const* in,
+                         void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const View v = dim_view(n.shape, n.attr<ir::DimAttrs>().dim);
+  k::log_softmax_grad(f(in[0]), f(in[1]), static_cast<float*>(out), v.outer, v.r, v.inner,
+                      b.stream());
+  b.check_launch(n.name());
+}
+
+void cuda_NllLoss(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  const auto& at = n.attr<ir::LossAttrs>();
+  const View v = loss_view(n.inputs[0]->shape);
+  if (at.reduction == ir::Reduction::None && n.numel() == 0) return;
+  k::nll_loss(f(in[0]), in[1], n.inputs[1]->dtype == DType::i64, static_cast<float*>(out), v.outer,
+              v.r, v.inner, at.ignore_index, reduction_code(at.reduction), b.error_word(),
+              b.stream());
+  b.check_launch(n.name());
+}
+void cuda_NllLossGrad(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const auto& at = n.attr<ir::LossAttrs>();
+  const View v = loss_view(n.shape);
+  k::nll_loss_grad(f(in[0]), in[1], n.inputs[1]->dtype == DType::i64, static_cast<float*>(out),
+                   v.outer, v.r, v.inner, at.ignore_index, reduction_code(at.reduction),
+                   b.error_word(), b.stream());
+  b.check_launch(n.name());
+}
+
+void cuda_Copy(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  b.copy_on_device(out, in[0], n.nbytes());
+}
+
+namespace {
+const ir::Kernel* kernel_table() {
+  static const auto* t = [] {
+    auto* table = new ir::Kernel[ir::kNumOps]();
+#define CUDA_OP(Name, mask) table[static_cast<int>(ir::OpCode::Name)] = &cuda_##Name;
+#include "backend/cuda/cuda_ops.def"
+#undef CUDA_OP
+    return table;
+  }();
+  return t;
+}
+}  // namespace
+
+ir::Kernel kernel_of(ir::OpCode op) {
+  return kernel_table()[static_cast<int>(op)];
+}
+
+}  // namespace cstorch::cuda
