@@ -16,6 +16,7 @@ PACKAGES=(
   python3 python3-numpy python3-torch   # the PyTorch reference for tests and the benchmark peer
   python3-h5py
   openmpi-bin libopenmpi-dev  # multi-replica data parallel: replicas are MPI ranks (mpirun)
+  clang libclang-rt-dev       # scripts/fuzz.sh: libFuzzer and clang's sanitizer runtimes
 )
 
 missing=()

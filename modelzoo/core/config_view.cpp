@@ -8,7 +8,9 @@
 namespace modelzoo {
 
 std::string short_repr(const Config& c) {
-  std::string s = c.dump();
+  // (Invalid UTF-8 in a string, possible in a Config made in code, is shown as U+FFFD rather
+  // than making the message itself fail.)
+  std::string s = c.dump(-1, ' ', false, Config::error_handler_t::replace);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }

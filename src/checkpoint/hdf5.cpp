@@ -900,7 +900,11 @@ void save_hdf5(const State& state, const std::string& path_arg) {
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
     // Metadata (object headers, link index, attributes) in 256 KiB blocks rather than small
     // pieces between the tensors: opening the file and finding one tensor touches few pages.
-    H5Pset_meta_block_size(fapl, 256 << 10);
+    // Test hook: CSTORCH_TEST_HDF5_META_BLOCK_BYTES sets another size (the fuzz seed corpus
+    // uses a small one: a 256 KiB file of mostly zeros is a poor starting point for mutation).
+    const char* mb = std::getenv("CSTORCH_TEST_HDF5_META_BLOCK_BYTES");
+    H5Pset_meta_block_size(
+        fapl, mb && std::atoll(mb) > 0 ? static_cast<hsize_t>(std::atoll(mb)) : hsize_t{256} << 10);
     WriteFile file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), path);
     if (!file.ok()) fail("save {}: cannot create {}: {}", path, tmp, h5_error());
     write_int_attr(file, "cstorch_format_version", kCheckpointFormatVersion, path);

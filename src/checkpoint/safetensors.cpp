@@ -74,7 +74,11 @@ class SafetensorsReader : public FormatReader {
     Json h = parse_json(f_.read_string(8, n, "the safetensors header"), p, "safetensors header");
     CS_CHECK(h.is_object(), "checkpoint {}: the safetensors header is not a JSON object", p);
     std::map<std::string, int64_t> by_name;
-    for (auto& [name, t] : h.items()) {
+    for (auto& item : h.items()) {
+      // (Plain references, not a structured binding: C++20 lets the lambda below capture a
+      // binding, but clang 14 does not implement that yet.)
+      const std::string& name = item.key();
+      auto& t = item.value();
       if (name == "__metadata__") continue;
       auto bad = [&](const std::string& what) {
         fail("checkpoint {}: safetensors entry '{}': {}", p, name, what);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "checkpoint/common.h"  // ckpt::valid_utf8
 #include "cstorch/core/error.h"
 
 namespace cstorch {
@@ -80,6 +81,11 @@ Config convert(const YAML::Node& top, const std::string& where) {
                               std::move(key), path_len});
         return true;
       case YAML::NodeType::Scalar:
+        // A Config is JSON: its strings must be UTF-8 (writing one out, e.g. into a run
+        // record or an error message, fails otherwise). yaml-cpp passes other bytes through.
+        if (!ckpt::valid_utf8(n.Scalar()))
+          fail("{}the value at {} (line {}) is not valid UTF-8 text", where, show_path(path),
+               n.Mark().line + 1);
         out = scalar(n);
         return false;
       case YAML::NodeType::Null:
@@ -112,6 +118,9 @@ Config convert(const YAML::Node& top, const std::string& where) {
     std::string key;
     if (map) {
       key = f.it->first.as<std::string>();
+      if (!ckpt::valid_utf8(key))
+        fail("{}a key under {} (line {}) is not valid UTF-8 text", where, show_path(path),
+             f.it->first.Mark().line + 1);
       path += (path.empty() ? "" : ".") + key;
     } else {
       path += "[" + std::to_string(f.value.size()) + "]";

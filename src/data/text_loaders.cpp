@@ -555,8 +555,11 @@ std::shared_ptr<utils::data::Loader> make_t5_loader(const T5DataOptions& d,
            d.vocab_size, d.extra_ids);
   CS_CHECK(d.max_sequence_length >= 2, "{}: max_sequence_length must be at least 2, got {}", what,
            d.max_sequence_length);
-  auto [tokens_len, targets_len] =
+  // (Named variables, not a structured binding: the lambda below captures tokens_len, which
+  // clang 14 does not allow for a binding.)
+  const auto spans_len =
       t5_span_lengths(d.max_sequence_length, d.noise_density, d.mean_noise_span_length);
+  const int64_t tokens_len = spans_len.first, targets_len = spans_len.second;
   int64_t S = d.max_sequence_length;
   int64_t T = d.max_target_length > 0 ? d.max_target_length : targets_len;
   CS_CHECK(T >= targets_len,

@@ -165,6 +165,10 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::
   } catch (const nlohmann::json::parse_error& e) {
     auto [line, col] = line_col(text, e.byte > 0 ? e.byte - 1 : 0);
     fail("{}: '{}' line {} column {}: not valid JSON ({})", what, vocab_json, line, col, e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // The parser's other errors carry no position, e.g. a number too large for a double
+    // ("2e999": out_of_range.406).
+    fail("{}: '{}': not valid JSON ({})", what, vocab_json, e.what());
   }
   CS_CHECK(j.is_object(), "{}: '{}': expected a JSON object mapping tokens to ids, got a {}", what,
            vocab_json, j.type_name());

@@ -140,6 +140,9 @@ CSTORCH_MODULE(TransformerEncoderLayer);
 // causal), cross-attention over `memory` [B, Ts, E] takes `memory_masks` (the source key mask).
 class TransformerDecoderLayerImpl : public Module {
  public:
+  // Module's single-tensor forward stays visible (it fails, naming this module): the
+  // forward below has another signature and would otherwise hide it.
+  using Module::forward;
   explicit TransformerDecoderLayerImpl(const TransformerLayerOptions& o);
   Tensor forward(const Tensor& x, const Tensor& memory, const AttentionMasks& self_masks,
                  const AttentionMasks& memory_masks);
@@ -160,6 +163,9 @@ CSTORCH_MODULE(TransformerDecoderLayer);
 // Learned absolute positions: weight [max_positions, dim] ~ N(0, init_std).
 class LearnedPositionEmbeddingImpl : public Module {
  public:
+  // Module's single-tensor forward stays visible (it fails, naming this module): the
+  // forward below has another signature and would otherwise hide it.
+  using Module::forward;
   LearnedPositionEmbeddingImpl(int64_t max_positions, int64_t dim, double init_std = 0.02);
   // Embeddings of positions offset .. offset + seq_len - 1: [seq_len, dim]. Error: past
   // max_positions (names the length, offset and limit).
@@ -174,6 +180,9 @@ CSTORCH_MODULE(LearnedPositionEmbedding);
 // computed in double and rounded once. Errors: odd dim; past max_positions.
 class SinusoidalPositionEmbeddingImpl : public Module {
  public:
+  // Module's single-tensor forward stays visible (it fails, naming this module): the
+  // forward below has another signature and would otherwise hide it.
+  using Module::forward;
   SinusoidalPositionEmbeddingImpl(int64_t max_positions, int64_t dim);
   Tensor forward(int64_t seq_len, int64_t offset = 0);  // [seq_len, dim]
   const Tensor& table() const { return table_; }
@@ -213,6 +222,9 @@ int64_t relative_position_bucket(int64_t relative_position, bool bidirectional,
 // cache), key j at j.
 class RelativePositionBiasImpl : public Module {
  public:
+  // Module's single-tensor forward stays visible (it fails, naming this module): the
+  // forward below has another signature and would otherwise hide it.
+  using Module::forward;
   RelativePositionBiasImpl(int64_t num_heads, bool bidirectional, int64_t num_buckets = 32,
                            int64_t max_distance = 128);
   Tensor forward(int64_t q_len, int64_t k_len, int64_t query_offset = 0);

@@ -36,7 +36,9 @@ namespace cstorch::cpu {
 // -Wuninitialized reports once inlined (a false positive); silenced for the AVX-512 code only.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning: clang has no such group and would warn about it
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 namespace {
 
 constexpr int kMr = 12, kNr = 32;

@@ -76,7 +76,9 @@ void softmax_row(const T* __restrict x, T* __restrict y, int64_t C) {
 // positive, silenced for this function only.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning: clang has no such group and would warn about it
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 template <bool kLog>
 void softmax_rows16(const float* __restrict x, float* __restrict y, int64_t rows, int64_t C) {
   const __mmask16 mk = static_cast<__mmask16>((1u << C) - 1);

@@ -76,6 +76,9 @@ struct T5Config {
 // relative_attention_bias.
 class T5AttentionImpl : public cstorch::nn::Module {
  public:
+  // Module's single-tensor forward stays visible (it fails, naming this module): the
+  // forward below has another signature and would otherwise hide it.
+  using cstorch::nn::Module::forward;
   T5AttentionImpl(const T5Config& c, bool has_relative_bias, bool bidirectional);
   // x [B, Tq, d_model] attends to kv [B, Tk, d_model] (x itself for self-attention).
   cstorch::Tensor forward(const cstorch::Tensor& x, const cstorch::Tensor& kv,
