@@ -162,8 +162,7 @@ void on_terminate(int sig) {
   append(buf, sizeof buf, len, " of ");
   append_int(buf, sizeof buf, len, g_peers.size);
   append(buf, sizeof buf, len, ": terminated by the launcher");
-  if (describe_peers(buf, sizeof buf, len, true) == 0)
-    append(buf, sizeof buf, len, " (no other rank on this host has exited)");
+  describe_peers(buf, sizeof buf, len, true);
   append(buf, sizeof buf, len, "\n");
   ssize_t ignored = ::write(2, buf, len);
   (void)ignored;
@@ -283,6 +282,8 @@ class MpiThread {
     std::fflush(stdout);
     std::fprintf(stderr, "%s; stopping every rank\n", text.c_str());
     std::fflush(stderr);
+    // This rank said why; the launcher's SIGTERM while it aborts needs no second line.
+    ::signal(SIGTERM, SIG_DFL);
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::_Exit(1);
   }
@@ -443,6 +444,7 @@ class MpiCommunicator : public Communicator {
   [[noreturn]] void abort(int code) override {
     std::fflush(stdout);
     std::fflush(stderr);
+    ::signal(SIGTERM, SIG_DFL);  // the caller printed why; no second line as mpirun stops us
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }

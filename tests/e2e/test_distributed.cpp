@@ -439,7 +439,7 @@ TEST(DistributedE2E, AKilledRankStopsEveryRankAndIsNamed) {
   const fs::path mark = setup().root / "killed.mark";
   int st = 0;
   std::string out = run(
-      "timeout -s KILL 280 " + mpirun(2) + kCszoo + " fit " +
+      "timeout -s KILL 280 env " + mpirun(2) + kCszoo + " fit " +
           write_config({.name = "killed",
                         .max_steps = 100000,
                         .ckpt_steps = 100000,
@@ -467,7 +467,7 @@ TEST(DistributedE2E, AStoppedRankStopsTheLaunchAfterTheConfiguredTimeout) {
   const fs::path mark = setup().root / "stopped.mark";
   int st = 0;
   std::string out = run(
-      "CSTORCH_COLLECTIVE_TIMEOUT_S=250 timeout -s KILL 280 " + mpirun(2) + kCszoo + " fit " +
+      "CSTORCH_COLLECTIVE_TIMEOUT_S=250 timeout -s KILL 280 env " + mpirun(2) + kCszoo + " fit " +
           write_config({.name = "stopped",
                         .max_steps = 100000,
                         .ckpt_steps = 100000,
