@@ -86,7 +86,9 @@ struct Peers {
   std::vector<long> pids;
   std::vector<bool> same_host;
 };
-Peers g_peers;  // written once before the SIGTERM handler is installed, then only read
+// Written once before the SIGTERM handler is installed, then only read; never destroyed, as
+// the handler may run after static destructors (the launcher terminates a rank that is exiting).
+Peers& g_peers = *new Peers;
 
 // The state of process `pid` from /proc/PID/stat (the letter after the command's ')'): 'T'
 // stopped, 'Z' exited and not yet reaped, 0 when there is no such process. Async-signal-safe

@@ -199,7 +199,7 @@ TEST(TrainerConfig, ErrorsNameTheKeyPath) {
   EXPECT_EQ(timeout_err("-1"), key +
                                    "must be a positive number of seconds (how long a collective "
                                    "waits for the other replicas before the run stops), got -1");
-  EXPECT_EQ(timeout_err("0").substr(0, key.size() + 35),
+  EXPECT_EQ(timeout_err("0").substr(0, key.size() + 36),
             key + "must be a positive number of seconds");
   EXPECT_EQ(timeout_err("ten"), key + "expected a number, got \"ten\"");
 }
