@@ -21,6 +21,10 @@ struct ClusterConfig {
   int transfer_processes = 5;
   std::vector<std::string> job_labels;
   std::string mgmt_address;
+  // Seconds a collective may wait for the other replicas before the whole launch is stopped
+  // with a message (a replica that hangs or was stopped, e.g. by SIGSTOP). 0: the environment
+  // variable CSTORCH_COLLECTIVE_TIMEOUT_S, else 300 s. Must be finite and >= 0.
+  double collective_timeout_s = 0;
 };
 
 struct BackendOptions {

@@ -67,6 +67,17 @@ void barrier();
 // launch of one it exits with `code`.
 [[noreturn]] void abort(const std::string& message, int code = 1);
 
+// The watchdog of collectives: a collective that has not completed after this many seconds
+// (another replica stopped, hangs or died) stops every process of the launch with a message
+// naming the limit and, where it can tell, the rank that stopped. set_collective_timeout(s)
+// with s > 0 sets it for the collectives that follow (the Trainer passes
+// cluster_config.collective_timeout_s); s == 0 returns to the default: the environment variable
+// CSTORCH_COLLECTIVE_TIMEOUT_S (seconds), else 300. A set value wins over the environment.
+// Errors: s negative or not finite; collective_timeout() errors when the environment variable
+// is set but is not a positive number.
+void set_collective_timeout(double seconds);
+double collective_timeout();
+
 // Input workers of replica `replica` when `num_workers` workers feed `num_replicas` replicas
 // round-robin: workers w with w % num_replicas == replica, in order. Fewer workers
 // than replicas is an error that says how many are needed.

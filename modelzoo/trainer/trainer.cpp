@@ -99,7 +99,7 @@ static std::shared_ptr<cstorch::Backend> make_backend(const ConfigView& init) {
       ConfigView c = b.at("cluster_config");
       c.check_keys({"num_csx", "max_wgt_servers", "max_act_per_csx", "num_workers_per_csx",
                     "mount_dirs", "python_paths", "transfer_processes", "job_labels",
-                    "mgmt_address"});
+                    "mgmt_address", "collective_timeout_s"});
       auto& cc = o.cluster_config;
       cc.num_csx = static_cast<int>(c.get_int("num_csx", cc.num_csx));
       cc.max_wgt_servers = static_cast<int>(c.get_int("max_wgt_servers", cc.max_wgt_servers));
@@ -112,6 +112,16 @@ static std::shared_ptr<cstorch::Backend> make_backend(const ConfigView& init) {
       if (c.has("python_paths")) cc.python_paths = c.at("python_paths").as_string_list();
       if (c.has("job_labels")) cc.job_labels = c.at("job_labels").as_string_list();
       cc.mgmt_address = c.get_string("mgmt_address", cc.mgmt_address);
+      if (c.has("collective_timeout_s")) {
+        ConfigView t = c.at("collective_timeout_s");
+        const double s = t.as_double();
+        if (!(std::isfinite(s) && s > 0))
+          t.error(fmt::format(
+              "must be a positive number of seconds (how long a collective waits for the other "
+              "replicas before the run stops), got {}",
+              short_repr(t.value())));
+        cc.collective_timeout_s = s;
+      }
     }
     std::string type = b.at("backend_type").as_string();
     return with_path(b.path(), [&] { return cstorch::backend(type, o); });
@@ -564,6 +574,8 @@ void Trainer::setup_replicas() {
   const bool device_replicas =
       type == cstorch::DeviceType::GPU || type == cstorch::DeviceType::Plugin;
   replicas_ = type == cstorch::DeviceType::CSX || device_replicas ? cc.num_csx : 1;
+  // The hung-replica watchdog of this trainer's collectives (0: the environment's or 300 s).
+  dist::set_collective_timeout(cc.collective_timeout_s);
   participating_ = dist::set_num_replicas(replicas_);
   const int world = dist::world_size();
   if (world > replicas_ && dist::is_main_process())
@@ -713,7 +725,8 @@ void Trainer::write_run_metadata() {
                             {"python_paths", c.python_paths},
                             {"transfer_processes", c.transfer_processes},
                             {"job_labels", c.job_labels},
-                            {"mgmt_address", c.mgmt_address}}},
+                            {"mgmt_address", c.mgmt_address},
+                            {"collective_timeout_s", cstorch::distributed::collective_timeout()}}},
                           {"job_labels", labels},
                           {"cs_ip", cs_ip_.empty() ? cstorch::Config() : cstorch::Config(cs_ip_)}};
   fs::create_directories(model_dir_);

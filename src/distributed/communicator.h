@@ -64,9 +64,22 @@ class LocalCommunicator : public Communicator {
   uint64_t next_ = 0;
 };
 
+// The watchdog limit when neither set_collective_timeout nor CSTORCH_COLLECTIVE_TIMEOUT_S
+// sets one.
+constexpr double kDefaultCollectiveTimeout = 300.0;
+// CSTORCH_COLLECTIVE_TIMEOUT_S, else the default (read once; an error when it is not a
+// positive number).
+double env_collective_timeout();
+// Where collective_timeout() comes from, for messages: "cluster_config.collective_timeout_s",
+// "CSTORCH_COLLECTIVE_TIMEOUT_S" or "the default".
+std::string collective_timeout_origin();
+
 // True when this process was started by an MPI launcher (mpirun sets OMPI_COMM_WORLD_SIZE,
 // Hydra sets PMI_SIZE); its world size, else 1.
 int launched_world_size();
+// This process's rank as the launcher set it (OMPI_COMM_WORLD_RANK, PMI_RANK), else 0: names
+// the rank in messages when MPI could not be initialised.
+int launched_world_rank();
 // The world communicator of an MPI launch (initialises MPI on first use); an error when this
 // build has no MPI.
 std::shared_ptr<Communicator> make_mpi_world();

@@ -1,6 +1,7 @@
 // The launch (world) and the active replica group; eager collectives; worker assignment and
 // batch splitting. Graph-op all-reduce lives in src/ops/collective.cpp.
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +22,7 @@ std::shared_ptr<detail::Communicator> g_group;  // active replica group (null: n
 std::atomic<detail::Communicator*> g_group_raw{nullptr};
 int g_group_size = 1;
 std::atomic<size_t> g_bucket_bytes{0};
+std::atomic<double> g_collective_timeout{0};  // 0: the environment's or the default
 
 std::shared_ptr<detail::Communicator> world_locked() {
   if (!g_world) {
@@ -305,7 +307,7 @@ void abort(const std::string& message, int code) {
     world = g_world;
   }
   const int size = world ? world->size() : detail::launched_world_size();
-  const int rank = world ? world->rank() : 0;
+  const int rank = world ? world->rank() : detail::launched_world_rank();
   std::fprintf(stderr, "error: rank %d of %d: %s\n", rank, size, message.c_str());
   std::fflush(stdout);
   std::fflush(stderr);
@@ -341,6 +343,37 @@ CommStats comm_stats() {
   world_locked();
   if (!g_group) return {};
   return g_group->stats();
+}
+
+namespace detail {
+double env_collective_timeout() {
+  // Read once: the watchdog asks on every collective.
+  static const double s = [] {
+    const char* v = std::getenv("CSTORCH_COLLECTIVE_TIMEOUT_S");
+    if (!v || !*v) return kDefaultCollectiveTimeout;
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    CS_CHECK(end != v && *end == '\0' && std::isfinite(x) && x > 0,
+             "CSTORCH_COLLECTIVE_TIMEOUT_S='{}' is not a positive number of seconds", v);
+    return x;
+  }();
+  return s;
+}
+std::string collective_timeout_origin() {
+  if (g_collective_timeout.load() > 0) return "cluster_config.collective_timeout_s";
+  const char* v = std::getenv("CSTORCH_COLLECTIVE_TIMEOUT_S");
+  return v && *v ? "CSTORCH_COLLECTIVE_TIMEOUT_S" : "the default";
+}
+}  // namespace detail
+
+void set_collective_timeout(double seconds) {
+  CS_CHECK(std::isfinite(seconds) && seconds >= 0,
+           "set_collective_timeout: {} is not a number of seconds >= 0 (0: the default)", seconds);
+  g_collective_timeout = seconds;
+}
+double collective_timeout() {
+  const double s = g_collective_timeout.load();
+  return s > 0 ? s : detail::env_collective_timeout();
 }
 
 size_t bucket_bytes() {

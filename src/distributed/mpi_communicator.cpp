@@ -4,9 +4,14 @@
 // rest of the backward pass (true overlap, without relying on MPI's asynchronous progress).
 // Every collective is nonblocking and polled (a short spin, then 20 us sleeps, so the thread
 // does not take a core from the compute on a small machine); one that has not completed after
-// the watchdog time (CSTORCH_COLLECTIVE_TIMEOUT_S, default 300 s) stops every rank with a
-// message naming this rank.
+// the watchdog time (cluster_config.collective_timeout_s, else CSTORCH_COLLECTIVE_TIMEOUT_S,
+// else 300 s) stops every rank with a message naming the limit and, for ranks on this host, the
+// rank that stopped or died. A rank the launcher terminates (SIGTERM: mpirun stops the launch
+// when another rank died) says which rank on this host has exited before it goes.
+#include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,7 +23,9 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "cstorch/core/error.h"
 #include "distributed/communicator.h"
@@ -52,6 +59,14 @@ int launched_world_size() {
   return 1;
 }
 
+int launched_world_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+    const char* v = std::getenv(var);
+    if (v && *v) return std::max(0, std::atoi(v));
+  }
+  return 0;
+}
+
 #ifndef CSTORCH_HAVE_MPI
 
 std::shared_ptr<Communicator> make_mpi_world() {
@@ -64,24 +79,136 @@ std::shared_ptr<Communicator> make_mpi_world() {
 
 namespace {
 
-double watchdog_seconds() {
-  const char* v = std::getenv("CSTORCH_COLLECTIVE_TIMEOUT_S");
-  double s = v && *v ? std::atof(v) : 300.0;
-  return s > 0 ? s : 300.0;
+// Every rank's process id and host, gathered once at start-up: a rank that waits too long, or is
+// terminated by the launcher, can tell which rank on its own host has stopped or exited.
+struct Peers {
+  int rank = 0, size = 1;
+  std::vector<long> pids;
+  std::vector<bool> same_host;
+};
+// Written once before the SIGTERM handler is installed, then only read; never destroyed, as
+// the handler may run after static destructors (the launcher terminates a rank that is exiting).
+Peers& g_peers = *new Peers;
+
+// The state of process `pid` from /proc/PID/stat (the letter after the command's ')'): 'T'
+// stopped, 'Z' exited and not yet reaped, 0 when there is no such process. Async-signal-safe
+// (open, read, close only).
+char process_state(long pid) {
+  char path[32] = "/proc/";
+  int n = 6;
+  char digits[24];
+  int d = 0;
+  for (long p = pid; p > 0 && d < 20; p /= 10) digits[d++] = static_cast<char>('0' + p % 10);
+  while (d > 0) path[n++] = digits[--d];
+  const char* tail = "/stat";
+  for (int i = 0; tail[i]; ++i) path[n++] = tail[i];
+  path[n] = 0;
+  int fd = ::open(path, O_RDONLY);
+  if (fd < 0) return 0;
+  char buf[512];
+  ssize_t got = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (got <= 0) return 0;
+  int close_paren = -1;
+  for (ssize_t i = 0; i < got; ++i)
+    if (buf[i] == ')') close_paren = static_cast<int>(i);
+  if (close_paren < 0 || close_paren + 2 >= got) return 0;
+  return buf[close_paren + 2];
+}
+
+// Appends `s` to buf (capacity cap, always terminated); async-signal-safe.
+void append(char* buf, size_t cap, size_t& len, const char* s) {
+  while (*s && len + 1 < cap) buf[len++] = *s++;
+  buf[len] = 0;
+}
+void append_int(char* buf, size_t cap, size_t& len, long v) {
+  char digits[24];
+  int d = 0;
+  if (v == 0) digits[d++] = '0';
+  for (; v > 0 && d < 20; v /= 10) digits[d++] = static_cast<char>('0' + v % 10);
+  char out[24];
+  int n = 0;
+  while (d > 0) out[n++] = digits[--d];
+  out[n] = 0;
+  append(buf, cap, len, out);
+}
+
+// "; rank 1 (pid 42) is stopped (SIGSTOP or a debugger)" for each other rank on this host that
+// is stopped or has exited; `exited_only` leaves out stopped ranks. Async-signal-safe. Returns
+// how many ranks it named.
+int describe_peers(char* buf, size_t cap, size_t& len, bool exited_only) {
+  int named = 0;
+  for (int r = 0; r < g_peers.size; ++r) {
+    if (r == g_peers.rank || !g_peers.same_host[r]) continue;
+    const char st = process_state(g_peers.pids[r]);
+    const bool exited = st == 0 || st == 'Z' || st == 'X' || st == 'x';
+    const bool stopped = st == 'T' || st == 't';
+    if (!exited && !(stopped && !exited_only)) continue;
+    append(buf, cap, len, "; rank ");
+    append_int(buf, cap, len, r);
+    append(buf, cap, len, " (pid ");
+    append_int(buf, cap, len, g_peers.pids[r]);
+    append(buf, cap, len, exited ? ") has exited" : ") is stopped (SIGSTOP or a debugger)");
+    ++named;
+  }
+  return named;
+}
+
+// mpirun terminates the other ranks (SIGTERM, then SIGKILL) when one dies; say which rank on
+// this host has exited, then die of the signal as before.
+void on_terminate(int sig) {
+  static char buf[1024];
+  size_t len = 0;
+  append(buf, sizeof buf, len, "cstorch: rank ");
+  append_int(buf, sizeof buf, len, g_peers.rank);
+  append(buf, sizeof buf, len, " of ");
+  append_int(buf, sizeof buf, len, g_peers.size);
+  append(buf, sizeof buf, len, ": terminated by the launcher");
+  describe_peers(buf, sizeof buf, len, true);
+  append(buf, sizeof buf, len, "\n");
+  ssize_t ignored = ::write(2, buf, len);
+  (void)ignored;
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
 }
 
 // The thread that owns MPI.
 class MpiThread {
  public:
-  MpiThread() : timeout_(watchdog_seconds()) {
+  MpiThread() {
+    // A bad CSTORCH_COLLECTIVE_TIMEOUT_S is an error here, on the caller's thread.
+    env_collective_timeout();
     thread_ = std::thread([this] { loop(); });
     // MPI is initialised on the thread (MPI_THREAD_FUNNELED: only it calls MPI).
     run([this] {
       int provided = 0;
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
       MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+      MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      // Every rank's pid and host name.
+      struct Id {
+        long pid;
+        char host[64];
+      } me{};
+      me.pid = static_cast<long>(::getpid());
+      ::gethostname(me.host, sizeof me.host - 1);
+      std::vector<Id> all(static_cast<size_t>(world_size_));
+      MPI_Request req;
+      MPI_Iallgather(&me, sizeof(Id), MPI_BYTE, all.data(), sizeof(Id), MPI_BYTE, MPI_COMM_WORLD,
+                     &req);
+      complete(req, "start-up exchange", 0);
+      g_peers.rank = world_rank_;
+      g_peers.size = world_size_;
+      for (const auto& id : all) {
+        g_peers.pids.push_back(id.pid);
+        g_peers.same_host.push_back(std::strncmp(id.host, me.host, sizeof me.host) == 0);
+      }
     });
+    struct sigaction sa {};
+    sa.sa_handler = on_terminate;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
   }
 
   // Runs `f` on the thread after the queued work; returns at once.
@@ -116,10 +243,16 @@ class MpiThread {
   // Polls `req` to completion (on the thread); the watchdog stops the launch on a hang.
   void complete(MPI_Request& req, const char* what, uint64_t serial) {
     auto t0 = std::chrono::steady_clock::now();
+    const double timeout = collective_timeout();
     int flag = 0;
     for (int spins = 0;; ++spins) {
       int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) die(fmt::format("{} #{} failed (MPI error {})", what, serial, rc));
+      if (rc != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING] = {0};
+        int len = 0;
+        MPI_Error_string(rc, text, &len);
+        die(fmt::format("{} #{} failed (MPI error {}: {})", what, serial, rc, text), false);
+      }
       if (flag) return;
       if (spins < 64) {
         sched_yield();
@@ -127,18 +260,32 @@ class MpiThread {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (s > timeout_)
-        die(fmt::format(
-            "{} #{} did not complete within {:.0f} s (CSTORCH_COLLECTIVE_TIMEOUT_S): another "
-            "rank has stopped or hangs",
-            what, serial, timeout_));
+      if (s > timeout)
+        die(fmt::format("{} #{} did not complete within {:g} s", what, serial, timeout), true);
     }
   }
 
-  [[noreturn]] void die(const std::string& msg) {
-    std::fprintf(stderr, "cstorch: rank %d: %s; stopping every rank\n", world_rank_, msg.c_str());
+  // Prints why this rank stops the launch (naming the other ranks on this host that stopped or
+  // exited: this rank is the one that noticed, not the one that failed), then stops it.
+  // `timed_out`: also say where the limit comes from and how to change it.
+  [[noreturn]] void die(const std::string& msg, bool timed_out = false) {
+    char peers[1024];
+    size_t len = 0;
+    peers[0] = 0;
+    const bool named = describe_peers(peers, sizeof peers, len, false) > 0;
+    std::string text = fmt::format("cstorch: rank {} of {}: {}{}", world_rank_, world_size_, msg,
+                                   named ? peers : "; another rank has stopped, hangs or failed");
+    if (timed_out)
+      text += fmt::format(
+          ". The limit ({:g} s, from {}) is set by trainer.init.backend.cluster_config."
+          "collective_timeout_s in the YAML config or the environment variable "
+          "CSTORCH_COLLECTIVE_TIMEOUT_S (the config wins; default {:g} s)",
+          collective_timeout(), collective_timeout_origin(), kDefaultCollectiveTimeout);
     std::fflush(stdout);
+    std::fprintf(stderr, "%s; stopping every rank\n", text.c_str());
     std::fflush(stderr);
+    // This rank said why; the launcher's SIGTERM while it aborts needs no second line.
+    ::signal(SIGTERM, SIG_DFL);
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::_Exit(1);
   }
@@ -175,8 +322,7 @@ class MpiThread {
     }
   }
 
-  double timeout_;
-  int world_rank_ = 0;
+  int world_rank_ = 0, world_size_ = 1;
   std::thread thread_;
   std::mutex m_;
   std::condition_variable cv_;
@@ -300,6 +446,7 @@ class MpiCommunicator : public Communicator {
   [[noreturn]] void abort(int code) override {
     std::fflush(stdout);
     std::fflush(stderr);
+    ::signal(SIGTERM, SIG_DFL);  // the caller printed why; no second line as mpirun stops us
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }

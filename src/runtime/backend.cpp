@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -40,6 +41,10 @@ void validate(const ClusterConfig& c) {
            c.num_workers_per_csx);
   CS_CHECK(c.max_wgt_servers >= 0, "cluster_config.max_wgt_servers must be >= 0, got {}",
            c.max_wgt_servers);
+  CS_CHECK(std::isfinite(c.collective_timeout_s) && c.collective_timeout_s >= 0,
+           "cluster_config.collective_timeout_s must be a positive number of seconds (0: the "
+           "default), got {}",
+           c.collective_timeout_s);
   CS_CHECK(c.transfer_processes >= 1,
            "cluster_config.transfer_processes must be at least 1, got {}", c.transfer_processes);
   // Job labels are key=value metadata (Kubernetes-label-like): key and value of at most 63

@@ -3,6 +3,7 @@
 // state, checkpoint + resume == uninterrupted, the too-few-workers error, and a failing rank
 // stopping the whole launch in bounded time.
 #include <gtest/gtest.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -422,6 +423,98 @@ TEST(DistributedE2E, AFailingRankStopsEveryRank) {
             std::string::npos)
       << out;
   EXPECT_FALSE(fs::exists(ckpt("fault", 200)));
+}
+
+// CLOCK_MONOTONIC now and as FailAtStep's `mark` file recorded it (seconds; one clock for every
+// process of the machine).
+double monotonic_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+double read_mark(const fs::path& p) {
+  std::ifstream f(p);
+  double t = NAN;
+  f >> t;
+  return t;
+}
+
+// A replica killed with SIGKILL at step 5 (it cannot report anything) while the other waits in
+// the gradient all-reduce: the launch stops, non-zero, within seconds of the kill, and the
+// output names the killed rank (the survivor says which rank has exited as the launcher
+// terminates it). The bound is generous for a loaded machine; without the launcher's
+// reaction the survivor would wait for the 300 s watchdog.
+TEST(DistributedE2E, AKilledRankStopsEveryRankAndIsNamed) {
+  const fs::path mark = setup().root / "killed.mark";
+  int st = 0;
+  std::string out = run(
+      "timeout -s KILL 280 env " + mpirun(2) + kCszoo + " fit " +
+          write_config({.name = "killed",
+                        .max_steps = 100000,
+                        .ckpt_steps = 100000,
+                        .callbacks = "    callbacks: [{FailAtStep: {step: 5, rank: 1, how: kill, "
+                                     "mark: " +
+                                     mark.string() + "}}]\n"}) +
+          " --multireplica --python_paths " + kPlugins,
+      &st);
+  const double end = monotonic_now();
+  EXPECT_NE(st, 0) << out;
+  ASSERT_TRUE(fs::exists(mark)) << out;
+  EXPECT_LT(end - read_mark(mark), 30.0) << out;
+  EXPECT_NE(out.find("cstorch: rank 0 of 2: terminated by the launcher; rank 1 (pid "),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(") has exited"), std::string::npos) << out;
+  EXPECT_EQ(out.find("rank 0 (pid "), std::string::npos) << out;
+}
+
+// A replica stopped with SIGSTOP (a hang: it neither fails nor exits) at step 5, with the
+// watchdog set to 3 s in the YAML config (and a larger limit in the environment, which the
+// config overrides): the survivor stops the launch about 3 s later, naming the stopped rank,
+// the limit and how to change it.
+TEST(DistributedE2E, AStoppedRankStopsTheLaunchAfterTheConfiguredTimeout) {
+  const fs::path mark = setup().root / "stopped.mark";
+  int st = 0;
+  std::string out = run(
+      "CSTORCH_COLLECTIVE_TIMEOUT_S=250 timeout -s KILL 280 env " + mpirun(2) + kCszoo + " fit " +
+          write_config({.name = "stopped",
+                        .max_steps = 100000,
+                        .ckpt_steps = 100000,
+                        .backend = "backend: {backend_type: CSX, cluster_config: {num_csx: 2, "
+                                   "collective_timeout_s: 3}}",
+                        .callbacks = "    callbacks: [{FailAtStep: {step: 5, rank: 1, how: stop, "
+                                     "mark: " +
+                                     mark.string() + "}}]\n"}) +
+          " --python_paths " + kPlugins,
+      &st);
+  const double end = monotonic_now();
+  EXPECT_NE(st, 0) << out;
+  ASSERT_TRUE(fs::exists(mark)) << out;
+  const double waited = end - read_mark(mark);
+  EXPECT_GT(waited, 2.0) << out;
+  EXPECT_LT(waited, 3.0 + 40.0) << out;
+  EXPECT_NE(out.find("cstorch: rank 0 of 2: all-reduce #"), std::string::npos) << out;
+  EXPECT_NE(out.find(" did not complete within 3 s; rank 1 (pid "), std::string::npos) << out;
+  EXPECT_NE(out.find(") is stopped (SIGSTOP or a debugger). The limit (3 s, from "
+                     "cluster_config.collective_timeout_s) is set by "
+                     "trainer.init.backend.cluster_config.collective_timeout_s in the YAML "
+                     "config or the environment variable CSTORCH_COLLECTIVE_TIMEOUT_S"),
+            std::string::npos)
+      << out;
+}
+
+// A bad CSTORCH_COLLECTIVE_TIMEOUT_S is an error at start-up, and each rank names itself.
+TEST(DistributedE2E, ABadCollectiveTimeoutVariableIsAnError) {
+  int st = 0;
+  std::string out = run(
+      "CSTORCH_COLLECTIVE_TIMEOUT_S=soon " + mpirun(2) + kBin + "/tests/dist_helper collectives",
+      &st);
+  EXPECT_NE(st, 0) << out;
+  for (const char* rank : {"error: rank 0 of 2: ", "error: rank 1 of 2: "})
+    EXPECT_NE(out.find(std::string(rank) +
+                       "CSTORCH_COLLECTIVE_TIMEOUT_S='soon' is not a positive number of seconds"),
+              std::string::npos)
+        << out;
 }
 
 // One backend reused with another cluster_config: one launch, two trainers with different

@@ -3,6 +3,8 @@
 // MPI launches themselves are tested end to end (tests/e2e/test_distributed.cpp).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <mutex>
@@ -123,10 +125,30 @@ TEST(Distributed, CsxClusterConfigFieldsAreValidated) {
             "cluster_config.transfer_processes must be at least 1, got 0");
   EXPECT_EQ(err([](cs::ClusterConfig& c) { c.max_wgt_servers = -1; }),
             "cluster_config.max_wgt_servers must be >= 0, got -1");
+  EXPECT_EQ(err([](cs::ClusterConfig& c) { c.collective_timeout_s = -2; }),
+            "cluster_config.collective_timeout_s must be a positive number of seconds (0: the "
+            "default), got -2");
+  EXPECT_EQ(err([](cs::ClusterConfig& c) { c.collective_timeout_s = NAN; }),
+            "cluster_config.collective_timeout_s must be a positive number of seconds (0: the "
+            "default), got nan");
   // Valid: an existing mount dir and well-formed labels.
   EXPECT_EQ(err([](cs::ClusterConfig& c) {
               c.mount_dirs = {std::filesystem::temp_directory_path().string()};
               c.job_labels = {"team=ml", "run.id=a-1_b"};
             }),
             "(no error)");
+}
+
+// The collectives' watchdog limit: a set value wins over CSTORCH_COLLECTIVE_TIMEOUT_S, 0 returns
+// to the environment's value (here unset: the 300 s default); negative is an error.
+TEST(Distributed, CollectiveTimeoutIsSetOrTheDefault) {
+  ASSERT_EQ(std::getenv("CSTORCH_COLLECTIVE_TIMEOUT_S"), nullptr);
+  EXPECT_EQ(dist::collective_timeout(), 300.0);
+  dist::set_collective_timeout(2.5);
+  EXPECT_EQ(dist::collective_timeout(), 2.5);
+  dist::set_collective_timeout(0);
+  EXPECT_EQ(dist::collective_timeout(), 300.0);
+  EXPECT_EQ(error_of([] { dist::set_collective_timeout(-1); }),
+            "set_collective_timeout: -1 is not a number of seconds >= 0 (0: the default)");
+  EXPECT_EQ(dist::collective_timeout(), 300.0);
 }

@@ -188,6 +188,22 @@ TEST(TrainerConfig, ErrorsNameTheKeyPath) {
             "EarlyStopping, GradNormLogger, KeepBestCheckpoints, LRMonitor)");
   EXPECT_EQ(err("", "checkpoint", "{steps: true}"),
             "trainer.init.checkpoint.steps: expected an integer, got true");
+  // The collectives' watchdog limit: a positive number of seconds (checked before a backend
+  // is made).
+  auto timeout_err = [](const std::string& value) {
+    Config c = init_config();
+    c.erase("device");
+    c["backend"] = cs::parse_config(
+        "{backend_type: CSX, cluster_config: {collective_timeout_s: " + value + "}}");
+    return error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); });
+  };
+  const std::string key = "trainer.init.backend.cluster_config.collective_timeout_s: ";
+  EXPECT_EQ(timeout_err("-1"), key +
+                                   "must be a positive number of seconds (how long a collective "
+                                   "waits for the other replicas before the run stops), got -1");
+  EXPECT_EQ(timeout_err("0").substr(0, key.size() + 36),
+            key + "must be a positive number of seconds");
+  EXPECT_EQ(timeout_err("ten"), key + "expected a number, got \"ten\"");
 }
 
 TEST(TrainerConfig, RunConfigErrorsNamePhases) {
