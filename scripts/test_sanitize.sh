@@ -34,7 +34,7 @@ if command -v ccache > /dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCSTORCH_SANITIZE=ON \
-  -DCSTORCH_WERROR=ON -DCSTORCH_PYTHON=/usr/bin/python3 "${launcher[@]}"
+  -DCSTORCH_WERROR=ON -DCSTORCH_PYTHON=/usr/bin/python3 -DCSTORCH_CUDA=OFF "${launcher[@]}"
 targets=(unit_tests e2e_tests)
 ctest_exclude='^(clang_format|reference_tests)$'
 if [[ ${CSTORCH_SANITIZE_REFERENCE:-0} == 1 ]]; then
