@@ -183,6 +183,13 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::
              vocab_json, it.key(), id);
     max_id = std::max(max_id, id);
   }
+  // The id table is sized by the largest id: a vocabulary's ids are close to dense, so one far
+  // beyond the token count is damage, refused before gigabytes are allocated for it.
+  const int64_t id_limit = static_cast<int64_t>(j.size()) * 16 + 65536;
+  CS_CHECK(max_id < id_limit,
+           "{}: '{}': the largest id is {} for only {} tokens (ids must be below {}: 16 times the "
+           "token count plus 65536)",
+           what, vocab_json, max_id, j.size(), id_limit);
   t.id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string());
   t.has_id_.assign(static_cast<size_t>(max_id + 1), false);
   for (auto it = j.begin(); it != j.end(); ++it) {

@@ -36,6 +36,21 @@ TEST(FuzzFindings, BpeVocabularyNumberOutOfRange) {
       {"huge.json", "not valid JSON", "2e828"});
 }
 
+// vocab.json whose one token has a huge id (found in a CI fuzzing run): the id table was sized
+// by the largest id, so a 20-byte file allocated gigabytes before any check.
+TEST(FuzzFindings, BpeVocabularyIdFarBeyondTheTokenCount) {
+  auto merges = put("merges.txt", "");
+  expect_error(
+      [&] {
+        cs::data::BpeTokenizer::from_files(put("sparse.json", "{\"a\": 2000000000}"), merges);
+      },
+      {"sparse.json", "largest id is 2000000000", "1 tokens", "below 65552"});
+  // Ids with gaps within the limit still load.
+  auto ok =
+      cs::data::BpeTokenizer::from_files(put("gaps.json", "{\"a\": 0, \"b\": 60000}"), merges);
+  (void)ok;
+}
+
 // A config whose text is not UTF-8 (here a lone 0xBF byte in a value, then in a key): yaml-cpp
 // passes the bytes through, and the first message or record that wrote the value out failed
 // with nlohmann's type_error 316 instead of naming the key.
