@@ -68,7 +68,7 @@ struct Options {
 class Runner {
  public:
   Runner(std::string mode, const Options& o, const std::vector<Tensor>& X,
-         const std::vector<Tensor>& Y)
+         const std::vector<Tensor>& Y, cs::Device device)
       : mode_(std::move(mode)), X_(X), Y_(Y), traced_(mode_.starts_with("traced")) {
     cs::manual_seed(o.seed);
     int64_t in = 784;
@@ -78,6 +78,7 @@ class Runner {
       in = h;
     }
     model_->push_back(cs::nn::Linear(in, 10).module());
+    model_->to(device);
     opt_ = std::make_shared<cs::optim::SGD>(model_->parameters(), o.lr, o.momentum);
 
     auto model = model_;
@@ -194,7 +195,7 @@ int main(int argc, char** argv) {
   int64_t batch = 128, batches = 8, warmup = 20, steps = 100, repeats = 7;
   int threads = 1, lookahead = 0;
   bool serve = false;
-  std::string data_prefix;
+  std::string data_prefix, device = "CPU";
   std::vector<std::string> modes = {"traced", "eager"};
   app.add_option("--hidden", o.hidden, "Hidden layer sizes")->delimiter(',');
   app.add_option("--batch", batch, "Batch size");
@@ -202,6 +203,7 @@ int main(int argc, char** argv) {
   app.add_option("--data", data_prefix, "Data file prefix: PREFIX.x.f32 and PREFIX.y.i64")
       ->required();
   app.add_option("--threads", threads, "Compute threads");
+  app.add_option("--device", device, "CPU or GPU: where the model, the batches and the steps live");
   app.add_option("--warmup", warmup, "Warm-up steps per mode (not timed)");
   app.add_option("--steps", steps, "Steps per timed repeat (standalone)");
   app.add_option("--repeats", repeats, "Timed repeats, the median is reported (standalone)");
@@ -223,7 +225,7 @@ int main(int argc, char** argv) {
     cs::set_num_threads(threads);
     if (flush_denormal) cs::set_flush_denormal(true);
     if (lookahead > 0) cs::set_lookahead(lookahead);
-    auto backend = cs::backend("CPU");
+    auto backend = cs::backend(device);
 
     // Data: `batches` batches of [batch, 784] f32 and [batch] i64, in memory.
     size_t xs = static_cast<size_t>(batches * batch * 784),
@@ -232,16 +234,17 @@ int main(int argc, char** argv) {
     auto ybuf = read_file(data_prefix + ".y.i64", ys * sizeof(int64_t));
     std::vector<Tensor> X, Y;
     for (int64_t b = 0; b < batches; ++b) {
-      X.push_back(cs::from_blob(xbuf.data() + b * batch * 784 * sizeof(float), {batch, 784},
-                                cs::DType::f32));
-      Y.push_back(
-          cs::from_blob(ybuf.data() + b * batch * sizeof(int64_t), {batch}, cs::DType::i64));
+      X.push_back(
+          cs::from_blob(xbuf.data() + b * batch * 784 * sizeof(float), {batch, 784}, cs::DType::f32)
+              .to(backend->device()));
+      Y.push_back(cs::from_blob(ybuf.data() + b * batch * sizeof(int64_t), {batch}, cs::DType::i64)
+                      .to(backend->device()));
     }
 
     std::vector<std::unique_ptr<Runner>> runners;
     json warm = json::object();
     for (const auto& m : modes) {
-      runners.push_back(std::make_unique<Runner>(m, o, X, Y));
+      runners.push_back(std::make_unique<Runner>(m, o, X, Y, backend->device()));
       warm[m] = runners.back()->warmup(warmup);
     }
     auto find = [&](const std::string& m) -> Runner& {

@@ -34,7 +34,7 @@ class Runner:
             layers += [torch.nn.Linear(n_in, h), torch.nn.ReLU()]
             n_in = h
         layers.append(torch.nn.Linear(n_in, 10))
-        self.model = torch.nn.Sequential(*layers)
+        self.model = torch.nn.Sequential(*layers).to(a.device)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=a.lr, momentum=a.momentum)
         self.i = 0
         self.loss = None
@@ -73,6 +73,7 @@ def main():
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--data", required=True)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda: where the model and batches live")
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=7)
@@ -90,8 +91,8 @@ def main():
         torch.set_flush_denormal(True)
     x_all = torch.from_numpy(np.fromfile(a.data + ".x.f32", dtype="<f4").reshape(a.batches, a.batch, 784).copy())
     y_all = torch.from_numpy(np.fromfile(a.data + ".y.i64", dtype="<i8").reshape(a.batches, a.batch).copy())
-    X = [x_all[b] for b in range(a.batches)]
-    Y = [y_all[b] for b in range(a.batches)]
+    X = [x_all[b].to(a.device) for b in range(a.batches)]
+    Y = [y_all[b].to(a.device) for b in range(a.batches)]
 
     runners, warm = {}, {}
     for mode in a.modes.split(","):

@@ -35,9 +35,10 @@ inline Batch fc_batch(int64_t batch, uint32_t seed) {
 }
 
 // `optimizer`: "sgd" (lr 0.05, momentum 0.9), "adam" (lr 1e-3) or "adamw" (lr 1e-3, weight
-// decay 0.01). `hidden`: the YAML list of hidden sizes ("[256, 256]").
+// decay 0.01); `lr` > 0 replaces the learning rate. `hidden`: the YAML list of hidden sizes
+// ("[256, 256]").
 inline FcRun fc_mnist_run(Device dev, const std::string& optimizer, int steps, int64_t batch,
-                          const std::string& hidden, int eval_steps = 2) {
+                          const std::string& hidden, int eval_steps = 2, double lr = 0) {
   runtime::StepDeviceScope scope(dev);
   manual_seed(5);
   auto cfg = parse_config("hidden_sizes: " + hidden + "\n");
@@ -46,11 +47,12 @@ inline FcRun fc_mnist_run(Device dev, const std::string& optimizer, int steps, i
   model->to(dev);
   std::unique_ptr<optim::Optimizer> opt;
   if (optimizer == "sgd")
-    opt = std::make_unique<optim::SGD>(model->parameters(), 0.05, 0.9);
+    opt = std::make_unique<optim::SGD>(model->parameters(), lr > 0 ? lr : 0.05, 0.9);
   else if (optimizer == "adam")
-    opt = std::make_unique<optim::Adam>(model->parameters(), 1e-3);
+    opt = std::make_unique<optim::Adam>(model->parameters(), lr > 0 ? lr : 1e-3);
   else
-    opt = std::make_unique<optim::AdamW>(model->parameters(), 1e-3, 0.9, 0.999, 1e-8, 0.01);
+    opt = std::make_unique<optim::AdamW>(model->parameters(), lr > 0 ? lr : 1e-3, 0.9, 0.999, 1e-8,
+                                         0.01);
   auto train = trace([&](const Batch& b) {
     Tensor l = model->loss(b);
     l.backward();

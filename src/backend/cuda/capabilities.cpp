@@ -77,6 +77,9 @@ std::string unsupported(const ir::Node& n) {
       return "";
     case O::Cast:
     case O::Copy:
+    case O::Permute:
+    case O::Expand:
+    case O::Slice:
       return input_is(0, kAll) ? "" : bad_input(0);
     case O::Argmax:
     case O::Sum:
@@ -123,8 +126,8 @@ std::string unsupported(const ir::Node& n) {
   return "";
 }
 
-size_t workspace_bytes(const ir::Node& n) {
-  return n.op == ir::OpCode::Matmul || n.op == ir::OpCode::Linear ? kGemmWorkspaceBytes : 0;
+size_t workspace_bytes(const ir::Node&) {
+  return 0;
 }
 
 }  // namespace cstorch::cuda

@@ -23,9 +23,15 @@ int num_ops();
 
 // The most dims the kernels walk (broadcasting index arrays).
 inline constexpr int kCudaMaxRank = 8;
-// Scratch a node's kernel needs: cuBLASLt's workspace for the products (a fixed budget that lets
-// it pick split-K and stream-K algorithms), none for the other kernels.
+// cuBLASLt's workspace (a budget that lets it pick split-K and stream-K algorithms): one buffer
+// per device, owned by the backend, zeroed once and never used for anything else. It is not
+// planned scratch: some of cuBLASLt's algorithms keep semaphores in the workspace that must be
+// zero when a product starts and that the product leaves zero, so a region shared with other
+// values (as the memory plan would share it) gives wrong products. 32 MiB on sm_90 and later,
+// 4 MiB before, the sizes NVIDIA recommends.
 inline constexpr size_t kGemmWorkspaceBytes = size_t{4} << 20;
+inline constexpr size_t kGemmWorkspaceBytesSm90 = size_t{32} << 20;
+// Planned scratch a node's kernel needs: none (see kGemmWorkspaceBytes).
 size_t workspace_bytes(const ir::Node& n);
 // No Fused kernel and no GEMM epilogues yet: the compiler keeps those ops separate on CUDA.
 inline bool fuses(ir::OpCode) {

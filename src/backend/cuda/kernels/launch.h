@@ -63,4 +63,17 @@ void nll_loss_grad(const float* g, const void* targets, bool t64, float* dx, int
                    int64_t c, int64_t inner, int64_t ignore_index, int reduction, int* error,
                    void* stream);
 
+// A strided read: output element i, at index (i_0, ..., i_{rank-1}) of `shape` (row-major), is
+// x[offset + sum_d i_d * strides[d]]. Permute, expand (stride 0 along broadcast dims) and slice
+// (offset start * stride, stride * step) are each one such read. Items of `item_bytes` (1, 2, 4
+// or 8) move by their bit pattern.
+struct Strided {
+  int rank = 0;
+  int64_t offset = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};
+};
+void gather_strided(const Strided& s, int item_bytes, const void* x, void* y, int64_t n,
+                    void* stream);
+
 }  // namespace cstorch::cuda::k

@@ -51,6 +51,10 @@ class CudaBackend final : public ir::DeviceBackend {
   cublasLtHandle_t lt() const { return lt_; }
   // The device address of the mapped host word kernels set on bad input (nll_loss targets).
   int* error_word() const { return error_dev_; }
+  // cuBLASLt's workspace: the backend's own zeroed buffer (see kGemmWorkspaceBytes), 256-byte
+  // aligned, used by one product at a time (every product is queued on the one stream).
+  void* gemm_workspace() const { return gemm_ws_; }
+  size_t gemm_workspace_bytes() const { return gemm_ws_bytes_; }
   // After launching a kernel: a launch error becomes a cstorch::Error naming the op.
   void check_launch(const char* op) const;
   // Makes this backend's device current on the calling thread.
@@ -88,6 +92,8 @@ class CudaBackend final : public ir::DeviceBackend {
   cublasLtHandle_t lt_ = nullptr;
   int* error_host_ = nullptr;
   int* error_dev_ = nullptr;
+  void* gemm_ws_ = nullptr;
+  size_t gemm_ws_bytes_ = 0;
   std::unique_ptr<RawAllocator> raw_;
   std::unique_ptr<BlockCache> cache_;
   // Pinned host staging: a ring of slots, each reused only after its copy's event completed.

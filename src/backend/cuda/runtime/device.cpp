@@ -78,6 +78,13 @@ CudaBackend::CudaBackend(int index) : index_(index) {
     check_cuda(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), index_,
                "cudaEventCreate");
   }
+  int major = 0;
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index_), index_,
+             "cudaDeviceGetAttribute (compute capability)");
+  gemm_ws_bytes_ = major >= 9 ? kGemmWorkspaceBytesSm90 : kGemmWorkspaceBytes;
+  check_cuda(cudaMalloc(&gemm_ws_, gemm_ws_bytes_), index_, "cudaMalloc (cuBLASLt workspace)");
+  check_cuda(cudaMemsetAsync(gemm_ws_, 0, gemm_ws_bytes_, stream_), index_,
+             "cudaMemsetAsync (cuBLASLt workspace)");
   raw_ = std::make_unique<CudaRaw>(index_);
   cache_ = std::make_unique<BlockCache>(*raw_, fmt::format("GPU:{}", index_), kCacheLimit);
 }
@@ -89,6 +96,7 @@ CudaBackend::~CudaBackend() {
   (void)cudaStreamSynchronize(stream_);
   gemm_plans_.clear();
   cache_.reset();
+  if (gemm_ws_) (void)cudaFree(gemm_ws_);
   for (auto& s : staging_) {
     if (s.done) (void)cudaEventDestroy(s.done);
     if (s.host) (void)cudaFreeHost(s.host);

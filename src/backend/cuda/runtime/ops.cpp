@@ -165,18 +165,12 @@ bool tf32_allowed() {
 // elements between batches (0: one matrix shared by every batch). cuBLASLt is column-major, so
 // it computes C^T = op(B)^T @ op(A)^T: the row-major buffers read as their transposes. No
 // epilogue: a bias is added by a separate kernel (fp32 epilogue support varies by version).
-void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, const float* A,
-          const float* B, float* C, int64_t m, int64_t n, int64_t kk, bool trans_a, bool trans_b,
-          int64_t batch, int64_t stride_a, int64_t stride_b) {
+void gemm(const CudaBackend& be, const char* opname, const float* A, const float* B, float* C,
+          int64_t m, int64_t n, int64_t kk, bool trans_a, bool trans_b, int64_t batch,
+          int64_t stride_a, int64_t stride_b) {
   const int dev = be.index();
-  // Workspace: planned as kGemmWorkspaceBytes; cuBLASLt wants it 256-byte aligned, so the plans
-  // ask for 256 bytes less than planned and the pointer is rounded up.
-  constexpr size_t kUsable = kGemmWorkspaceBytes - 256;
-  const auto ws_raw = reinterpret_cast<uintptr_t>(ctx.workspace);
-  const uintptr_t ws = (ws_raw + 255) / 256 * 256;
-  CS_CHECK(ctx.workspace != nullptr && ctx.workspace_bytes >= kGemmWorkspaceBytes,
-           "op '{}' on device GPU:{}: the GEMM workspace was not planned ({} bytes)", opname, dev,
-           ctx.workspace_bytes);
+  void* const ws = be.gemm_workspace();
+  const size_t ws_bytes = be.gemm_workspace_bytes();
   // cuBLASLt assumes 256-byte aligned operands unless told otherwise, and planned arena offsets
   // may be less aligned: the alignments are part of the plan's key.
   const CudaBackend::GemmKey key{m,
@@ -228,7 +222,7 @@ void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, c
     layout(&p.c, n, m, m * n);
     cublasLtMatmulPreference_t pref = nullptr;
     check_cublas(cublasLtMatmulPreferenceCreate(&pref), dev, "cublasLtMatmulPreferenceCreate");
-    const uint64_t max_ws = kUsable;
+    const uint64_t max_ws = ws_bytes;
     const uint32_t al_a = key.align_b, al_b = key.align_a, al_c = key.align_c;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
                                          sizeof max_ws);
@@ -240,6 +234,13 @@ void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, c
                                          sizeof al_c);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
                                          sizeof al_c);
+    // No split-K with a separate reduction: on an H100 (CUDA 13.0) such plans (chosen for
+    // FC-MNIST's [64, 256] x [256, 256] and [64, 10] x [10, 256] products) made the traced AdamW
+    // step's products wrong while the same plans were right in the Adam step and in eager mode;
+    // the cause was not found. Without them every product matches the CPU (tests/cuda).
+    const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                         &reductions, sizeof reductions);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t st =
@@ -255,10 +256,9 @@ void gemm(const KernelContext& ctx, const CudaBackend& be, const char* opname, c
   }
   const auto& plan = *it->second;
   const float alpha = 1.0f, beta = 0.0f;
-  check_cublas(
-      cublasLtMatmul(be.lt(), plan.op, &alpha, B, plan.a, A, plan.b, &beta, C, plan.c, C, plan.c,
-                     &plan.algo, reinterpret_cast<void*>(ws), kUsable, be.cuda_stream()),
-      dev, "cublasLtMatmul");
+  check_cublas(cublasLtMatmul(be.lt(), plan.op, &alpha, B, plan.a, A, plan.b, &beta, C, plan.c, C,
+                              plan.c, &plan.algo, ws, ws_bytes, be.cuda_stream()),
+               dev, "cublasLtMatmul");
 }
 
 }  // namespace
@@ -396,8 +396,8 @@ void cuda_Matmul(const KernelContext& ctx, const Node& n, const void* const* in,
     b.fill_zero(out, n.nbytes());
     return;
   }
-  gemm(ctx, b, n.name(), f(in[0]), f(in[1]), static_cast<float*>(out), m, nn, kk, at.trans_a,
-       at.trans_b, batch, batch_a == 1 ? 0 : m * kk, batch_b == 1 ? 0 : kk * nn);
+  gemm(b, n.name(), f(in[0]), f(in[1]), static_cast<float*>(out), m, nn, kk, at.trans_a, at.trans_b,
+       batch, batch_a == 1 ? 0 : m * kk, batch_b == 1 ? 0 : kk * nn);
 }
 
 void cuda_Linear(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
@@ -409,7 +409,7 @@ void cuda_Linear(const KernelContext& ctx, const Node& n, const void* const* in,
   if (kk == 0)
     b.fill_zero(out, n.nbytes());
   else
-    gemm(ctx, b, n.name(), f(in[0]), f(in[1]), y, m, nn, kk, false, true, 1, 0, 0);
+    gemm(b, n.name(), f(in[0]), f(in[1]), y, m, nn, kk, false, true, 1, 0, 0);
   if (n.inputs.size() == 3) {  // y += bias, in place (row broadcast)
     k::Bcast bc;
     bc.rank = 2;
@@ -473,6 +473,61 @@ void cuda_NllLossGrad(const KernelContext& ctx, const Node& n, const void* const
 void cuda_Copy(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
   const auto& b = enter(ctx, n);
   b.copy_on_device(out, in[0], n.nbytes());
+}
+
+// ---- data movement: one strided read each (kernels/shape.cu) ----
+
+// Row-major strides of `s` (a 0-d shape has none).
+void contiguous_strides(const Shape& s, int64_t* st) {
+  int64_t acc = 1;
+  for (int d = static_cast<int>(s.size()) - 1; d >= 0; --d) {
+    st[d] = acc;
+    acc *= s[d];
+  }
+}
+
+void gather(const CudaBackend& b, const Node& n, const k::Strided& s, const void* in, void* out) {
+  if (n.numel() == 0) return;
+  k::gather_strided(s, static_cast<int>(itemsize(n.dtype)), in, out, n.numel(), b.stream());
+  b.check_launch(n.name());
+}
+
+k::Strided output_walk(const Node& n) {
+  k::Strided s;
+  s.rank = static_cast<int>(n.shape.size());
+  for (int d = 0; d < s.rank; ++d) s.shape[d] = n.shape[d];
+  return s;
+}
+
+void cuda_Permute(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  const auto& perm = n.attr<ir::PermuteAttrs>().perm;
+  int64_t st[k::kMaxRank] = {};
+  contiguous_strides(n.inputs[0]->shape, st);
+  k::Strided s = output_walk(n);
+  for (int d = 0; d < s.rank; ++d) s.strides[d] = st[perm[d]];
+  gather(b, n, s, in[0], out);
+}
+
+void cuda_Expand(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  const Shape& is = n.inputs[0]->shape;
+  int64_t st[k::kMaxRank] = {};
+  contiguous_strides(is, st);
+  k::Strided s = output_walk(n);
+  const int lead = s.rank - static_cast<int>(is.size());  // new leading dims: stride 0
+  for (int d = lead; d < s.rank; ++d) s.strides[d] = is[d - lead] == 1 ? 0 : st[d - lead];
+  gather(b, n, s, in[0], out);
+}
+
+void cuda_Slice(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  const auto& at = n.attr<ir::SliceAttrs>();
+  k::Strided s = output_walk(n);
+  contiguous_strides(n.inputs[0]->shape, s.strides);
+  s.offset = at.start * s.strides[at.dim];
+  s.strides[at.dim] *= at.step;
+  gather(b, n, s, in[0], out);
 }
 
 namespace {

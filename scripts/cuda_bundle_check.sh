@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine, from a checkout of this repository, with the bundle that
+# scripts/cuda_bundle.sh made: the GPU tests (cuda_tests, then under compute-sanitizer's
+# memcheck), the op-table reference rows on GPU:0, FC-MNIST with `cszoo fit --target_device GPU`
+# and its checkpoint validated on the CPU, and bench_fc_mnist on the GPU against PyTorch eager
+# (bench/fc_mnist_peer.py, when python3 has torch and numpy). Logs go to LOGS (default
+# /tmp/cuda_check). Usage: scripts/cuda_bundle_check.sh [BUNDLE]  (default .dev/bundle.tar.xz)
+set -u
+cd "$(dirname "$0")/.."
+BUNDLE=${1:-.dev/bundle.tar.xz}
+LOGS=${LOGS:-/tmp/cuda_check}
+mkdir -p "$LOGS"
+t0=$(date +%s)
+elapsed() { echo "$(($(date +%s) - t0)) s"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+unpacked=$(mktemp -d)
+tar xf "$BUNDLE" -C "$unpacked"
+lt=$(find / -xdev -name 'libcublasLt.so.*' 2>/dev/null | head -1)
+echo "cuBLASLt: $lt"
+export LD_LIBRARY_PATH=$unpacked/lib:$(dirname "$lt"):${LD_LIBRARY_PATH:-}
+B=$unpacked/bin
+echo "=== cuda_tests"
+timeout 300 "$B/cuda_tests" > "$LOGS/cuda_tests.log" 2>&1
+grep -E '^\[ *(OK|FAILED|PASSED) ' "$LOGS/cuda_tests.log"
+echo "=== memcheck ($(elapsed))"
+timeout 300 compute-sanitizer --tool memcheck "$B/cuda_tests" --gtest_filter='CudaOps.*:CudaDevice.*:CudaTraining.Optimizer*' > "$LOGS/memcheck.log" 2>&1
+grep 'ERROR SUMMARY' "$LOGS/memcheck.log"
+echo "=== reference rows on GPU:0 ($(elapsed))"
+timeout 300 "$B/reference_tests" --gtest_filter='Ops/OpOnDevice.*GPU0*' > "$LOGS/reference_gpu.log" 2>&1
+grep -E '^\[reference\]|^\[  (PASSED|FAILED)' "$LOGS/reference_gpu.log"
+echo "=== cszoo fit on GPU:0, validate on the CPU ($(elapsed))"
+timeout 120 "$B/cszoo" fit configs/fc_mnist.yaml --target_device GPU --model_dir "$LOGS/fc_gpu" --max_steps 300 > "$LOGS/cszoo_gpu.log" 2>&1
+grep -E 'validation at|fit completed|error' "$LOGS/cszoo_gpu.log"
+timeout 120 "$B/cszoo" validate configs/fc_mnist.yaml --target_device CPU --checkpoint_path "$LOGS/fc_gpu/checkpoint_300.mdl" --model_dir "$LOGS/fc_cpu" 2>&1 | grep -E 'validation at|error'
+if python3 -c 'import torch, numpy' 2>/dev/null; then
+  echo "=== bench fc_mnist on the GPU: cstorch vs PyTorch eager ($(elapsed))"
+  python3 bench/fc_data.py --out "$LOGS/fc/d" --batch 128 --batches 8
+  for h in 256,256 1024,1024; do
+    timeout 120 "$B/bench_fc_mnist" --device GPU --data "$LOGS/fc/d" --hidden $h --modes traced,eager --steps 200 --repeats 5 | tee -a "$LOGS/bench.log"
+    timeout 120 python3 bench/fc_mnist_peer.py --device cuda --data "$LOGS/fc/d" --hidden $h --modes eager --steps 200 --repeats 5 | tee -a "$LOGS/bench.log"
+  done | python3 -c 'import json, sys
+for l in sys.stdin:
+    j = json.loads(l)
+    print(j.get("side", "cstorch"), j["mode"], j["hidden"], "%.1f us/step" % (1e6 * j["sec_per_step"]))'
+fi
+rm -rf "$unpacked"
+echo "=== done ($(elapsed)); logs in $LOGS"
