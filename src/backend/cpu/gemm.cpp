@@ -6,7 +6,8 @@
 // the 230 GFLOP/s an AVX-512 FMA loop reaches; Debian's BLIS 0.9 only ships its Haswell kernels
 // (70-78 GFLOP/s). The small and medium products of training steps (K of 128-1024) spend a large
 // share of their time packing, so the packing here is vectorised and done once per team instead
-// of once per thread. OpenBLAS stays the path for builds without AVX-512.
+// of once per thread. OpenBLAS stays the path for CPUs without AVX-512 (a portable build holds
+// this kernel too and uses it only where the CPU has AVX-512: see isa.h).
 //
 // Layout (row-major C[M, N] = alpha * op(A)[M, K] @ op(B)[K, N] + beta * C):
 //   - op(B) is packed into panels of 32 columns, k-major: Bp[k * 32 + j] (the vector operand);
@@ -25,13 +26,36 @@
 
 #include "cstorch/core/error.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "backend/cpu/isa.h"
 
 namespace cstorch::cpu {
 
-#if defined(__AVX512F__)
+#if CSTORCH_AVX512_KERNELS
+namespace {
+
+constexpr int kMr = 12, kNr = 32;
+constexpr int64_t kKc = 384, kNc = 1536;
+constexpr int64_t kPfB = 8;  // rows of B prefetched ahead
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// K blocks of equal size (at most kKc), so no block is a sliver. With an addend, one K block: C
+// may be the addend's own storage (the planner writes a momentum update in place), so no
+// partial sum may be stored before the addend is read.
+int64_t k_blocks(int64_t K, bool addend) {
+  return addend ? 1 : std::max<int64_t>(1, ceil_div(K, kKc));
+}
+
+// Floats of one thread's packed B panels: the column panels of one N block, kNr * kc_max each.
+int64_t pack_area(int64_t N, int64_t K, bool addend) {
+  return ceil_div(std::min(N, kNc), kNr) * kNr * ceil_div(K, k_blocks(K, addend));
+}
+
+}  // namespace
+
+CSTORCH_AVX512_BEGIN
 // GCC 12's unpack, shuffle and max intrinsics start from _mm512_undefined_ps(), which its
 // -Wuninitialized reports once inlined (a false positive); silenced for the AVX-512 code only.
 #pragma GCC diagnostic push
@@ -41,9 +65,20 @@ namespace cstorch::cpu {
 #endif
 namespace {
 
-constexpr int kMr = 12, kNr = 32;
-constexpr int64_t kKc = 384, kNc = 1536;
-constexpr int64_t kPfB = 8;  // rows of B prefetched ahead
+// a * b + c rounded as the elementwise kernels round `a + b * c` (addcmul, the optimizers'
+// updates), so that an epilogue is bitwise the separate kernel: one FMA where the build targets
+// FMA (the compiler contracts their loops), else a rounded product then a sum (a portable build,
+// whose elementwise kernels run without FMA). The empty asm keeps the product from being
+// contracted into an FMA.
+inline __m512 elementwise_madd(__m512 a, __m512 b, __m512 c) {
+#if defined(__FMA__)
+  return _mm512_fmadd_ps(a, b, c);
+#else
+  __m512 p = _mm512_mul_ps(a, b);
+  asm("" : "+v"(p));
+  return _mm512_add_ps(p, c);
+#endif
+}
 
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (rows, cols <= 16); lanes
 // rows..width-1 of each written dst row are zero (panel padding). width <= 16.
@@ -221,21 +256,21 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
       else if (beta != 0.f)
         x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], cr), x);
       if (e.bias) x = _mm512_add_ps(x, bias_v[v]);
-      // x + addend * s as one FMA: bitwise the addcmul kernel's a + b * c on the stored product.
+      // x + addend * s: bitwise the addcmul kernel's a + b * c on the stored product.
       if (e.addend)
-        x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask[v], e.addend + r * e.ld_addend + 16 * v), vs,
-                            x);
+        x = elementwise_madd(_mm512_maskz_loadu_ps(mask[v], e.addend + r * e.ld_addend + 16 * v),
+                             vs, x);
       if (e.relu) x = _mm512_max_ps(zero, x);  // second operand on NaN: x < 0 ? 0 : x exactly
       if (e.gate) {  // relu_grad_f: y <= 0 ? 0 : x (an unordered compare: NaN y keeps x)
         const __m512 y = _mm512_maskz_loadu_ps(mask[v], e.gate + r * e.ld_gate + 16 * v);
         x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(y, zero, _CMP_LE_OQ), zero);
       }
       _mm512_mask_storeu_ps(cr, mask[v], x);
-      if (e.update) {  // addcmul(p, x, r) = p + x * r, contracted: bitwise the separate kernel
+      if (e.update) {  // addcmul(p, x, r) = p + x * r: bitwise the separate kernel
         float* pr = e.update + r * e.ld_update + 16 * v;
-        _mm512_mask_storeu_ps(
-            pr, mask[v],
-            _mm512_fmadd_ps(x, _mm512_set1_ps(e.update_scale), _mm512_maskz_loadu_ps(mask[v], pr)));
+        _mm512_mask_storeu_ps(pr, mask[v],
+                              elementwise_madd(x, _mm512_set1_ps(e.update_scale),
+                                               _mm512_maskz_loadu_ps(mask[v], pr)));
       }
     }
   }
@@ -253,22 +288,6 @@ constexpr KernelRow kKernels[2][2] = {{kernel_row<1, false>(std::make_index_sequ
                                        kernel_row<2, false>(std::make_index_sequence<kMr>{})},
                                       {kernel_row<1, true>(std::make_index_sequence<kMr>{}),
                                        kernel_row<2, true>(std::make_index_sequence<kMr>{})}};
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
-// K blocks of equal size (at most kKc), so no block is a sliver. With an addend, one K block: C
-// may be the addend's own storage (the planner writes a momentum update in place), so no
-// partial sum may be stored before the addend is read.
-int64_t k_blocks(int64_t K, bool addend) {
-  return addend ? 1 : std::max<int64_t>(1, ceil_div(K, kKc));
-}
-
-// Floats of one thread's packed B panels: the column panels of one N block, kNr * kc_max each.
-int64_t pack_area(int64_t N, int64_t K, bool addend) {
-  return ceil_div(std::min(N, kNc), kNr) * kNr * ceil_div(K, k_blocks(K, addend));
-}
 
 TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_t i, int64_t j) {
   TileEpilogue t;
@@ -293,9 +312,10 @@ TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_
 
 }  // namespace
 
-bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                  int threads, const Scratch& ws, const GemmEpilogue& ep) {
+bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                       float* C, int64_t ldc, int threads, const Scratch& ws,
+                       const GemmEpilogue& ep) {
   if (M <= 0 || N <= 0) return true;
   // op(A)[i][k] = A[i * ars + k * acs], op(B)[k][j] = B[k * brs + j * bcs]. A is always read in
   // place (the kernel broadcasts its elements); B is read in place when its rows are
@@ -366,19 +386,30 @@ bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
   return true;
 }
 #pragma GCC diagnostic pop
+CSTORCH_AVX512_END
+
+// Baseline code from here: these run before anything knows whether the CPU has AVX-512.
 
 bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb) {
   const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  return macs <= static_cast<double>(1 << 26) && K >= 8 && M >= 8 && (M >= 16 || !tb);
+  return cpu_has_avx512() && macs <= static_cast<double>(1 << 26) && K >= 8 && M >= 8 &&
+         (M >= 16 || !tb);
 }
 
 bool own_gemm_one_k_block(int64_t K) {
-  return K <= kKc;
+  return cpu_has_avx512() && K <= kKc;
 }
 
 size_t sgemm_avx512_scratch_floats(int64_t N, int64_t K, bool tb, bool addend) {
-  if (!tb || N <= 0 || K <= 0) return 0;
+  if (!cpu_has_avx512() || !tb || N <= 0 || K <= 0) return 0;
   return static_cast<size_t>(pack_area(N, K, addend));
+}
+
+bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                  int threads, const Scratch& ws, const GemmEpilogue& ep) {
+  if (!cpu_has_avx512()) return false;
+  return sgemm_avx512_impl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads, ws, ep);
 }
 
 #else
