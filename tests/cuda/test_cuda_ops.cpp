@@ -89,6 +89,18 @@ TEST(CudaOps, ElementwiseAgainstTheCpu) {
   check("sigmoid", {a}, [](const V& v) { return sigmoid(v[0]); });
   check("relu", {a}, [](const V& v) { return relu(v[0]); });
   check("expm1", {a}, [](const V& v) { return expm1(v[0]); });
+  check("gelu", {a}, [](const V& v) { return gelu(v[0]); });
+  check("gelu tanh", {a}, [](const V& v) { return gelu(v[0], true); });
+  check("silu", {a}, [](const V& v) { return silu(v[0]); });
+  check("erf", {a}, [](const V& v) { return erf(v[0]); });
+  check("sin", {mul(a, scalar_tensor(20.0))}, [](const V& v) { return sin(v[0]); });
+  check("cos", {mul(a, scalar_tensor(20.0))}, [](const V& v) { return cos(v[0]); });
+  check("floor", {mul(a, scalar_tensor(10.0))}, [](const V& v) { return floor(v[0]); });
+  check("sign", {a}, [](const V& v) { return sign(v[0]); });
+  Tensor odd = from_vector(std::vector<float>{1.f, -0.f, INFINITY, -INFINITY, NAN, 3.5f}, {6});
+  check("sign of 0, inf, nan", {odd}, [](const V& v) { return sign(v[0]); });
+  check("isfinite", {odd}, [](const V& v) { return isfinite(v[0]); });
+  check("logical_not", {gt(a, b)}, [](const V& v) { return logical_not(v[0]); });
   check("add", {a, b}, [](const V& v) { return add(v[0], v[1]); });
   check("sub row", {a, row}, [](const V& v) { return sub(v[0], v[1]); });
   check("mul col", {a, col}, [](const V& v) { return mul(v[0], v[1]); });
@@ -210,7 +222,7 @@ TEST(CudaOps, ABadTargetIsAnErrorAtTheNextHostRead) {
 
 TEST(CudaOps, EveryListedOpWasExercised) {
   // The rows above cover cuda_ops.def: a new line there needs a row here.
-  EXPECT_EQ(cuda::num_ops(), 43);
+  EXPECT_EQ(cuda::num_ops(), 52);
 }
 
 // One parameter whose gradient is exact (loss = sum(w * x): the gradient is x on both devices), so
@@ -279,18 +291,39 @@ TEST(CudaTraining, OptimizerStepsOnAnExactGradientMatchTheCpu) {
   }
 }
 
-// Per-step losses of FC-MNIST on GPU:0 and the CPU from the same weights and batches. The runs
-// must stay stable (SGD at lr 0.01): a diverging run amplifies the different summation orders
-// of the two devices' products without bound, whatever the kernels.
+// FC-MNIST [256, 256] on GPU:0 and the CPU from the same weights and batches.
+// SGD + momentum (lr 0.01): every per-step loss within 1e-5 of the CPU's for 100 steps. (At lr
+// 0.05 the run diverges after step 70 on both devices, and a diverging run amplifies the
+// devices' different summation orders without bound.)
+// Adam and AdamW: the first step within 1e-5, and the run trains on the GPU as on the CPU. Their
+// later per-step losses are not compared at 1e-5: Adam divides each gradient element by its own
+// magnitude, so a hidden unit whose pre-activation sits at ReLU's kink (+1e-8 on one device,
+// -1e-8 on the other, from the summation order alone) gives its weights a full lr step on one
+// device and none on the other, and the runs separate (seen on an H100: 3e-5 at step 2 with
+// AdamW; the same separation appears between the CPU's own AVX-512 GEMM and OpenBLAS). The
+// optimizers' arithmetic is compared exactly above (OptimizerStepsOnAnExactGradient...).
 TEST(CudaTraining, FcMnist100StepsMatchTheCpu) {
   for (const std::string opt : {"sgd", "adam", "adamw"}) {
     const double lr = opt == "sgd" ? 0.01 : 0.0;  // 0: the helper's default
     auto gpu = cstorch::testing::fc_mnist_run(kGpu, opt, 100, 64, "[256, 256]", 2, lr);
     auto cpu = cstorch::testing::fc_mnist_run(Device{}, opt, 100, 64, "[256, 256]", 2, lr);
     ASSERT_EQ(gpu.train_losses.size(), 100u);
-    for (size_t s = 0; s < gpu.train_losses.size(); ++s)
+    const size_t compared = opt == "sgd" ? 100 : 1;
+    for (size_t s = 0; s < compared; ++s)
       EXPECT_NEAR(gpu.train_losses[s], cpu.train_losses[s], 1e-5 * std::abs(cpu.train_losses[s]))
           << opt << " step " << s;
+    if (opt != "sgd") {
+      // Training works on the GPU as on the CPU: the 7 batches repeat, and Adam fits them (on
+      // the CPU the last ten steps' mean loss is 0.12 from 2.30); below a quarter on both.
+      auto tail = [](const std::vector<float>& l) {
+        double m = 0;
+        for (size_t s = l.size() - 10; s < l.size(); ++s) m += l[s] / 10;
+        return m;
+      };
+      EXPECT_LT(tail(gpu.train_losses), 0.25 * gpu.train_losses[0]) << opt;
+      EXPECT_LT(tail(cpu.train_losses), 0.25 * cpu.train_losses[0]) << opt;
+      continue;
+    }
     for (size_t s = 0; s < gpu.eval_losses.size(); ++s)
       EXPECT_NEAR(gpu.eval_losses[s], cpu.eval_losses[s], 1e-5 * std::abs(cpu.eval_losses[s]))
           << opt << " eval " << s;

@@ -95,6 +95,10 @@ std::string unsupported(const ir::Node& n) {
                              n.name(), shape_str(d));
       return "";
     }
+    case O::IsFinite:
+      return input_is(0, F32) ? "" : bad_input(0);
+    case O::LogicalNot:
+      return input_is(0, kBool) ? "" : bad_input(0);
     case O::NllLoss:
     case O::NllLossGrad:
       if (!input_is(0, F32)) return bad_input(0);

@@ -24,11 +24,9 @@ int num_ops();
 // The most dims the kernels walk (broadcasting index arrays).
 inline constexpr int kCudaMaxRank = 8;
 // cuBLASLt's workspace (a budget that lets it pick split-K and stream-K algorithms): one buffer
-// per device, owned by the backend, zeroed once and never used for anything else. It is not
-// planned scratch: some of cuBLASLt's algorithms keep semaphores in the workspace that must be
-// zero when a product starts and that the product leaves zero, so a region shared with other
-// values (as the memory plan would share it) gives wrong products. 32 MiB on sm_90 and later,
-// 4 MiB before, the sizes NVIDIA recommends.
+// per device, owned by the backend, zeroed once and used by nothing else, as PyTorch keeps one
+// per stream; not planned scratch shared with other values, since those plans keep partial sums
+// and counters there. 32 MiB on sm_90 and later, 4 MiB before, the sizes NVIDIA recommends.
 inline constexpr size_t kGemmWorkspaceBytes = size_t{4} << 20;
 inline constexpr size_t kGemmWorkspaceBytesSm90 = size_t{32} << 20;
 // Planned scratch a node's kernel needs: none (see kGemmWorkspaceBytes).

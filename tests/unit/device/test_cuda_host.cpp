@@ -240,8 +240,8 @@ TEST(CudaCapabilities, NodesTheKernelsCannotRunAreNamedWithTheReason) {
   EXPECT_NE(cuda::unsupported(*node(O::Add, ir::NoAttrs{}, {h, h}, {4, 5, 6}, DType::bf16))
                 .find("does not write dtype bf16"),
             std::string::npos);
-  EXPECT_NE(cuda::unsupported(*node(O::Gelu, ir::GeluAttrs{}, {f}, {4, 5, 6}, DType::f32))
-                .find("gelu: no CUDA kernel"),
+  EXPECT_NE(cuda::unsupported(*node(O::Tri, ir::TriAttrs{}, {f}, {4, 5, 6}, DType::f32))
+                .find("tri: no CUDA kernel"),
             std::string::npos);
   // A reduction over dims that are not adjacent.
   EXPECT_NE(cuda::unsupported(*node(O::Sum, ir::AxesAttrs{{0, 2}, false}, {f}, {5}, DType::f32))
@@ -361,8 +361,8 @@ TEST(CudaFcMnistRefusals, OpsAndDtypesWithoutCudaKernelsFailAtCompileNotAtRun) {
   const Device gpu{DeviceType::GPU, 0};
   runtime::StepDeviceScope step_scope(gpu);
   // An op with no CUDA kernel: the traced step fails when it is compiled, naming op and device.
-  auto gelu_step = trace([&](const Batch& b) { return gelu(b.at("x")).sum(); });
-  EXPECT_ERROR(gelu_step(Batch{{"x", rt({4, 8})}}), "op 'gelu' has no kernel for device GPU:0");
+  auto tri_step = trace([&](const Batch& b) { return tril(b.at("x")).sum(); });
+  EXPECT_ERROR(tri_step(Batch{{"x", rt({4, 8})}}), "op 'tri' has no kernel for device GPU:0");
   EXPECT_EQ(g_calls[static_cast<int>(ir::OpCode::Sum)].load(), 0)
       << "a kernel ran before the error";
   // A dtype no CUDA kernel writes (bf16 autocast).
@@ -373,7 +373,7 @@ TEST(CudaFcMnistRefusals, OpsAndDtypesWithoutCudaKernelsFailAtCompileNotAtRun) {
   EXPECT_ERROR(bf16_step(Batch{{"x", rt({4, 4})}}), "no kernel for dtype bf16 on device GPU:0");
   // Eager: the same errors before any kernel runs.
   Tensor x = rt({4, 8}).to(gpu);
-  EXPECT_ERROR(gelu(x), "op 'gelu' has no kernel for device GPU:0");
+  EXPECT_ERROR(tril(x), "op 'tri' has no kernel for device GPU:0");
   EXPECT_NEAR(sum(x, {0, 1}).item<float>(), rt({4, 8}).sum().item<float>(), 1e-5);
   EXPECT_ERROR(sum(rt({2, 3, 4}).to(gpu), {0, 2}), "op 'sum' cannot run on device GPU:0",
                "one run of adjacent dims");

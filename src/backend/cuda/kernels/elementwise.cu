@@ -23,6 +23,17 @@ __device__ inline float unary_f(float x) {
   if constexpr (op == Unary::Sigmoid) return 1.0f / (1.0f + expf(-x));
   if constexpr (op == Unary::Relu) return x < 0.0f ? 0.0f : x;  // keeps NaN, as the CPU
   if constexpr (op == Unary::Expm1) return expm1f(x);
+  // The CPU's formulas (PyTorch's): gelu's exact (erf) and tanh forms, silu as x / (1 + e^-x),
+  // sign 0 for NaN ((0 < x) - (x < 0)).
+  if constexpr (op == Unary::Gelu) return x * 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+  if constexpr (op == Unary::GeluTanh)
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  if constexpr (op == Unary::Silu) return x / (1.0f + expf(-x));
+  if constexpr (op == Unary::Erf) return erff(x);
+  if constexpr (op == Unary::Sin) return sinf(x);
+  if constexpr (op == Unary::Cos) return cosf(x);
+  if constexpr (op == Unary::Floor) return floorf(x);
+  if constexpr (op == Unary::Sign) return static_cast<float>((0.0f < x) - (x < 0.0f));
   return x;
 }
 
@@ -126,7 +137,21 @@ void with_type(Ty t, F&& f) {
   }
 }
 
+__global__ void isfinite_kernel(const float* __restrict x, bool* y, int64_t n) {
+  CS_GRID_STRIDE(i, n) y[i] = isfinite(x[i]);
+}
+__global__ void logical_not_kernel(const bool* __restrict x, bool* y, int64_t n) {
+  CS_GRID_STRIDE(i, n) y[i] = !x[i];
+}
+
 }  // namespace
+
+void is_finite(const float* x, bool* y, int64_t n, void* stream) {
+  isfinite_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, y, n);
+}
+void logical_not(const bool* x, bool* y, int64_t n, void* stream) {
+  logical_not_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(x, y, n);
+}
 
 void unary(Unary op, const float* x, float* y, int64_t n, void* stream) {
   const unsigned g = blocks_for(n);
@@ -147,6 +172,14 @@ void unary(Unary op, const float* x, float* y, int64_t n, void* stream) {
     CS_UNARY(Sigmoid)
     CS_UNARY(Relu)
     CS_UNARY(Expm1)
+    CS_UNARY(Gelu)
+    CS_UNARY(GeluTanh)
+    CS_UNARY(Silu)
+    CS_UNARY(Erf)
+    CS_UNARY(Sin)
+    CS_UNARY(Cos)
+    CS_UNARY(Floor)
+    CS_UNARY(Sign)
 #undef CS_UNARY
   }
 }

@@ -22,7 +22,27 @@ struct Bcast {
   int64_t strides[3][kMaxRank] = {};
 };
 
-enum class Unary : int { Neg, Abs, Exp, Log, Sqrt, Rsqrt, Reciprocal, Tanh, Sigmoid, Relu, Expm1 };
+enum class Unary : int {
+  Neg,
+  Abs,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Reciprocal,
+  Tanh,
+  Sigmoid,
+  Relu,
+  Expm1,
+  Gelu,
+  GeluTanh,
+  Silu,
+  Erf,
+  Sin,
+  Cos,
+  Floor,
+  Sign
+};
 enum class Binary : int { Add, Sub, Mul, Div, Maximum, Minimum, ReluGrad };
 enum class Cmp : int { Eq, Ne, Lt, Le, Gt, Ge };
 enum class Reduce : int { Sum, Mean, Max, Min };
@@ -36,6 +56,9 @@ void compare(Cmp op, Ty t, const Bcast& b, const void* x, const void* y, bool* o
 void addcmul(const Bcast& b, const float* a, const float* x, const float* c, float* out, int64_t n,
              void* stream);
 void cast(Ty from, Ty to, const void* x, void* y, int64_t n, void* stream);
+// y = isfinite(x) for f32 x; y = !x for bool x (logical_not).
+void is_finite(const float* x, bool* y, int64_t n, void* stream);
+void logical_not(const bool* x, bool* y, int64_t n, void* stream);
 void fill(Ty t, double value, void* y, int64_t n, void* stream);
 
 // Reductions of x viewed as [outer, r, inner] over r: y is [outer, inner]. Sums accumulate in

@@ -234,13 +234,6 @@ void gemm(const CudaBackend& be, const char* opname, const float* A, const float
                                          sizeof al_c);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
                                          sizeof al_c);
-    // No split-K with a separate reduction: on an H100 (CUDA 13.0) such plans (chosen for
-    // FC-MNIST's [64, 256] x [256, 256] and [64, 10] x [10, 256] products) made the traced AdamW
-    // step's products wrong while the same plans were right in the Adam step and in eager mode;
-    // the cause was not found. Without them every product matches the CPU (tests/cuda).
-    const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                         &reductions, sizeof reductions);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t st =
@@ -304,6 +297,42 @@ void cuda_Relu(const KernelContext& c, const Node& n, const void* const* in, voi
 }
 void cuda_Expm1(const KernelContext& c, const Node& n, const void* const* in, void* out) {
   unary<k::Unary::Expm1>(c, n, in, out);
+}
+void cuda_Gelu(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  if (n.attr<ir::GeluAttrs>().tanh_approx)
+    unary<k::Unary::GeluTanh>(c, n, in, out);
+  else
+    unary<k::Unary::Gelu>(c, n, in, out);
+}
+void cuda_Silu(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Silu>(c, n, in, out);
+}
+void cuda_Erf(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Erf>(c, n, in, out);
+}
+void cuda_Sin(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Sin>(c, n, in, out);
+}
+void cuda_Cos(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Cos>(c, n, in, out);
+}
+void cuda_Floor(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Floor>(c, n, in, out);
+}
+void cuda_Sign(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  unary<k::Unary::Sign>(c, n, in, out);
+}
+void cuda_IsFinite(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  k::is_finite(f(in[0]), static_cast<bool*>(out), n.numel(), b.stream());
+  b.check_launch(n.name());
+}
+void cuda_LogicalNot(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  k::logical_not(static_cast<const bool*>(in[0]), static_cast<bool*>(out), n.numel(), b.stream());
+  b.check_launch(n.name());
 }
 
 void cuda_Cast(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
