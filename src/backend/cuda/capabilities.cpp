@@ -130,8 +130,4 @@ std::string unsupported(const ir::Node& n) {
   return "";
 }
 
-size_t workspace_bytes(const ir::Node&) {
-  return 0;
-}
-
 }  // namespace cstorch::cuda

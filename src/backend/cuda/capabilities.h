@@ -23,14 +23,8 @@ int num_ops();
 
 // The most dims the kernels walk (broadcasting index arrays).
 inline constexpr int kCudaMaxRank = 8;
-// cuBLASLt's workspace (a budget that lets it pick split-K and stream-K algorithms): one buffer
-// per device, owned by the backend, zeroed once and used by nothing else, as PyTorch keeps one
-// per stream; not planned scratch shared with other values, since those plans keep partial sums
-// and counters there. 32 MiB on sm_90 and later, 4 MiB before, the sizes NVIDIA recommends.
-inline constexpr size_t kGemmWorkspaceBytes = size_t{4} << 20;
-inline constexpr size_t kGemmWorkspaceBytesSm90 = size_t{32} << 20;
-// Planned scratch a node's kernel needs: none (see kGemmWorkspaceBytes).
-size_t workspace_bytes(const ir::Node& n);
+// No kernel needs planned scratch: cuBLASLt's workspace is the backend's own buffer
+// (CudaBackend::gemm_workspace).
 // No Fused kernel and no GEMM epilogues yet: the compiler keeps those ops separate on CUDA.
 inline bool fuses(ir::OpCode) {
   return false;

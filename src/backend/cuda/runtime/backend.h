@@ -38,7 +38,6 @@ class CudaBackend final : public ir::DeviceBackend {
   void synchronize() const override;
   void* stream() const override { return stream_; }
   ir::Kernel kernel(ir::OpCode op) const override;
-  size_t workspace_bytes(const ir::Node& n) const override;
   bool supports(ir::OpCode op, DType t) const override;
   std::string cannot_run(const ir::Node& n) const override;
   bool fuses(ir::OpCode op) const override;
@@ -51,8 +50,11 @@ class CudaBackend final : public ir::DeviceBackend {
   cublasLtHandle_t lt() const { return lt_; }
   // The device address of the mapped host word kernels set on bad input (nll_loss targets).
   int* error_word() const { return error_dev_; }
-  // cuBLASLt's workspace: the backend's own zeroed buffer (see kGemmWorkspaceBytes), 256-byte
-  // aligned, used by one product at a time (every product is queued on the one stream).
+  // cuBLASLt's workspace (a budget that lets it pick split-K and stream-K plans): the backend's
+  // own buffer, zeroed once and used by nothing else, as PyTorch keeps one per stream; not
+  // planned scratch shared with other values, since those plans keep partial sums and counters
+  // there. 256-byte aligned, used by one product at a time (every product is queued on the one
+  // stream); 32 MiB on sm_90 and later, 4 MiB before, the sizes NVIDIA recommends.
   void* gemm_workspace() const { return gemm_ws_; }
   size_t gemm_workspace_bytes() const { return gemm_ws_bytes_; }
   // After launching a kernel: a launch error becomes a cstorch::Error naming the op.

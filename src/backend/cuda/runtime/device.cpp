@@ -81,7 +81,7 @@ CudaBackend::CudaBackend(int index) : index_(index) {
   int major = 0;
   check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index_), index_,
              "cudaDeviceGetAttribute (compute capability)");
-  gemm_ws_bytes_ = major >= 9 ? kGemmWorkspaceBytesSm90 : kGemmWorkspaceBytes;
+  gemm_ws_bytes_ = (major >= 9 ? size_t{32} : size_t{4}) << 20;
   check_cuda(cudaMalloc(&gemm_ws_, gemm_ws_bytes_), index_, "cudaMalloc (cuBLASLt workspace)");
   check_cuda(cudaMemsetAsync(gemm_ws_, 0, gemm_ws_bytes_, stream_), index_,
              "cudaMemsetAsync (cuBLASLt workspace)");
@@ -189,9 +189,6 @@ void CudaBackend::fill_zero(void* dst, size_t n) const {
 
 ir::Kernel CudaBackend::kernel(ir::OpCode op) const {
   return kernel_of(op);
-}
-size_t CudaBackend::workspace_bytes(const ir::Node& n) const {
-  return cuda::workspace_bytes(n);
 }
 bool CudaBackend::supports(ir::OpCode op, DType t) const {
   return cuda::supports(op, t);
