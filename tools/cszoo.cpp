@@ -89,8 +89,12 @@ const std::vector<RegisterCommands> kCommandGroups = {
 int main(int argc, char** argv) {
   CLI::App app{"cszoo: train, validate and manage cstorch Model Zoo runs"};
   app.require_subcommand(1);
-  app.set_version_flag(
-      "--version", fmt::format("cszoo {} (commit {})", cstorch::version(), cstorch::git_commit()));
+  // A function: the CPU kernels are chosen (and CSTORCH_CPU_KERNELS checked) only when asked.
+  app.set_version_flag("--version", std::function<std::string()>([] {
+                         return fmt::format("cszoo {} (commit {}, CPU kernels {})",
+                                            cstorch::version(), cstorch::git_commit(),
+                                            cstorch::cpu_kernels());
+                       }));
   int status = 0;
   modelzoo::set_command_line(argc, argv);
   for (const auto& reg : kCommandGroups) reg(app, status);

@@ -15,4 +15,12 @@ const char* version();
 /// without a re-configure still reports the earlier one.
 const char* git_commit();
 
+/// The variant of the CPU kernels this process runs: "avx512", "avx2" or "x86-64" in a portable
+/// build (the best the CPU supports, or the one the environment variable CSTORCH_CPU_KERNELS
+/// names: those three or "generic", the baseline), "native" in a build tuned for its machine
+/// (CSTORCH_NATIVE=ON). Chosen at the first call (or the first kernel run) and kept for the
+/// process. Throws cstorch::Error when CSTORCH_CPU_KERNELS names a variant this build lacks or
+/// this CPU cannot run.
+const char* cpu_kernels();
+
 }  // namespace cstorch

@@ -167,6 +167,7 @@ void Trainer::begin_run(const char* mode, const std::string& ckpt_path) {
   d["command_line"] = argv.empty() ? Config() : Config(argv);
   d["cstorch_version"] = cstorch::version();
   d["git_commit"] = cstorch::git_commit();
+  d["cpu_kernels"] = cstorch::cpu_kernels();
   d["seed"] = seed_;
   // What cszoo resolved the config from: the file and every override applied to it, in order
   // (absent for a Trainer built in code).
@@ -238,9 +239,9 @@ void Trainer::print_header(const char* mode, cstorch::utils::data::DataLoader* t
     }
     return s;
   };
-  std::string line =
-      fmt::format("== {}: model {}, {} parameters (cstorch {}, commit {})", mode, impl_->model_name,
-                  params, cstorch::version(), cstorch::git_commit());
+  std::string line = fmt::format(
+      "== {}: model {}, {} parameters (cstorch {}, commit {}, CPU kernels {})", mode,
+      impl_->model_name, params, cstorch::version(), cstorch::git_commit(), cstorch::cpu_kernels());
   fmt::print("{}\n", line);
   if (train) fmt::print("   train data: {}\n", describe(train));
   if (val) {

@@ -117,7 +117,19 @@ TEST(CszooE2E, OverridesAndRunFlags) {
 
   std::string out = run(kCszoo + " --version", &st);
   EXPECT_EQ(st, 0) << out;
-  EXPECT_EQ(out, fmt::format("cszoo {} (commit {})\n", cstorch::version(), cstorch::git_commit()));
+  EXPECT_EQ(out, fmt::format("cszoo {} (commit {}, CPU kernels {})\n", cstorch::version(),
+                             cstorch::git_commit(), cstorch::cpu_kernels()));
+  // The environment picks the variant of the CPU kernels; one the build lacks is an error naming
+  // the variable and listing what the build holds.
+  out = run("CSTORCH_CPU_KERNELS=generic " + kCszoo + " --version", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("CPU kernels "), std::string::npos) << out;
+  out = run("CSTORCH_CPU_KERNELS=avx9000 " + kCszoo + " --version", &st);
+  EXPECT_NE(st, 0) << out;
+  EXPECT_NE(out.find("CSTORCH_CPU_KERNELS=avx9000: no such variant of the CPU kernels in this "
+                     "build (built: "),
+            std::string::npos)
+      << out;
 
   // Overrides set a key of the file and create one it lacks (eval_frequency).
   out = run(kCszoo + " fit " + cfg + " trainer.init.loop.max_steps=4 " +

@@ -9,9 +9,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/variant.h"
 #include "cstorch/core/error.h"
 
 namespace cstorch::cpu {
@@ -35,12 +35,6 @@ size_t block_size(size_t nbytes) {
   size_t n = nbytes < 4096 ? (nbytes + 63) / 64 * 64 : (nbytes + 4095) / 4096 * 4096;
   return n == 0 ? 64 : n;
 }
-
-const ir::Kernel kTable[ir::kNumOps] = {
-#define OP(Name, str, Attr, tr) &cpu_##Name,
-#include "ir/ops.def"
-#undef OP
-};
 
 class CpuBackend final : public ir::DeviceBackend {
  public:
@@ -88,7 +82,7 @@ class CpuBackend final : public ir::DeviceBackend {
   void fill_zero(void* dst, size_t n) const override {
     if (n) std::memset(dst, 0, n);
   }
-  ir::Kernel kernel(ir::OpCode op) const override { return kTable[static_cast<int>(op)]; }
+  ir::Kernel kernel(ir::OpCode op) const override { return cpu::kernel(op); }
   size_t workspace_bytes(const ir::Node& n) const override {
     return cpu::workspace_bytes(n, workspace_threads());
   }
@@ -100,28 +94,15 @@ class CpuBackend final : public ir::DeviceBackend {
   }
   int host_threads() const override { return get_num_threads(); }
   bool gemm_epilogue_applies(int64_t m, int64_t n, int64_t k, bool trans_b) const override {
-    return own_gemm_applies(m, n, k, trans_b);
+    return kernels().own_gemm_applies(m, n, k, trans_b);
   }
-  bool gemm_addend_exact(int64_t k) const override { return own_gemm_one_k_block(k); }
+  bool gemm_addend_exact(int64_t k) const override { return kernels().own_gemm_one_k_block(k); }
 };
 
 }  // namespace
 
-size_t attention_workspace_bytes(const ir::Node& n, int threads);  // attention.cpp
-size_t linalg_workspace_bytes(const ir::Node& n, int threads);     // linalg.cpp
-
 size_t workspace_bytes(const ir::Node& n, int threads) {
-  switch (n.op) {
-    case ir::OpCode::Attention:
-    case ir::OpCode::AttentionGrad:
-      return attention_workspace_bytes(n, threads);
-    case ir::OpCode::Matmul:
-    case ir::OpCode::Linear:
-    case ir::OpCode::Gemm:
-      return linalg_workspace_bytes(n, threads);
-    default:
-      return 0;
-  }
+  return kernels().workspace_bytes(n, threads);
 }
 
 const ir::DeviceBackend& backend() {

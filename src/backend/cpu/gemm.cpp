@@ -6,8 +6,8 @@
 // the 230 GFLOP/s an AVX-512 FMA loop reaches; Debian's BLIS 0.9 only ships its Haswell kernels
 // (70-78 GFLOP/s). The small and medium products of training steps (K of 128-1024) spend a large
 // share of their time packing, so the packing here is vectorised and done once per team instead
-// of once per thread. OpenBLAS stays the path for CPUs without AVX-512 (a portable build holds
-// this kernel too and uses it only where the CPU has AVX-512: see isa.h).
+// of once per thread. OpenBLAS stays the path for CPUs without AVX-512 (the variants of the
+// kernels built without AVX-512: see variant.h).
 //
 // Layout (row-major C[M, N] = alpha * op(A)[M, K] @ op(B)[K, N] + beta * C):
 //   - op(B) is packed into panels of 32 columns, k-major: Bp[k * 32 + j] (the vector operand);
@@ -55,7 +55,6 @@ int64_t pack_area(int64_t N, int64_t K, bool addend) {
 
 }  // namespace
 
-CSTORCH_AVX512_BEGIN
 // GCC 12's unpack, shuffle and max intrinsics start from _mm512_undefined_ps(), which its
 // -Wuninitialized reports once inlined (a false positive); silenced for the AVX-512 code only.
 #pragma GCC diagnostic push
@@ -386,29 +385,24 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   return true;
 }
 #pragma GCC diagnostic pop
-CSTORCH_AVX512_END
-
-// Baseline code from here: these run before anything knows whether the CPU has AVX-512.
 
 bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb) {
   const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  return cpu_has_avx512() && macs <= static_cast<double>(1 << 26) && K >= 8 && M >= 8 &&
-         (M >= 16 || !tb);
+  return macs <= static_cast<double>(1 << 26) && K >= 8 && M >= 8 && (M >= 16 || !tb);
 }
 
 bool own_gemm_one_k_block(int64_t K) {
-  return cpu_has_avx512() && K <= kKc;
+  return K <= kKc;
 }
 
 size_t sgemm_avx512_scratch_floats(int64_t N, int64_t K, bool tb, bool addend) {
-  if (!cpu_has_avx512() || !tb || N <= 0 || K <= 0) return 0;
+  if (!tb || N <= 0 || K <= 0) return 0;
   return static_cast<size_t>(pack_area(N, K, addend));
 }
 
 bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                   int threads, const Scratch& ws, const GemmEpilogue& ep) {
-  if (!cpu_has_avx512()) return false;
   return sgemm_avx512_impl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads, ws, ep);
 }
 

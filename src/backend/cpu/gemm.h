@@ -21,8 +21,8 @@ struct Scratch {
   float* slot(int t, size_t need) const;
 };
 
-// Whether sgemm_avx512 is the faster path for this product (else OpenBLAS): AVX-512 built in
-// and on this CPU (cpu_has_avx512), at most 2^26 multiply-adds (above, OpenBLAS's cache blocking
+// Whether sgemm_avx512 is the faster path for this product (else OpenBLAS): AVX-512 built into
+// this variant of the kernels, at most 2^26 multiply-adds (above, OpenBLAS's cache blocking
 // wins: 2048^3 runs at 144 GFLOP/s here against 243), K >= 8 and M >= 8, and M >= 16 when B is
 // transposed (B^T is packed, paid for by M rows). Measured on 2 cores (Sapphire Rapids): 128 x 256
 // x 784 and 256 x 784 x 128 run at 200-210 GFLOP/s against 160-165 for OpenBLAS's own threading; 4

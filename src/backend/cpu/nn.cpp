@@ -67,7 +67,6 @@ void softmax_row(const T* __restrict x, T* __restrict y, int64_t C) {
 }
 
 #if CSTORCH_AVX512_KERNELS
-CSTORCH_AVX512_BEGIN
 // Rows of at most 16 classes (a classifier's logits), f32: one masked vector per row instead of
 // three short scalar-tailed loops (measured: [128, 10] log_softmax 18 us -> 2 us). The sum of
 // at most 16 exps is accumulated in float (relative error below 1e-6).
@@ -96,7 +95,6 @@ void softmax_rows16(const float* __restrict x, float* __restrict y, int64_t rows
   }
 }
 #pragma GCC diagnostic pop
-CSTORCH_AVX512_END
 #endif
 
 // The same over `w` columns with stride `inner` (the softmax dim is not the last).
@@ -145,7 +143,7 @@ void softmax_kernel(const ir::Node& n, const void* const* in, void* out, const c
     T* yp = static_cast<T*>(out);
 #if CSTORCH_AVX512_KERNELS
     if constexpr (std::is_same_v<T, float>) {
-      if (v.inner == 1 && v.C <= 16 && cpu_has_avx512()) {
+      if (v.inner == 1 && v.C <= 16) {
         parallel_for(v.outer, 1024, [&](int64_t b, int64_t e) {
           softmax_rows16<kLog>(xp + b * v.C, yp + b * v.C, e - b, v.C);
         });

@@ -8,7 +8,7 @@
 
 #include <cstorch/cstorch.h>
 
-#include "backend/cpu/gemm.h"
+#include "backend/cpu/variant.h"
 #include "compiler/graph.h"
 #include "compiler/program.h"
 #include "ir/fused.h"
@@ -321,7 +321,7 @@ void expect_fc_sgd_bitwise(double weight_decay) {
 }  // namespace
 
 TEST(GemmEpilogue, ReluReluGradMomentumAndUpdateJoinTheProductsInPlace) {
-  if (!cs::cpu::own_gemm_applies(32, 24, 40, true))
+  if (!cs::cpu::kernels().own_gemm_applies(32, 24, 40, true))
     GTEST_SKIP() << "built without AVX-512: products run on OpenBLAS, epilogues are not fused";
   auto m = fc_net();
   cs::optim::SGD opt(m->parameters(), 0.05, 0.9);

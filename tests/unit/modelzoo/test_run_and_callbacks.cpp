@@ -130,6 +130,7 @@ TEST(RunRecord, OnePerRunAResumeAppends) {
   EXPECT_EQ(rec["status"], "completed");
   EXPECT_EQ(rec["seed"], 5);
   EXPECT_EQ(rec["cstorch_version"], cs::version());
+  EXPECT_EQ(rec["cpu_kernels"], cs::cpu_kernels());
   EXPECT_EQ(rec["git_commit"], cs::git_commit());
   EXPECT_EQ(rec["command_line"],
             Config({"cszoo", "fit", "params.yaml", "--model_dir", dir.string()}));

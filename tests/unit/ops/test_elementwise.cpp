@@ -6,7 +6,7 @@
 #include <functional>
 #include <limits>
 
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/variant.h"
 #include "core/internal.h"
 #include "cstorch/tensor.h"
 #include "unit/test_util.h"
@@ -546,7 +546,7 @@ TEST(ElementwiseKernels, InPlaceOutputAliasingAnInput) {
   n->inputs = {a.node(), b.node()};
   void* abuf = const_cast<void*>(a.data_ptr());
   const void* ins[] = {abuf, b.data_ptr()};
-  cpu::cpu_Add(ir::KernelContext{}, *n, ins, abuf);
+  cpu::kernel(ir::OpCode::Add)(ir::KernelContext{}, *n, ins, abuf);
   EXPECT_EQ(a.to_vector<float>(), (F{11, 22, 33, 14, 25, 36}));
   Tensor c = fv({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor d = fv({2, 2, 2, 2, 2, 2}, {2, 3});
@@ -554,7 +554,7 @@ TEST(ElementwiseKernels, InPlaceOutputAliasingAnInput) {
   m->inputs = {c.node(), d.node()};
   void* cbuf = const_cast<void*>(c.data_ptr());
   const void* ins2[] = {cbuf, d.data_ptr()};
-  cpu::cpu_Mul(ir::KernelContext{}, *m, ins2, cbuf);
+  cpu::kernel(ir::OpCode::Mul)(ir::KernelContext{}, *m, ins2, cbuf);
   EXPECT_EQ(c.to_vector<float>(), (F{2, 4, 6, 8, 10, 12}));
 }
 

@@ -14,8 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/device.h"
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/variant.h"
 #include "ir/node.h"
 #include "unit/test_util.h"
 
@@ -43,11 +42,11 @@ int check(const Case& c, std::mt19937& rng) {
   for (auto& x : bias) x = u(rng);
   // One scratch area per thread of the size sgemm_avx512_scratch_floats gives, a guard of 16
   // floats after each, all filled with a pattern the GEMM must not touch outside the areas.
-  const size_t floats = cstorch::cpu::sgemm_avx512_scratch_floats(c.N, c.K, c.tb, false);
+  const size_t floats = cstorch::cpu::kernels().sgemm_scratch_floats(c.N, c.K, c.tb, false);
   const size_t stride = floats + 16;
   std::vector<float> ws(stride * c.threads, -7.f);
   const cstorch::cpu::Scratch scratch{ws.data(), stride, floats, c.threads};
-  if (!cstorch::cpu::sgemm_avx512(
+  if (!cstorch::cpu::kernels().sgemm(
           c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc,
           c.threads, scratch, cstorch::cpu::GemmEpilogue{.bias = c.bias ? bias.data() : nullptr}))
     return -1;  // no AVX-512 in this build
@@ -186,40 +185,40 @@ void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
     auto lin = op(ir::OpCode::Linear, ir::NoAttrs{}, {A, W, b});
     auto relu = op(ir::OpCode::Relu, ir::NoAttrs{}, {lin});
     const void* in_lin[] = {a.data(), w.data(), bias.data()};
-    cpu::cpu_Linear(Workspace(*lin).ctx, *lin, in_lin, tmp.data());
+    cpu::kernel(ir::OpCode::Linear)(Workspace(*lin).ctx, *lin, in_lin, tmp.data());
     const void* in_relu[] = {tmp.data()};
-    cpu::cpu_Relu(ir::KernelContext{}, *relu, in_relu, want.data());
+    cpu::kernel(ir::OpCode::Relu)(ir::KernelContext{}, *relu, in_relu, want.data());
     auto g =
         op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_b = true, .bias = true, .relu = true}, {A, W, b});
-    cpu::cpu_Gemm(Workspace(*g).ctx, *g, in_lin, got.data());
+    cpu::kernel(ir::OpCode::Gemm)(Workspace(*g).ctx, *g, in_lin, got.data());
     EXPECT_EQ(got, want) << "relu(linear) M" << M << " N" << N << " K" << K;
   }
   auto mm = op(ir::OpCode::Matmul, ir::MatmulAttrs{.trans_a = ta}, {A, Bm});
   const void* in_mm[] = {a.data(), bm.data()};
-  cpu::cpu_Matmul(Workspace(*mm).ctx, *mm, in_mm, tmp.data());
+  cpu::kernel(ir::OpCode::Matmul)(Workspace(*mm).ctx, *mm, in_mm, tmp.data());
   // relu_grad(matmul, y)
   {
     auto rg = op(ir::OpCode::ReluGrad, ir::NoAttrs{}, {mm, y});
     const void* in_rg[] = {tmp.data(), yv.data()};
-    cpu::cpu_ReluGrad(ir::KernelContext{}, *rg, in_rg, want.data());
+    cpu::kernel(ir::OpCode::ReluGrad)(ir::KernelContext{}, *rg, in_rg, want.data());
     auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .relu_grad = true}, {A, Bm, y});
     const void* in_g[] = {a.data(), bm.data(), yv.data()};
-    cpu::cpu_Gemm(Workspace(*g).ctx, *g, in_g, got.data());
+    cpu::kernel(ir::OpCode::Gemm)(Workspace(*g).ctx, *g, in_g, got.data());
     EXPECT_EQ(got, want) << "relu_grad(matmul) M" << M << " N" << N << " K" << K;
   }
   // addcmul(matmul, C, s), into a fresh buffer and in place over C
   {
     auto ac = op(ir::OpCode::Addcmul, ir::NoAttrs{}, {mm, C, s});
     const void* in_ac[] = {tmp.data(), c.data(), &sv};
-    cpu::cpu_Addcmul(ir::KernelContext{}, *ac, in_ac, want.data());
+    cpu::kernel(ir::OpCode::Addcmul)(ir::KernelContext{}, *ac, in_ac, want.data());
     auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .addend = true}, {A, Bm, C, s});
     const void* in_g[] = {a.data(), bm.data(), c.data(), &sv};
-    cpu::cpu_Gemm(Workspace(*g).ctx, *g, in_g, got.data());
+    cpu::kernel(ir::OpCode::Gemm)(Workspace(*g).ctx, *g, in_g, got.data());
     std::vector<float> inplace = c;
     const void* in_gi[] = {a.data(), bm.data(), inplace.data(), &sv};
-    cpu::cpu_Gemm(Workspace(*g).ctx, *g, in_gi, inplace.data());
+    cpu::kernel(ir::OpCode::Gemm)(Workspace(*g).ctx, *g, in_gi, inplace.data());
     EXPECT_EQ(inplace, got) << "in place, M" << M << " N" << N << " K" << K;
-    if (K < 8 || cpu::own_gemm_one_k_block(K)) {  // what the fusion pass creates
+    if (K < 8 || cpu::kernels().own_gemm_one_k_block(K)) {  // what the fusion pass creates
       EXPECT_EQ(got, want) << "addcmul(matmul) M" << M << " N" << N << " K" << K;
     } else {  // several K blocks: the same sums, rounded in another order
       for (size_t i = 0; i < want.size(); ++i)
@@ -227,18 +226,18 @@ void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
     }
     // ... and also updating P <- P + out * r in place (SGD's parameter update), against
     // addcmul(P, want, r).
-    if (K < 8 || cpu::own_gemm_one_k_block(K)) {
+    if (K < 8 || cpu::kernels().own_gemm_one_k_block(K)) {
       auto P = leaf({M, N}), r = leaf({});
       const float rv = -0.01f;
       std::vector<float> p = random_vec(M * N, rng), p_want(M * N);
       auto up = op(ir::OpCode::Addcmul, ir::NoAttrs{}, {P, C, r});
       const void* in_up[] = {p.data(), want.data(), &rv};
-      cpu::cpu_Addcmul(ir::KernelContext{}, *up, in_up, p_want.data());
+      cpu::kernel(ir::OpCode::Addcmul)(ir::KernelContext{}, *up, in_up, p_want.data());
       auto gu = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .addend = true, .update = true},
                    {A, Bm, C, s, P, r});
       std::vector<float> mom = c;
       const void* in_gu[] = {a.data(), bm.data(), mom.data(), &sv, p.data(), &rv};
-      cpu::cpu_Gemm(Workspace(*gu).ctx, *gu, in_gu, mom.data());
+      cpu::kernel(ir::OpCode::Gemm)(Workspace(*gu).ctx, *gu, in_gu, mom.data());
       EXPECT_EQ(mom, want) << "momentum with update, M" << M << " N" << N << " K" << K;
       EXPECT_EQ(p, p_want) << "parameter update, M" << M << " N" << N << " K" << K;
     }
@@ -275,7 +274,8 @@ void with_threads(int threads, F&& f) {
 // on; handed fewer areas than the running team has threads, a kernel caps its team (here at 1)
 // and computes the same bits.
 TEST(GemmKernel, WorkspacePerThreadAndTheTeamCappedAtItsAreas) {
-  if (!cpu::own_gemm_applies(128, 256, 784, true)) GTEST_SKIP() << "built without AVX-512";
+  if (!cpu::kernels().own_gemm_applies(128, 256, 784, true))
+    GTEST_SKIP() << "built without AVX-512";
   std::mt19937 rng(5);
   // Linear 128 x 256 x 784 (B^T packed, on the whole team), a batched B^T matmul of small
   // products (one per task of a parallel loop) and a folded one.
@@ -292,9 +292,9 @@ TEST(GemmKernel, WorkspacePerThreadAndTheTeamCappedAtItsAreas) {
     std::vector<const void*> in;
     ir::Kernel k;
   };
-  const Run runs[] = {{lin, {xv.data(), wv.data()}, &cpu::cpu_Linear},
-                      {bmm, {qv.data(), kv.data()}, &cpu::cpu_Matmul},
-                      {fmm, {fav.data(), fbv.data()}, &cpu::cpu_Matmul}};
+  const Run runs[] = {{lin, {xv.data(), wv.data()}, cpu::kernel(ir::OpCode::Linear)},
+                      {bmm, {qv.data(), kv.data()}, cpu::kernel(ir::OpCode::Matmul)},
+                      {fmm, {fav.data(), fbv.data()}, cpu::kernel(ir::OpCode::Matmul)}};
   for (const auto& r : runs) {
     const size_t one = cpu::workspace_bytes(*r.n, 1);
     EXPECT_GT(one, 0u) << r.n->name();
@@ -326,13 +326,14 @@ TEST(GemmKernel, TooSmallWorkspaceIsAnError) {
   auto xv = random_vec(128 * 784, rng), wv = random_vec(256 * 784, rng);
   const void* in_lin[] = {xv.data(), wv.data()};
   std::vector<float> out(128 * 256);
-  if (cpu::own_gemm_applies(128, 256, 784, true)) {
+  if (cpu::kernels().own_gemm_applies(128, 256, 784, true)) {
     auto lin = op(ir::OpCode::Linear, ir::NoAttrs{}, {x, w});
     const size_t need = cpu::workspace_bytes(*lin, 1);
-    EXPECT_ERROR(cpu::cpu_Linear(ir::KernelContext{}, *lin, in_lin, out.data()), "linear",
-                 std::to_string(need), "got 0");
-    EXPECT_ERROR(cpu::cpu_Linear(Workspace(need - 64).ctx, *lin, in_lin, out.data()), "linear",
-                 std::to_string(need), std::to_string(need - 64));
+    EXPECT_ERROR(cpu::kernel(ir::OpCode::Linear)(ir::KernelContext{}, *lin, in_lin, out.data()),
+                 "linear", std::to_string(need), "got 0");
+    EXPECT_ERROR(
+        cpu::kernel(ir::OpCode::Linear)(Workspace(need - 64).ctx, *lin, in_lin, out.data()),
+        "linear", std::to_string(need), std::to_string(need - 64));
   }
   // The product buffer of an OpenBLAS product written over its addend.
   auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.addend = true},
@@ -340,7 +341,7 @@ TEST(GemmKernel, TooSmallWorkspaceIsAnError) {
   auto a = random_vec(80, rng), b = random_vec(120, rng), c = random_vec(600, rng);
   const float s = 0.5f;
   const void* in_g[] = {a.data(), b.data(), c.data(), &s};
-  EXPECT_ERROR(cpu::cpu_Gemm(ir::KernelContext{}, *g, in_g, c.data()), "gemm",
+  EXPECT_ERROR(cpu::kernel(ir::OpCode::Gemm)(ir::KernelContext{}, *g, in_g, c.data()), "gemm",
                std::to_string(cpu::workspace_bytes(*g, 1)));
   // The f32 copies of 16-bit operands.
   auto h = leaf({8, 16}), k = leaf({16, 8});
@@ -350,8 +351,8 @@ TEST(GemmKernel, TooSmallWorkspaceIsAnError) {
   EXPECT_EQ(need, (128 + 128 + 64) * sizeof(float));
   std::vector<uint16_t> hv(128), kv(128), o(64);
   const void* in_mm[] = {hv.data(), kv.data()};
-  EXPECT_ERROR(cpu::cpu_Matmul(Workspace(need - 4).ctx, *mm, in_mm, o.data()), "matmul",
-               std::to_string(need));
+  EXPECT_ERROR(cpu::kernel(ir::OpCode::Matmul)(Workspace(need - 4).ctx, *mm, in_mm, o.data()),
+               "matmul", std::to_string(need));
 }
 
 }  // namespace

@@ -7,14 +7,10 @@
 #include <cstring>
 #include <functional>
 
+#include "backend/cpu/variant.h"
 #include "cstorch/runtime.h"
 #include "cstorch/tensor.h"
 #include "unit/test_util.h"
-
-namespace cstorch::cpu {
-// Defined in src/backend/cpu/random.cpp (no header: only this test calls it directly).
-void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
-}  // namespace cstorch::cpu
 
 using namespace cstorch;
 using cstorch::testing::expect_error;
@@ -49,7 +45,7 @@ TEST(RandomPhilox, KnownAnswers) {
   };
   for (const auto& k : kats) {
     uint32_t out[4];
-    cpu::philox4x32_10(k.ctr, k.key, out);
+    cpu::kernels().philox4x32_10(k.ctr, k.key, out);
     for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], k.out[i]) << "word " << i;
   }
 }

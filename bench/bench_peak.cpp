@@ -1,0 +1,232 @@
+// The machine's arithmetic peak, measured (bench/run's roofline probe), and the GEMMs of a
+// GPT-2 124M training step against it.
+//
+//   bench_peak --threads N            the fp32 FMA peak (and the bf16 dot-product peak where
+//                                     the CPU has avx512_bf16) at N threads: a register-only
+//                                     loop of independent multiply-adds, no memory traffic
+//   bench_peak --threads N --gemm     also each product shape of GPT-2 124M (B=4, T=64): the
+//                                     own AVX-512 GEMM and OpenBLAS, GFLOP/s of each
+//
+// Prints one JSON line. The probe's instruction set is picked at run time (AVX-512, else
+// AVX2 + FMA, else SSE2), whatever the build targets.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/variant.h"
+#include "cstorch/cstorch.h"
+#include "cstorch/version.h"
+
+extern "C" {
+#include <cblas.h>
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Each loop keeps kAcc independent accumulators (more than the FMA latency times the FMA ports,
+// so the units never wait) and returns their sum, so the work cannot be optimised away.
+constexpr int kAcc = 12;
+
+__attribute__((target("avx512f"))) float fma_avx512(int64_t iters) {
+  __m512 acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 16
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  __m512 s = acc[0];
+  for (int i = 1; i < kAcc; ++i) s = _mm512_add_ps(s, acc[i]);
+  // (Not _mm512_reduce_add_ps: GCC 12 reports its undefined start value as uninitialised.)
+  alignas(64) float out[16];
+  _mm512_store_ps(out, s);
+  float r = 0;
+  for (float x : out) r += x;
+  return r;
+}
+
+__attribute__((target("avx2,fma"))) float fma_avx2(int64_t iters) {
+  __m256 acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 16
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  alignas(32) float out[8];
+  __m256 s = acc[0];
+  for (int i = 1; i < kAcc; ++i) s = _mm256_add_ps(s, acc[i]);
+  _mm256_store_ps(out, s);
+  float r = 0;
+  for (float x : out) r += x;
+  return r;
+}
+
+float mul_add_sse(int64_t iters) {
+  __m128 acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm_set1_ps(0.001f * static_cast<float>(i));
+  const __m128 a = _mm_set1_ps(0.999999f), b = _mm_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 16
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm_add_ps(_mm_mul_ps(acc[i], a), b);
+  alignas(16) float out[4];
+  __m128 s = acc[0];
+  for (int i = 1; i < kAcc; ++i) s = _mm_add_ps(s, acc[i]);
+  _mm_store_ps(out, s);
+  return out[0] + out[1] + out[2] + out[3];
+}
+
+// VDPBF16PS: per 32-bit lane, two bf16 products added to an f32 accumulator (4 flops a lane).
+__attribute__((target("avx512f,avx512bf16"))) float dot_bf16(int64_t iters) {
+  __m512 acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_setzero_ps();
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 16
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  __m512 s = acc[0];
+  for (int i = 1; i < kAcc; ++i) s = _mm512_add_ps(s, acc[i]);
+  // (Not _mm512_reduce_add_ps: GCC 12 reports its undefined start value as uninitialised.)
+  alignas(64) float out[16];
+  _mm512_store_ps(out, s);
+  float r = 0;
+  for (float x : out) r += x;
+  return r;
+}
+
+// GFLOP/s of f(iters) on `threads` threads at once (each runs the whole loop): the best of 5.
+template <class F>
+double rate(int threads, double flops_per_iter, F f) {
+  const int64_t iters = 20'000'000;
+  double best = 0;
+  volatile float sink = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t = Clock::now();
+    float s = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : s)
+    s += f(iters);
+    const double sec = seconds_since(t);
+    sink = sink + s;
+    best = std::max(best, flops_per_iter * static_cast<double>(iters) * threads / sec / 1e9);
+  }
+  return best;
+}
+
+struct Shape {
+  const char* what;
+  int64_t M, N, K;
+  bool ta, tb;
+};
+
+// GFLOP/s of C = op(A) op(B), best of 5 after one warm-up, through `gemm`.
+template <class G>
+double gemm_rate(const Shape& s, G gemm) {
+  std::vector<float> A(static_cast<size_t>(s.M * s.K)), B(static_cast<size_t>(s.K * s.N)),
+      C(static_cast<size_t>(s.M * s.N));
+  for (size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>(i % 17) * 0.01f;
+  for (size_t i = 0; i < B.size(); ++i) B[i] = static_cast<float>(i % 13) * 0.01f;
+  gemm(s, A.data(), B.data(), C.data());
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    auto t = Clock::now();
+    gemm(s, A.data(), B.data(), C.data());
+    best = std::max(best, 2.0 * s.M * s.N * s.K / seconds_since(t) / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_peak: the machine's fp32 / bf16 peak and GPT-2 124M's products"};
+  int threads = 1;
+  bool gemm = false;
+  app.add_option("--threads", threads);
+  app.add_flag("--gemm", gemm, "also time GPT-2 124M's product shapes");
+  CLI11_PARSE(app, argc, argv);
+  cstorch::set_num_threads(threads);
+
+  nlohmann::json j{{"threads", threads}, {"cpu_kernels", cstorch::cpu_kernels()}};
+  if (__builtin_cpu_supports("avx512f")) {
+    j["fp32_isa"] = "avx512";
+    j["fp32_peak_gflops"] = rate(threads, kAcc * 16 * 2, fma_avx512);
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    j["fp32_isa"] = "avx2";
+    j["fp32_peak_gflops"] = rate(threads, kAcc * 8 * 2, fma_avx2);
+  } else {
+    j["fp32_isa"] = "sse2";
+    j["fp32_peak_gflops"] = rate(threads, kAcc * 4 * 2, mul_add_sse);
+  }
+  if (__builtin_cpu_supports("avx512bf16")) {
+    j["bf16_peak_gflops"] = rate(threads, kAcc * 16 * 4, dot_bf16);
+  } else {
+    j["bf16_peak_gflops"] = nullptr;
+  }
+
+  if (gemm) {
+    // GPT-2 124M, B=4, T=64: 256 token rows, width 768, MLP 3072, vocab 50304. Forward
+    // x @ W^T (Linear), the input gradient dy @ W, the weight gradient dy^T @ x.
+    const int64_t T = 256, E = 768;
+    std::vector<Shape> shapes;
+    for (auto [name, N] : {std::pair<const char*, int64_t>{"qkv", 3 * E},
+                           {"proj", E},
+                           {"fc", 4 * E},
+                           {"head", 50304}}) {
+      const int64_t K = E;
+      shapes.push_back({name, T, N, K, false, true});   // forward
+      shapes.push_back({name, T, K, N, false, false});  // input gradient
+      shapes.push_back({name, N, K, T, true, false});   // weight gradient
+    }
+    shapes.push_back({"fc2", T, E, 4 * E, false, true});
+    shapes.push_back({"fc2", T, 4 * E, E, false, false});
+    shapes.push_back({"fc2", E, 4 * E, T, true, false});
+    const cstorch::cpu::KernelVariant& v = cstorch::cpu::kernels();
+    auto blas = [&](const Shape& s, const float* A, const float* B, float* C) {
+      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+                  static_cast<int>(s.M), static_cast<int>(s.N), static_cast<int>(s.K), 1.f, A,
+                  static_cast<int>(s.ta ? s.M : s.K), B, static_cast<int>(s.tb ? s.K : s.N), 0.f, C,
+                  static_cast<int>(s.N));
+    };
+    std::vector<float> scratch;
+    auto own = [&](const Shape& s, const float* A, const float* B, float* C) {
+      const size_t per = v.sgemm_scratch_floats(s.N, s.K, s.tb, false);
+      const size_t stride = (per + 15) / 16 * 16;
+      if (scratch.size() < stride * threads + 16) scratch.resize(stride * threads + 16);
+      const cstorch::cpu::Scratch ws{scratch.data(), stride, per, threads};
+      v.sgemm(s.ta, s.tb, s.M, s.N, s.K, 1.f, A, s.ta ? s.M : s.K, B, s.tb ? s.K : s.N, 0.f, C, s.N,
+              threads, ws, {});
+    };
+    nlohmann::json rows = nlohmann::json::array();
+    double total_flops = 0, own_sec = 0, blas_sec = 0;
+    for (const Shape& s : shapes) {
+      const double f = 2.0 * s.M * s.N * s.K;
+      const double b = gemm_rate(s, blas);
+      nlohmann::json r{
+          {"what", s.what},      {"M", s.M}, {"N", s.N}, {"K", s.K}, {"ta", s.ta}, {"tb", s.tb},
+          {"openblas_gflops", b}};
+      total_flops += f;
+      blas_sec += f / (b * 1e9);
+      if (std::string(v.name) == "avx512" || std::string(v.name) == "native") {
+        const double o = gemm_rate(s, own);
+        r["own_gflops"] = o;
+        own_sec += f / (o * 1e9);
+      }
+      rows.push_back(r);
+    }
+    j["gemms"] = rows;
+    j["gemm_openblas_gflops"] = total_flops / blas_sec / 1e9;
+    if (own_sec > 0) j["gemm_own_gflops"] = total_flops / own_sec / 1e9;
+  }
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}

@@ -1,0 +1,183 @@
+// The variants of the CPU kernels (src/backend/cpu/variant.h): which are built, which one runs,
+// and that every variant this CPU can run computes what the running one does.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/device.h"
+#include "backend/cpu/variant.h"
+#include "cstorch/version.h"
+#include "ir/node.h"
+
+namespace {
+
+namespace ir = cstorch::ir;
+namespace cpu = cstorch::cpu;
+
+TEST(CpuVariants, TheBestVariantThisCpuRunsIsChosen) {
+  const auto all = cpu::built_variants();
+  ASSERT_FALSE(all.empty());
+  const cpu::KernelVariant& running = cpu::kernels();
+  EXPECT_EQ(std::string(cstorch::cpu_kernels()), running.name);
+  EXPECT_TRUE(cpu::runs_here(running));
+  // The last built variant is the baseline: every CPU of the architecture runs it.
+  EXPECT_TRUE(cpu::runs_here(*all.back())) << all.back()->name;
+  const char* env = std::getenv("CSTORCH_CPU_KERNELS");
+  if (env && *env) {
+    const std::string want(env);
+    EXPECT_EQ(want == "generic" ? std::string(all.back()->name) : want, running.name);
+  } else {
+    for (const cpu::KernelVariant* v : all) {
+      if (!cpu::runs_here(*v)) continue;
+      EXPECT_EQ(v, &running) << "first runnable: " << v->name << ", running: " << running.name;
+      break;
+    }
+  }
+  std::vector<std::string> names;
+  for (const cpu::KernelVariant* v : all) names.push_back(v->name);
+  if (names.size() == 1) {
+    // A native build (CSTORCH_NATIVE=ON) or a portable build off x86-64.
+    EXPECT_TRUE(names[0] == "native" || names[0] == "generic") << names[0];
+  } else {
+    EXPECT_EQ(names, (std::vector<std::string>{"avx512", "avx2", "x86-64"}));
+  }
+  // The backend object hands out the running variant's kernels.
+  EXPECT_EQ(cpu::backend().kernel(ir::OpCode::Linear),
+            running.kernels[static_cast<int>(ir::OpCode::Linear)]);
+}
+
+ir::NodePtr leaf(const cstorch::Shape& s) {
+  auto n = ir::Node::make(ir::OpCode::Constant, ir::NoAttrs{}, {});
+  n->shape = s;
+  n->dtype = cstorch::DType::f32;
+  return n;
+}
+ir::NodePtr op(ir::OpCode code, ir::Attrs attrs, std::vector<ir::NodePtr> in) {
+  auto n = ir::Node::make(code, std::move(attrs), std::move(in));
+  ir::op_info(code).infer(*n);
+  return n;
+}
+
+// Runs node n with variant v's kernel on the given inputs, with the workspace v plans for it.
+std::vector<float> run(const cpu::KernelVariant& v, const ir::Node& n,
+                       const std::vector<const std::vector<float>*>& inputs) {
+  const ir::Kernel k = v.kernels[static_cast<int>(n.op)];
+  EXPECT_NE(k, nullptr) << v.name << " has no kernel for " << n.name();
+  std::vector<float> out(static_cast<size_t>(n.numel()));
+  if (!k) return out;
+  const size_t bytes = v.workspace_bytes(n, cpu::workspace_threads());
+  std::vector<float> ws(bytes / sizeof(float) + 16);
+  ir::KernelContext ctx;
+  auto p = reinterpret_cast<uintptr_t>(ws.data());
+  ctx.workspace = bytes ? reinterpret_cast<void*>((p + 63) & ~uintptr_t{63}) : nullptr;
+  ctx.workspace_bytes = bytes;
+  std::vector<const void*> in;
+  for (const auto* x : inputs) in.push_back(x->data());
+  k(ctx, n, in.data(), out.data());
+  return out;
+}
+
+// Every variant this CPU runs against the running one, on kernels whose code differs between
+// instruction sets: the own AVX-512 GEMM against OpenBLAS (products of K = 784 and 96), the
+// AVX-512 short-row softmax against the generic rows, and vectorised elementwise maths and
+// reductions. Elementwise results agree to 2e-6 relative (the variants round the same formulas,
+// with and without fused multiply-adds: a few ulps); sums and products to 1e-5 of the sum of
+// the absolute terms (their summation orders differ: blocked panels against OpenBLAS's).
+TEST(CpuVariants, EveryVariantThisCpuRunsAgreesWithTheRunningOne) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d(0.f, 1.f);
+  auto vec = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = d(rng);
+    return v;
+  };
+  auto x784 = vec(128 * 784), w784 = vec(256 * 784), b256 = vec(256);
+  auto a96 = vec(64 * 96), b96 = vec(96 * 80);
+  auto s10 = vec(300 * 10), s200 = vec(40 * 200), b10 = vec(10);
+  struct Case {
+    std::string what;
+    ir::NodePtr node;
+    std::vector<const std::vector<float>*> in;
+    std::vector<float> scale;  // per output element: the tolerance's scale
+  };
+  std::vector<Case> cases;
+  auto abs_product = [](const std::vector<float>& a, const std::vector<float>& b, int64_t M,
+                        int64_t N, int64_t K, bool tb, const std::vector<float>* bias) {
+    std::vector<float> s(static_cast<size_t>(M * N));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = bias ? std::fabs((*bias)[j]) : 0.0;
+        for (int64_t k = 0; k < K; ++k)
+          acc += std::fabs(a[i * K + k]) * std::fabs(tb ? b[j * K + k] : b[k * N + j]);
+        s[i * N + j] = static_cast<float>(acc);
+      }
+    return s;
+  };
+  cases.push_back(
+      {"linear 128x784 @ 256x784^T + b",
+       op(ir::OpCode::Linear, ir::NoAttrs{}, {leaf({128, 784}), leaf({256, 784}), leaf({256})}),
+       {&x784, &w784, &b256},
+       abs_product(x784, w784, 128, 256, 784, true, &b256)});
+  cases.push_back({"matmul 64x96 @ 96x80",
+                   op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {leaf({64, 96}), leaf({96, 80})}),
+                   {&a96, &b96},
+                   abs_product(a96, b96, 64, 80, 96, false, nullptr)});
+  auto ones = [](size_t n) { return std::vector<float>(n, 1.f); };
+  cases.push_back({"softmax [300, 10]",
+                   op(ir::OpCode::Softmax, ir::DimAttrs{1}, {leaf({300, 10})}),
+                   {&s10},
+                   ones(3000)});
+  cases.push_back({"log_softmax [300, 10]",
+                   op(ir::OpCode::LogSoftmax, ir::DimAttrs{1}, {leaf({300, 10})}),
+                   {&s10},
+                   {}});
+  cases.push_back({"softmax [40, 200]",
+                   op(ir::OpCode::Softmax, ir::DimAttrs{1}, {leaf({40, 200})}),
+                   {&s200},
+                   ones(8000)});
+  cases.push_back(
+      {"exp [40, 200]", op(ir::OpCode::Exp, ir::NoAttrs{}, {leaf({40, 200})}), {&s200}, {}});
+  cases.push_back(
+      {"gelu [40, 200]", op(ir::OpCode::Gelu, ir::GeluAttrs{}, {leaf({40, 200})}), {&s200}, {}});
+  cases.push_back({"add [300, 10] + [10]",
+                   op(ir::OpCode::Add, ir::NoAttrs{}, {leaf({300, 10}), leaf({10})}),
+                   {&s10, &b10},
+                   {}});
+  std::vector<float> row_abs(40);
+  for (int64_t i = 0; i < 40; ++i)
+    for (int64_t j = 0; j < 200; ++j) row_abs[i] += std::fabs(s200[i * 200 + j]);
+  cases.push_back({"sum [40, 200] over dim 1",
+                   op(ir::OpCode::Sum, ir::AxesAttrs{.dims = {1}}, {leaf({40, 200})}),
+                   {&s200},
+                   row_abs});
+
+  const cpu::KernelVariant& running = cpu::kernels();
+  int compared = 0;
+  for (const cpu::KernelVariant* v : cpu::built_variants()) {
+    if (!cpu::runs_here(*v) || v == &running) continue;
+    for (const Case& c : cases) {
+      const auto want = run(running, *c.node, c.in);
+      const auto got = run(*v, *c.node, c.in);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double tol = c.scale.empty() ? 2e-6 * std::max(1.0, std::fabs(double{want[i]}))
+                                           : 1e-5 * double{c.scale[i]} + 1e-30;
+        ASSERT_LE(std::fabs(double{got[i]} - double{want[i]}), tol)
+            << c.what << ": variant " << v->name << " against " << running.name << " at " << i
+            << ": " << got[i] << " vs " << want[i];
+      }
+      ++compared;
+    }
+  }
+  // Which variants this CPU runs is the machine's; on an x86-64 CPU with AVX2 a portable build
+  // compares at least two.
+  if (cpu::built_variants().size() > 1 && cpu::runs_here(*cpu::built_variants()[1])) {
+    EXPECT_GE(compared, static_cast<int>(cases.size()));
+  }
+}
+
+}  // namespace
