@@ -232,11 +232,33 @@ void Program::plan() {
     stats_.flops += node_flops(node);
   }
 
+  // Results written over their input 0 (kInPlaceInput0): an arena value v whose input 0 is an
+  // arena value u of the same size and device, read last by v and by no other input of v,
+  // takes u's bytes (owner[v] = owner[u]); the owner's interval then runs to v's last use.
+  std::vector<uint32_t> owner(n);
+  std::vector<size_t> owner_last(last);
+  for (size_t i = 0; i < n; ++i) {
+    owner[i] = static_cast<uint32_t>(i);
+    const auto& node = *g_.nodes[i];
+    if (placed[i] || !has_trait(node.op, ir::kInPlaceInput0) || node.inputs.empty()) continue;
+    const uint32_t u = id.at(node.inputs[0].get());
+    if (placed[u] || last[u] != i || node.inputs[0]->nbytes() != node.nbytes() ||
+        node.inputs[0]->device != node.device)
+      continue;
+    bool shared = false;
+    for (size_t k = 1; k < node.inputs.size(); ++k)
+      shared = shared || root[id.at(node.inputs[k].get())] == u;
+    if (shared) continue;
+    owner[i] = owner[u];
+    owner_last[owner[i]] = std::max(owner_last[owner[i]], last[i]);
+    stats_.inplace_results++;
+  }
   // Arenas: greedy by size over liveness intervals, one per device.
   for (size_t i = 0; i < n; ++i) {
-    if (placed[i]) continue;
+    if (placed[i] || owner[i] != i) continue;
     size_t sz = align_up(g_.nodes[i]->nbytes());
-    items.push_back({static_cast<uint32_t>(i), sz, i, last[i], arena_of(g_.nodes[i]->device), 0});
+    items.push_back(
+        {static_cast<uint32_t>(i), sz, i, owner_last[i], arena_of(g_.nodes[i]->device), 0});
     stats_.naive_bytes += sz;
   }
   std::vector<size_t> order(items.size());
@@ -268,6 +290,8 @@ void Program::plan() {
     else
       steps_[it.v - n].workspace_offset = static_cast<int64_t>(off);
   }
+  for (size_t i = 0; i < n; ++i)
+    if (!placed[i] && owner[i] != i) places_[i] = places_[owner[i]];
   stats_.arena_bytes = 0;
   for (size_t a = 0; a < arena_devices_.size(); ++a) {
     stats_.arena_bytes += arena_size[a];
@@ -429,11 +453,12 @@ std::string Program::summary() const {
   return fmt::format(
       "nodes traced: {}\nkernel calls per step: {}\nFLOPs per step: {:.0f}\n"
       "arena bytes: {} (without reuse: {})\nstate bytes: {}\nstate writes in place: {}, copied: "
-      "{}\n"
+      "{}\nresults written over their input: {}\n"
       "batch inputs: {}\noutputs: {}\nops:\n{}",
       stats_.nodes_traced, stats_.nodes_compiled, stats_.flops, stats_.arena_bytes,
       stats_.naive_bytes, stats_.state_bytes, stats_.inplace_state_writes,
-      stats_.copied_state_writes, g_.batch_inputs.size(), g_.outputs.size(), ops);
+      stats_.copied_state_writes, stats_.inplace_results, g_.batch_inputs.size(), g_.outputs.size(),
+      ops);
 }
 
 }  // namespace cstorch::compiler

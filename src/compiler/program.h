@@ -28,7 +28,8 @@ struct ProgramStats {
   size_t state_bytes = 0;
   size_t inplace_state_writes = 0;
   size_t copied_state_writes = 0;
-  double flops = 0;  // per execution (matmul/linear 2*M*N*K, others 1 per element)
+  size_t inplace_results = 0;  // results written over their input 0 (ir::kInPlaceInput0)
+  double flops = 0;            // per execution (matmul/linear 2*M*N*K, others 1 per element)
 };
 
 // Every node runs on its own device (Node::device) with that device's kernel; values are placed

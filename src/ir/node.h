@@ -39,6 +39,10 @@ enum OpTraits : uint32_t {
   kCollective = 1u << 6,
   kBarrier = 1u << 7,
   kFusable = 1u << 8,
+  // The kernel may write its result over input 0 (out == in[0]): it reads each element of input
+  // 0 only to produce that same element, and no other input may share that buffer. The memory
+  // planner then gives the result input 0's bytes when this node is input 0's last reader.
+  kInPlaceInput0 = 1u << 9,
 };
 
 // The most dims a tensor may have: kernels walk shapes with fixed-size index arrays.

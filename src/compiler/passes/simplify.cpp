@@ -2,7 +2,7 @@
 // GEMM's transpose flag (no copy); permute-of-permute composes; identity permutes, reshapes to
 // the same shape, reshape chains and same-dtype casts disappear. The sum of zero-padded
 // concatenations (the gradients of slices of one tensor, e.g. a packed QKV projection) becomes
-// one concatenation of the pieces.
+// one concatenation of the pieces. A scatter into zeros added to a tensor scatters into it.
 #include <algorithm>
 
 #include "compiler/graph.h"
@@ -100,6 +100,31 @@ bool merge_padded_cats(ir::Node& n, std::vector<ir::NodePtr>& fills) {
   return true;
 }
 
+// add(A, index_add(0, dim, i, s)) -> index_add(A, dim, i, s) (either operand order): the
+// gradient of a tied embedding (a scatter into zeros) added to the head's gradient scatters
+// straight into it, instead of zero-filling, scattering and adding full-size tensors. With no
+// repeated index the sums are the same (0 + s = s exactly); rows an index repeats add their
+// pieces onto A one after another instead of summing them first (fp32 rounding of a sum in
+// another order). Rewrites `n` in place.
+bool scatter_into_addend(ir::Node& n) {
+  if (n.op != ir::OpCode::Add || n.inputs.size() != 2) return false;
+  for (int k = 0; k < 2; ++k) {
+    const auto& x = *n.inputs[k];
+    const auto& other = n.inputs[1 - k];
+    if (x.op != ir::OpCode::IndexAdd || !is_zero_fill(*x.inputs[0]) || x.shape != n.shape ||
+        other->shape != n.shape || x.dtype != n.dtype || other->dtype != n.dtype ||
+        x.device != n.device || other->device != n.device)
+      continue;
+    const auto attrs = x.attrs;
+    std::vector<ir::NodePtr> inputs{other, x.inputs[1], x.inputs[2]};
+    n.op = ir::OpCode::IndexAdd;
+    n.attrs = attrs;
+    n.inputs = std::move(inputs);
+    return true;
+  }
+  return false;
+}
+
 class Simplify : public Pass {
  public:
   const char* name() const override { return "simplify"; }
@@ -163,6 +188,8 @@ class Simplify : public Pass {
           std::vector<ir::NodePtr> f;
           if (merge_padded_cats(*n, f)) {
             fills[n.get()] = std::move(f);
+            changed = true;
+          } else if (scatter_into_addend(*n)) {
             changed = true;
           }
           break;

@@ -194,3 +194,64 @@ TEST(Passes, SumOfZeroPaddedCatsBecomesOneCat) {
   EXPECT_EQ(o0, (std::vector<float>{1, 2, 0, 5, 0, 0, 3, 4, 0, 6, 0, 0}));
   EXPECT_EQ(o1, (std::vector<float>{1, 2, 7, 13, 9, 0, 3, 4, 10, 17, 12, 0}));
 }
+
+TEST(Passes, ScatterIntoZerosAddedToATensorScattersIntoIt) {
+  // A tied embedding's gradient: index_add into zeros (the embedding's backward) plus the
+  // head's gradient. Distinct indices (the sums are then exact) and a repeated one.
+  const std::vector<int64_t> ids{4, 1, 4};
+  auto g = record({{6, 3}, {3, 3}}, [&](auto& in) {
+    auto idx = cs::from_vector(ids, {3});
+    auto scatter = cs::index_add(cs::zeros({6, 3}), 0, idx, in[1]);
+    return std::vector<Tensor>{in[0] + scatter, (scatter + in[0] * 2.f) - in[0]};
+  });
+  EXPECT_TRUE(cc::make_simplify_pass()->run(g));
+  cc::verify(g, "test");
+  EXPECT_EQ(count(g, cs::ir::OpCode::Add), 0u) << g.dump();
+  // No zero fill of the full shape is left (the scalar 2 of the mul stays).
+  for (const auto& n : g.nodes) EXPECT_FALSE(n->op == cs::ir::OpCode::Full && !n->shape.empty());
+  ASSERT_EQ(g.outputs[0]->op, cs::ir::OpCode::IndexAdd) << g.dump();
+  EXPECT_EQ(g.outputs[0]->inputs[0]->op, cs::ir::OpCode::Input);
+  const auto& second = g.outputs[1]->inputs[0];  // (scatter + x * 2) - x
+  ASSERT_EQ(second->op, cs::ir::OpCode::IndexAdd) << g.dump();
+  EXPECT_EQ(second->inputs[0]->op, cs::ir::OpCode::Mul);
+  // The mul's result is read last by the index_add: the scatter runs in its bytes.
+  cc::Program p(std::move(g), cs::Device{}, {});
+  EXPECT_EQ(p.stats().inplace_results, 1u) << p.summary();
+  std::vector<float> a(18), s(9), o0(18), o1(18);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.5f * static_cast<float>(i);
+  for (size_t i = 0; i < s.size(); ++i) s[i] = 10.f + static_cast<float>(i);
+  const void* b[] = {a.data(), s.data()};
+  void* o[] = {o0.data(), o1.data()};
+  p.run(b, o);
+  std::vector<float> w0 = a, w1(18);
+  for (size_t i = 0; i < a.size(); ++i) w1[i] = a[i] * 2.f;
+  for (size_t j = 0; j < ids.size(); ++j)
+    for (size_t c = 0; c < 3; ++c) {
+      w0[ids[j] * 3 + c] += s[j * 3 + c];
+      w1[ids[j] * 3 + c] += s[j * 3 + c];
+    }
+  for (size_t i = 0; i < a.size(); ++i) w1[i] -= a[i];
+  EXPECT_EQ(o0, w0);
+  EXPECT_EQ(o1, w1);
+  EXPECT_EQ(a[0], 0.f);  // the batch input was not written over
+  EXPECT_EQ(a[13], 6.5f);
+}
+
+TEST(MemoryPlan, AResultIsWrittenOverItsInputOnlyWhenNothingReadsTheInputLater) {
+  // index_add(x * 2, ...) twice from the same product: the first may not write over it (the
+  // second reads it later), the second may.
+  auto g = record({{4, 2}, {1, 2}}, [](auto& in) {
+    auto idx = cs::from_vector(std::vector<int64_t>{2}, {1});
+    auto m = in[0] * 2.f;
+    auto first = cs::index_add(m, 0, idx, in[1]);
+    auto second = cs::index_add(m, 0, idx, in[1] * 3.f);
+    return std::vector<Tensor>{first + second};
+  });
+  cc::Program p(std::move(g), cs::Device{}, {});
+  EXPECT_EQ(p.stats().inplace_results, 1u) << p.summary();
+  std::vector<float> x{1, 2, 3, 4, 5, 6, 7, 8}, s{1, 1}, out(8);
+  const void* b[] = {x.data(), s.data()};
+  void* o[] = {out.data()};
+  p.run(b, o);
+  EXPECT_EQ(out, (std::vector<float>{4, 8, 12, 16, 24, 28, 28, 32}));
+}
