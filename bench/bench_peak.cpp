@@ -14,7 +14,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -210,6 +212,30 @@ int main(int argc, char** argv) {
       v.sgemm(s.ta, s.tb, s.M, s.N, s.K, 1.f, A, s.ta ? s.M : s.K, B, s.tb ? s.K : s.N, 0.f, C, s.N,
               threads, ws, {});
     };
+    std::vector<uint16_t> a16, b16;
+    auto bf16 = [&](const Shape& s, const float* A, const float* B, float* C) {
+      // bf16 operands (truncated bits of the f32 values: the timing does not depend on them).
+      const size_t na = static_cast<size_t>(s.M * s.K), nb = static_cast<size_t>(s.K * s.N);
+      if (a16.size() != na) {
+        a16.resize(na);
+        for (size_t i = 0; i < na; ++i)
+          a16[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(A[i]) >> 16);
+      }
+      if (b16.size() != nb) {
+        b16.resize(nb);
+        for (size_t i = 0; i < nb; ++i)
+          b16[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(B[i]) >> 16);
+      }
+      const size_t per = v.sgemm_bf16_scratch_floats();
+      const size_t stride = (per + 15) / 16 * 16;
+      if (scratch.size() < stride * threads + 16) scratch.resize(stride * threads + 16);
+      float* base = scratch.data();
+      while (reinterpret_cast<uintptr_t>(base) % 64) ++base;
+      const cstorch::cpu::Scratch ws{base, stride, per, threads};
+      v.sgemm_bf16(s.ta, s.tb, s.M, s.N, s.K, a16.data(), s.ta ? s.M : s.K, b16.data(),
+                   s.tb ? s.K : s.N, C, s.N, threads, ws);
+    };
+    double bf16_sec = 0;
     nlohmann::json rows = nlohmann::json::array();
     double total_flops = 0, own_sec = 0, blas_sec = 0;
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -228,8 +254,16 @@ int main(int argc, char** argv) {
         r["own_gflops"] = o;
         own_sec += f / (o * 1e9);
       }
+      if (v.bf16_gemm_runs_here()) {
+        a16.clear();
+        b16.clear();
+        const double h = gemm_rate(s, bf16);
+        r["own_bf16_gflops"] = h;
+        bf16_sec += f / (h * 1e9);
+      }
       rows.push_back(r);
     }
+    if (bf16_sec > 0) j["gemm_own_bf16_gflops"] = total_flops / bf16_sec / 1e9;
     j["gemms"] = rows;
     j["gemm_openblas_gflops"] = total_flops / blas_sec / 1e9;
     if (own_sec > 0) j["gemm_own_gflops"] = total_flops / own_sec / 1e9;

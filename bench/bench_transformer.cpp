@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cstorch/cstorch.h"
 #include "modelzoo/models/bert/bert.h"
@@ -53,6 +54,9 @@ int main(int argc, char** argv) {
   app.add_option("--seq", T);
   app.add_option("--vocab", vocab);
   app.add_option("--batch", batch);
+  std::string precision = "f32";
+  app.add_option("--precision", precision, "bf16: the forward under autocast (bf16 products)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   bool recompute = false;
   app.add_flag("--recompute", recompute, "activation recomputation in every layer");
   CLI11_PARSE(app, argc, argv);
@@ -104,7 +108,10 @@ int main(int argc, char** argv) {
   }
   cs::optim::AdamW opt(m->parameters(), 1e-4);
   auto step = cs::trace([&](const cs::Batch& x) {
+    std::optional<cs::amp::autocast> ac;
+    if (precision == "bf16") ac.emplace(cs::DType::bf16);
     cs::Tensor l = m->loss(x);
+    ac.reset();
     l.backward();
     opt.step();
     opt.zero_grad();
@@ -137,6 +144,7 @@ int main(int argc, char** argv) {
                    {"gflops", flops / sec / 1e9},
                    {"sgemm_peak_gflops", sgemm_peak()},
                    {"loss", loss},
+                   {"precision", precision},
                    {"warmup_s", warm}};
   std::printf("%s\n", j.dump().c_str());
   return 0;

@@ -70,6 +70,8 @@ def main():
     for k, v in (("threads", 1), ("steps", 10), ("warmup", 3), ("repeats", 3), ("layers", 4), ("width", 256),
                  ("heads", 4), ("seq", 128), ("vocab", 8192), ("batch", 8)):
         p.add_argument("--" + k, type=int, default=v)
+    p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                   help="bf16: the forward under torch.autocast (CPU, bfloat16), f32 master weights")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -88,7 +90,8 @@ def main():
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
 
     def step():
-        l = m.loss(*args)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            l = m.loss(*args)
         l.backward()
         opt.step()
         opt.zero_grad()
@@ -104,7 +107,8 @@ def main():
         per.append((time.perf_counter() - t) / a.steps)
     sec = statistics.median(per)
     print(json.dumps({"model": a.model, "threads": a.threads, "sec_per_step": sec, "min_sec_per_step": min(per),
-                      "tokens_per_s": B * T / sec, "loss": loss, "torch_version": torch.__version__}))
+                      "tokens_per_s": B * T / sec, "loss": loss, "precision": a.precision,
+                      "torch_version": torch.__version__}))
 
 
 if __name__ == "__main__":

@@ -74,4 +74,18 @@ bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                   int threads, const Scratch& ws, const GemmEpilogue& ep = {});
 
+// Whether sgemm_bf16 runs here: the AVX-512 variant of the kernels on a CPU with avx512_bf16.
+bool bf16_gemm_runs_here();
+// Floats of the scratch area one thread of sgemm_bf16 needs (0 where it does not run).
+size_t sgemm_bf16_scratch_floats();
+// C[M, N] = op(A)[M, K] @ op(B)[K, N] in f32 from bf16 operands (their bits, row-major, op =
+// transpose when ta / tb): exact bf16 products summed in f32 (VDPBF16PS: pairs along K, then
+// blocks of 512 along K, in order; input and output denormals flushed to zero). On a team of
+// `threads` threads (capped at ws.slots and at one per 32 columns), each packing into its own
+// area of ws (sgemm_bf16_scratch_floats). Results do not depend on the team size. Returns false,
+// doing nothing, where bf16_gemm_runs_here() is false.
+bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                const uint16_t* B, int64_t ldb, float* C, int64_t ldc, int threads,
+                const Scratch& ws);
+
 }  // namespace cstorch::cpu

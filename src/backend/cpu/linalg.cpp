@@ -238,8 +238,24 @@ Layout layout_of(size_t shared, GemmNeed g) {
   return {round16(shared), g};
 }
 
+// bf16 products on VDPBF16PS (gemm_bf16.cpp) where the CPU has it: the f32 result (and a
+// Linear's widened bias) in the shared part, the GEMM's packing areas per thread.
+bool bf16_direct(const ir::Node& n) {
+  return n.dtype == DType::bf16 && n.inputs[0]->dtype == DType::bf16 &&
+         n.inputs[1]->dtype == DType::bf16 && bf16_gemm_runs_here();
+}
+Layout bf16_layout(size_t shared, double macs, int threads) {
+  const int slots = macs < kParallelMinMacs ? 1 : std::max(1, threads);
+  return layout_of(shared, {sgemm_bf16_scratch_floats(), slots});
+}
+const uint16_t* bits(const void* p) {
+  return static_cast<const uint16_t*>(p);
+}
+
 Layout matmul_layout(const ir::Node& n, int threads) {
   const MatmulGeom g = matmul_geom(n);
+  if (bf16_direct(n) && (g.nbatch == 1 || g.folds()))
+    return bf16_layout(n.numel(), macs_of(g.nbatch * g.m, g.n, g.k), threads);
   const size_t shared =
       n.dtype == DType::f32 ? 0 : n.inputs[0]->numel() + n.inputs[1]->numel() + n.numel();
   if (g.k == 0) return layout_of(shared, {});
@@ -256,6 +272,8 @@ Layout linear_layout(const ir::Node& n, int threads) {
   const Shape& sx = n.inputs[0]->shape;
   const int64_t N = n.inputs[1]->shape[0], K = n.inputs[1]->shape[1];
   const int64_t M = prod(sx, sx.size() - 1);
+  if (bf16_direct(n))
+    return bf16_layout(n.numel() + (n.inputs.size() > 2 ? N : 0), macs_of(M, N, K), threads);
   const size_t shared = n.dtype == DType::f32 ? 0
                                               : n.inputs[0]->numel() + n.inputs[1]->numel() +
                                                     (n.inputs.size() > 2 ? N : 0) + n.numel();
@@ -367,6 +385,14 @@ void cpu_Matmul(const ir::KernelContext& ctx, const ir::Node& n, const void* con
                static_cast<float*>(out), ws.ws);
     return;
   }
+  if (bf16_direct(n) && (g.nbatch == 1 || g.folds())) {
+    const int64_t M = g.nbatch * g.m;
+    float* c = ws.shared;
+    sgemm_bf16(g.ta, g.tb, M, g.n, g.k, bits(in[0]), g.ta ? g.m : g.k, bits(in[1]),
+               g.tb ? g.k : g.n, c, g.n, gemm_threads(macs_of(M, g.n, g.k)), ws.ws);
+    narrow(c, static_cast<bf16_t*>(out), n.numel());
+    return;
+  }
   dispatch_float(n.dtype, "matmul", [&]<class T>(T*) {
     if constexpr (!std::is_same_v<T, float>) {
       const int64_t na = n.inputs[0]->numel(), nb = n.inputs[1]->numel(), nc = n.numel();
@@ -392,6 +418,22 @@ void cpu_Linear(const ir::KernelContext& ctx, const ir::Node& n, const void* con
     linear_f32(M, N, K, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
                has_bias ? static_cast<const float*>(in[2]) : nullptr, static_cast<float*>(out),
                ws.ws);
+    return;
+  }
+  if (bf16_direct(n)) {
+    float* y = ws.shared;
+    float* b = y + M * N;
+    sgemm_bf16(false, true, M, N, K, bits(in[0]), K, bits(in[1]), K, y, N,
+               gemm_threads(macs_of(M, N, K)), ws.ws);
+    if (has_bias) {
+      widen(static_cast<const bf16_t*>(in[2]), b, N);
+      parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(N, 1)),
+                   [&](int64_t r0, int64_t r1) {
+                     for (int64_t i = r0; i < r1; ++i)
+                       for (int64_t j = 0; j < N; ++j) y[i * N + j] += b[j];
+                   });
+    }
+    narrow(y, static_cast<bf16_t*>(out), M * N);
     return;
   }
   dispatch_float(n.dtype, "linear", [&]<class T>(T*) {

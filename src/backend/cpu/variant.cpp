@@ -45,6 +45,9 @@ const KernelVariant kVariant{CSTORCH_CPU_VARIANT_NAME,
                              &own_gemm_one_k_block,
                              &sgemm_avx512_scratch_floats,
                              &sgemm_avx512,
+                             &bf16_gemm_runs_here,
+                             &sgemm_bf16_scratch_floats,
+                             &sgemm_bf16,
                              &philox4x32_10};
 
 }  // namespace

@@ -33,6 +33,12 @@ struct KernelVariant {
   bool (*sgemm)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                 int threads, const Scratch& ws, const GemmEpilogue& ep);
+  // The bf16 GEMM (gemm.h): whether it runs here, its scratch and the GEMM.
+  bool (*bf16_gemm_runs_here)();
+  size_t (*sgemm_bf16_scratch_floats)();
+  bool (*sgemm_bf16)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                     int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
+                     int threads, const Scratch& ws);
   // The counter-based generator of the random kernels (random.cpp), for its known-answer test.
   void (*philox4x32_10)(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 };

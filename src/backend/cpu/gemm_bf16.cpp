@@ -1,0 +1,247 @@
+// bf16 GEMM with f32 accumulation through AVX512_BF16's VDPBF16PS (gemm.h): each instruction
+// multiplies 16 pairs of bf16 values and adds both products of a pair to an f32 lane, twice the
+// multiply-adds of an f32 FMA per instruction. Both operands are packed into pairs along K:
+//   - op(A) into panels of 12 rows: word (p, r) = A[r][2p] | A[r][2p + 1] << 16, p-major;
+//   - op(B) into panels of 32 columns: word (p, j) = B[2p][j] | B[2p + 1][j] << 16, p-major;
+// the micro-kernel keeps a 12 x 32 f32 tile of C in 24 zmm registers and broadcasts one A word
+// per row against two B vectors per pair. An odd K pads the last pair with a zero.
+//
+// Blocking: K in blocks of at most kKp pairs, C columns split over the team in 32-column panels
+// (each thread packs only its own B columns, in blocks of kNcB), rows in blocks of kMc packed by
+// every thread for its columns. Every result sums its K blocks in order and each block's pairs
+// in order, whatever the team size: results do not depend on the thread count.
+//
+// The instructions exist only on CPUs with avx512_bf16 (Zen 4 and later, Cooper Lake, Sapphire
+// Rapids): the functions using them carry that target themselves and run only after
+// bf16_gemm_runs_here() said yes; elsewhere 16-bit products are widened to f32 (linalg.cpp).
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/isa.h"
+#include "cstorch/core/error.h"
+
+namespace cstorch::cpu {
+
+#if CSTORCH_AVX512_KERNELS && defined(__GNUC__)
+// GCC 12's widening, shift and undefined-start intrinsics are reported as uninitialised once
+// inlined (a false positive, as in gemm.cpp): silenced for this AVX-512 code only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+namespace {
+
+constexpr int kMr = 12, kNr = 32;
+constexpr int64_t kKp = 128, kMc = 384, kNcB = 1024;  // pairs, rows, columns
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Words of one thread's packed blocks: an A block (kMc rows) and a B block (kNcB columns).
+constexpr size_t kAreaWords = static_cast<size_t>((kMc + kNcB) * kKp);
+
+// Packs X[e][k] = x[e * es + k * ks] (bf16 bits) for elements [e0, e0 + m) of the panel dim
+// (A's rows, B's columns) and pairs [p0, p0 + kp) into panels of P elements: panel q at
+// out + q * kp * P, word (p, e) at [p * P + e] = X[e][2p] | X[e][2p + 1] << 16. Elements past m
+// and the half past K of an odd last pair are zero.
+template <int P>
+__attribute__((target("avx512f,avx512bw"))) void pack_pairs(const uint16_t* x, int64_t es,
+                                                            int64_t ks, int64_t e0, int64_t m,
+                                                            int64_t K, int64_t p0, int64_t kp,
+                                                            uint32_t* out) {
+  const int64_t full = std::min(kp, K / 2 - p0);  // pairs with both halves inside K
+  for (int64_t q = 0; q < ceil_div(m, P); ++q) {
+    uint32_t* o = out + q * kp * P;
+    const int n = static_cast<int>(std::min<int64_t>(P, m - q * P));
+    const uint16_t* base = x + (e0 + q * P) * es + 2 * p0 * ks;
+    if (es == 1) {
+      // The panel's elements are contiguous in each k row: widen two rows and interleave.
+      for (int64_t p = 0; p < kp; ++p) {
+        const uint16_t* r0 = base + 2 * p * ks;
+        const bool has_hi = p < full;
+        for (int c = 0; c < P; c += 16) {
+          const int w = std::max(0, std::min(16, n - c));
+          const __mmask16 mk = static_cast<__mmask16>((1u << w) - 1);
+          const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, r0 + c));
+          const __m512i hi = has_hi
+                                 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, r0 + ks + c))
+                                 : _mm512_setzero_si512();
+          const __m512i word = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+          if (P - c >= 16)
+            _mm512_storeu_si512(o + p * P + c, word);
+          else
+            _mm512_mask_storeu_epi32(o + p * P + c, static_cast<__mmask16>((1u << (P - c)) - 1),
+                                     word);
+        }
+      }
+    } else if (ks == 1) {
+      // Each element's k run is contiguous: its pairs are 32-bit words already.
+      for (int e = 0; e < P; ++e) {
+        if (e >= n) {
+          for (int64_t p = 0; p < kp; ++p) o[p * P + e] = 0;
+          continue;
+        }
+        const uint16_t* row = base + e * es;
+        uint32_t w;
+        for (int64_t p = 0; p < full; ++p) {
+          std::memcpy(&w, row + 2 * p, 4);
+          o[p * P + e] = w;
+        }
+        for (int64_t p = std::max<int64_t>(full, 0); p < kp; ++p) o[p * P + e] = row[2 * p];
+      }
+    } else {
+      for (int e = 0; e < P; ++e)
+        for (int64_t p = 0; p < kp; ++p) {
+          if (e >= n) {
+            o[p * P + e] = 0;
+            continue;
+          }
+          const uint16_t* v = base + e * es + 2 * p * ks;
+          o[p * P + e] = v[0] | (p < full ? static_cast<uint32_t>(v[ks]) << 16 : 0u);
+        }
+    }
+  }
+}
+
+// C[rows, cols] (+)= A panel (12 x kp words) . B panel (kp x 32 words), f32.
+__attribute__((target("avx512f,avx512bf16"))) void micro_bf16(int64_t kp, const uint32_t* a,
+                                                              const uint32_t* b, float* c,
+                                                              int64_t ldc, int rows, int cols,
+                                                              bool accumulate) {
+  __m512 acc[kMr][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kp; ++p) {
+    const __m512i b0 = _mm512_load_si512(b + p * kNr);
+    const __m512i b1 = _mm512_load_si512(b + p * kNr + 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < kMr; ++r) {
+      const __m512i av = _mm512_set1_epi32(static_cast<int>(a[p * kMr + r]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)av, (__m512bh)b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)av, (__m512bh)b1);
+    }
+  }
+  const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+  const __mmask16 m1 = static_cast<__mmask16>(cols >= 32  ? 0xFFFF
+                                              : cols > 16 ? (1u << (cols - 16)) - 1
+                                                          : 0);
+  for (int r = 0; r < rows; ++r) {
+    float* cr = c + r * ldc;
+    __m512 v0 = acc[r][0], v1 = acc[r][1];
+    if (accumulate) {
+      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), v0);
+      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), v1);
+    }
+    _mm512_mask_storeu_ps(cr, m0, v0);
+    _mm512_mask_storeu_ps(cr + 16, m1, v1);
+  }
+}
+
+}  // namespace
+
+bool bf16_gemm_runs_here() {
+  static const bool yes = __builtin_cpu_supports("avx512bf16");
+  return yes;
+}
+
+size_t sgemm_bf16_scratch_floats() {
+  return bf16_gemm_runs_here() ? kAreaWords : 0;
+}
+
+bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                const uint16_t* B, int64_t ldb, float* C, int64_t ldc, int threads,
+                const Scratch& ws) {
+  if (!bf16_gemm_runs_here()) return false;
+  if (M <= 0 || N <= 0) return true;
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i) std::memset(C + i * ldc, 0, sizeof(float) * N);
+    return true;
+  }
+  const int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
+  const int64_t brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
+  const int64_t pairs = ceil_div(K, 2), kblocks = ceil_div(pairs, kKp);
+  const int64_t nbp = ceil_div(N, kNr), nmp = ceil_div(M, kMr);
+  threads = omp_in_parallel() ? 1 : std::max(1, std::min<int>(threads, ws.slots));
+  // Columns split over the team when there are as many panels as threads and the rows are no
+  // more than the columns (each thread then packs all of A, the smaller operand); else rows.
+  const bool split_cols = nbp >= threads && M <= N;
+  threads = static_cast<int>(std::min<int64_t>(threads, split_cols ? nbp : nmp));
+  const int first_slot = threads == 1 ? omp_get_thread_num() : 0;
+  ws.slot(first_slot + threads - 1, kAreaWords);  // checked before any team starts
+  auto body = [&](int t, int nt) {
+    uint32_t* apack = reinterpret_cast<uint32_t*>(ws.base + (first_slot + t) * ws.stride);
+    uint32_t* bpack = apack + kMc * kKp;
+    const int64_t r0 = split_cols ? 0 : std::min(M, nmp * t / nt * kMr);
+    const int64_t r1 = split_cols ? M : std::min(M, nmp * (t + 1) / nt * kMr);
+    const int64_t c0 = split_cols ? std::min(N, nbp * t / nt * kNr) : 0;
+    const int64_t c1 = split_cols ? std::min(N, nbp * (t + 1) / nt * kNr) : N;
+    // Each block of A and of B is packed once per K block when the thread's rows fit one A
+    // block or its columns one B block; otherwise A blocks are packed again for each B block.
+    const bool b_outer = r1 - r0 > kMc;
+    auto run = [&](int64_t kb, int64_t kp, int64_t ic, int64_t mc, int64_t jc, int64_t nc) {
+      for (int64_t jq = 0; jq < ceil_div(nc, kNr); ++jq) {
+        const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - jq * kNr));
+        for (int64_t iq = 0; iq < ceil_div(mc, kMr); ++iq) {
+          const int rows = static_cast<int>(std::min<int64_t>(kMr, mc - iq * kMr));
+          micro_bf16(kp, apack + iq * kp * kMr, bpack + jq * kp * kNr,
+                     C + (ic + iq * kMr) * ldc + jc + jq * kNr, ldc, rows, cols, kb > 0);
+        }
+      }
+    };
+    for (int64_t kb = 0; kb < kblocks; ++kb) {
+      const int64_t p0 = kb * kKp, kp = std::min(kKp, pairs - p0);
+      if (b_outer) {
+        for (int64_t jc = c0; jc < c1; jc += kNcB) {
+          const int64_t nc = std::min(kNcB, c1 - jc);
+          pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, bpack);
+          for (int64_t ic = r0; ic < r1; ic += kMc) {
+            const int64_t mc = std::min(kMc, r1 - ic);
+            pack_pairs<kMr>(A, ars, acs, ic, mc, K, p0, kp, apack);
+            run(kb, kp, ic, mc, jc, nc);
+          }
+        }
+      } else {
+        const int64_t mc = r1 - r0;  // one A block
+        if (mc <= 0) continue;
+        pack_pairs<kMr>(A, ars, acs, r0, mc, K, p0, kp, apack);
+        for (int64_t jc = c0; jc < c1; jc += kNcB) {
+          const int64_t nc = std::min(kNcB, c1 - jc);
+          pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, bpack);
+          run(kb, kp, r0, mc, jc, nc);
+        }
+      }
+    }
+  };
+  if (threads == 1) {
+    body(0, 1);
+  } else {
+#pragma omp parallel num_threads(threads)
+    body(omp_get_thread_num(), omp_get_num_threads());
+  }
+  return true;
+}
+
+#pragma GCC diagnostic pop
+
+#else
+
+bool bf16_gemm_runs_here() {
+  return false;
+}
+size_t sgemm_bf16_scratch_floats() {
+  return 0;
+}
+bool sgemm_bf16(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*,
+                int64_t, float*, int64_t, int, const Scratch&) {
+  return false;
+}
+
+#endif
+
+}  // namespace cstorch::cpu

@@ -1,0 +1,128 @@
+// The bf16 GEMM (src/backend/cpu/gemm_bf16.cpp, VDPBF16PS) against a double-precision product
+// of the same bf16 values: every transpose, leading dims with padding, odd K, several K blocks
+// and column blocks, 1-3 threads (bitwise the same result), and the scratch guards; then the
+// bf16 Linear and Matmul kernels against their f32 products.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/variant.h"
+#include "cstorch/cstorch.h"
+
+namespace {
+
+namespace cpu = cstorch::cpu;
+
+uint16_t to_bf16(float x) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+double from_bf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+struct Case {
+  int64_t M, N, K;
+  bool ta, tb;
+};
+
+// C from 1, 2 and 3 threads (bitwise equal), checked against the double product: the bf16
+// products are exact in f32, so the only error is f32 summation, bounded by K * 2^-24 * sum|ab|
+// (4 * K * 2^-24 allowed), plus flushed denormals (none here: values are O(1)).
+void check(const Case& c, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int64_t lda = (c.ta ? c.M : c.K) + 3, ldb = (c.tb ? c.K : c.N) + 1, ldc = c.N + 2;
+  std::vector<uint16_t> A((c.ta ? c.K : c.M) * lda), B((c.tb ? c.N : c.K) * ldb);
+  for (auto& x : A) x = to_bf16(u(rng));
+  for (auto& x : B) x = to_bf16(u(rng));
+  const size_t floats = cpu::kernels().sgemm_bf16_scratch_floats();
+  std::vector<float> first;
+  for (int threads : {1, 2, 3}) {
+    const size_t stride = floats + 16;
+    std::vector<float> ws(stride * threads + 16, -7.f);
+    // 64-byte aligned areas, as a planned workspace is.
+    float* base = ws.data();
+    while (reinterpret_cast<uintptr_t>(base) % 64) ++base;
+    const cpu::Scratch scratch{base, stride, floats, threads};
+    std::vector<float> C(c.M * ldc, 5.f);
+    ASSERT_TRUE(cpu::kernels().sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb,
+                                          C.data(), ldc, threads, scratch));
+    for (int t = 0; t < threads; ++t)
+      for (size_t i = floats; i < stride; ++i)
+        ASSERT_EQ(base[t * stride + i], -7.f) << "guard after area " << t << " written";
+    if (first.empty()) {
+      first = C;
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          if (j >= c.N) {
+            ASSERT_EQ(C[i * ldc + j], 5.f) << "padding column written";
+            continue;
+          }
+          double s = 0, mag = 0;
+          for (int64_t k = 0; k < c.K; ++k) {
+            const double p = from_bf16(c.ta ? A[k * lda + i] : A[i * lda + k]) *
+                             from_bf16(c.tb ? B[j * ldb + k] : B[k * ldb + j]);
+            s += p;
+            mag += std::fabs(p);
+          }
+          ASSERT_LE(std::fabs(C[i * ldc + j] - s), 4.0 * c.K * std::ldexp(mag, -24) + 1e-30)
+              << "M" << c.M << " N" << c.N << " K" << c.K << " ta" << c.ta << " tb" << c.tb
+              << " at (" << i << ", " << j << ")";
+        }
+    } else {
+      EXPECT_EQ(C, first) << threads << " threads differ from 1";
+    }
+  }
+}
+
+TEST(GemmBf16, MatchesTheDoubleProductOnEveryLayout) {
+  if (!cpu::kernels().bf16_gemm_runs_here())
+    GTEST_SKIP() << "this CPU has no avx512_bf16 (or the variant no AVX-512): bf16 products are "
+                    "widened to f32 there (GemmBf16.KernelsAgreeWithF32 checks that path)";
+  std::mt19937 rng(11);
+  const Case cases[] = {
+      {1, 1, 1, false, false},    {12, 32, 2, false, true},    {13, 33, 3, true, false},
+      {25, 70, 513, false, true}, {40, 100, 1031, true, true}, {7, 600, 64, false, false},
+      {400, 40, 17, true, false}, {64, 1100, 96, false, true}, {390, 530, 520, false, false},
+  };
+  for (const Case& c : cases) check(c, rng);
+}
+
+// The bf16 Linear and Matmul kernels (VDPBF16PS here, widened f32 products elsewhere) against
+// the f32 ops on the same bf16-valued inputs: within the bf16 rounding of the result (2^-8
+// relative) plus f32 summation.
+TEST(GemmBf16, KernelsAgreeWithF32) {
+  namespace cs = cstorch;
+  cs::manual_seed(3);
+  const cs::Tensor x = cs::randn({70, 200}).to(cs::DType::bf16);
+  const cs::Tensor w = cs::randn({90, 200}).to(cs::DType::bf16);
+  const cs::Tensor b = cs::randn({90}).to(cs::DType::bf16);
+  const cs::Tensor m = cs::randn({200, 50}).to(cs::DType::bf16);
+  auto expect_close = [](const cs::Tensor& got, const cs::Tensor& want, const char* what) {
+    const auto g = got.to(cs::DType::f32).to_vector<float>();
+    const auto w = want.to_vector<float>();
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], w[i], std::fabs(w[i]) * std::ldexp(1.0, -8) + 1e-3) << what << " at " << i;
+  };
+  expect_close(cs::linear(x, w, b),
+               cs::linear(x.to(cs::DType::f32), w.to(cs::DType::f32), b.to(cs::DType::f32)),
+               "linear");
+  expect_close(cs::matmul(x, m), cs::matmul(x.to(cs::DType::f32), m.to(cs::DType::f32)), "matmul");
+  // Traced, the transposes become the product's flags (both operands read transposed).
+  const cs::Tensor y = cs::randn({30, 70}).to(cs::DType::bf16);
+  auto tt =
+      cs::trace([](const cs::Tensor& a, const cs::Tensor& c) { return cs::matmul(a.t(), c.t()); });
+  expect_close(tt(x, y), cs::matmul(x.to(cs::DType::f32).t(), y.to(cs::DType::f32).t()),
+               "traced matmul of transposes");
+}
+
+}  // namespace
