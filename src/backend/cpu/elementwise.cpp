@@ -391,7 +391,48 @@ void cpu_Relu(const ir::KernelContext& ctx, const ir::Node& n, const void* const
     });
   });
 }
+// A 16-bit elementwise op as f32 loops over chunks widened on the stack: the f32 loops
+// vectorise (the generic 16-bit path calls the math per element). f(ins, out, count) runs the
+// f32 loop on `count` elements; inputs have the output's shape.
+template <int N, class F>
+bool via_f32_chunks(const ir::Node& n, const void* const* in, void* out, F f) {
+  if (n.dtype != DType::bf16 && n.dtype != DType::f16) return false;
+  for (int k = 0; k < N; ++k)
+    if (n.inputs[k]->numel() != n.numel() || n.inputs[k]->dtype != n.dtype) return false;
+  dispatch_float(n.dtype, "elementwise", [&]<class T>(T*) {
+    if constexpr (!std::is_same_v<T, float>) {
+      parallel_for(n.numel(), kMathGrain, [&](int64_t b, int64_t e) {
+        constexpr int64_t kChunk = 512;
+        alignas(64) float buf[N + 1][kChunk];
+        for (int64_t c = b; c < e; c += kChunk) {
+          const int64_t m = std::min(kChunk, e - c);
+          for (int k = 0; k < N; ++k) {
+            const T* x = static_cast<const T*>(in[k]) + c;
+            for (int64_t i = 0; i < m; ++i) buf[k][i] = static_cast<float>(x[i]);
+          }
+          const float* ins[N];
+          for (int k = 0; k < N; ++k) ins[k] = buf[k];
+          f(ins, buf[N], m);
+          T* o = static_cast<T*>(out) + c;
+          for (int64_t i = 0; i < m; ++i) o[i] = T(buf[N][i]);
+        }
+      });
+    }
+  });
+  return true;
+}
+
 void cpu_Gelu(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
+  const bool t = n.attr<ir::GeluAttrs>().tanh_approx;
+  if (via_f32_chunks<1>(n, in, out, [t](const float* const* x, float* o, int64_t m) {
+        if (t) {
+#pragma omp simd
+          for (int64_t i = 0; i < m; ++i) o[i] = gelu_tanh(x[0][i]);
+        } else {
+          for (int64_t i = 0; i < m; ++i) o[i] = gelu_erf(x[0][i]);
+        }
+      }))
+    return;
   if (n.attr<ir::GeluAttrs>().tanh_approx)
     unary_float(n, in, out, kMathGrain, [](float x) { return gelu_tanh(x); });
   else
@@ -432,7 +473,39 @@ void cpu_LogicalNot(const ir::KernelContext& ctx, const ir::Node& n, const void*
     map1<T, bool>(n, in, out, kElementwiseGrain, [](auto x) -> bool { return !truthy(x); });
   });
 }
+// f32 <-> bf16 as bit operations on whole arrays (vectorised; the element conversions of
+// bf16_t round the same way: to nearest even, NaNs kept quiet NaNs). Autocast casts every
+// weight and many activations each step, so these run at memory speed.
+void cast_f32_to_bf16(const float* x, uint16_t* o, int64_t n) {
+  parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+    const uint32_t* u = reinterpret_cast<const uint32_t*>(x);
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      const uint32_t v = u[i];
+      const uint32_t rounded = (v + 0x7fffu + ((v >> 16) & 1u)) >> 16;
+      const uint32_t nan = (v >> 16) | 0x40u;
+      o[i] = static_cast<uint16_t>((v & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+    }
+  });
+}
+void cast_bf16_to_f32(const uint16_t* x, float* o, int64_t n) {
+  parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+    uint32_t* u = reinterpret_cast<uint32_t*>(o);
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) u[i] = static_cast<uint32_t>(x[i]) << 16;
+  });
+}
+
 void cpu_Cast(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
+  const DType from = n.inputs[0]->dtype;
+  if (from == DType::f32 && n.dtype == DType::bf16) {
+    cast_f32_to_bf16(static_cast<const float*>(in[0]), static_cast<uint16_t*>(out), n.numel());
+    return;
+  }
+  if (from == DType::bf16 && n.dtype == DType::f32) {
+    cast_bf16_to_f32(static_cast<const uint16_t*>(in[0]), static_cast<float*>(out), n.numel());
+    return;
+  }
   dispatch_all(n.inputs[0]->dtype, [&]<class TI>(TI*) {
     dispatch_all(n.dtype, [&]<class TO>(TO*) {
       map1<TI, TO>(n, in, out, kElementwiseGrain, [](compute_t<TI> x) -> compute_t<TO> {
@@ -613,6 +686,17 @@ void cpu_GeluGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* c
     });
     return;
   }
+  if (via_f32_chunks<2>(
+          n, in, out,
+          [t = n.attr<ir::GeluAttrs>().tanh_approx](const float* const* x, float* o, int64_t m) {
+            if (t) {
+#pragma omp simd
+              for (int64_t i = 0; i < m; ++i) o[i] = gelu_tanh_grad(x[0][i], x[1][i]);
+            } else {
+              for (int64_t i = 0; i < m; ++i) o[i] = gelu_erf_grad(x[0][i], x[1][i]);
+            }
+          }))
+    return;
   if (n.attr<ir::GeluAttrs>().tanh_approx)
     binary_float(n, in, out, kMathGrain, [](float g, float x) { return gelu_tanh_grad(g, x); });
   else

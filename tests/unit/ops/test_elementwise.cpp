@@ -216,6 +216,29 @@ TEST(ElementwiseCast, AllPairs) {
   EXPECT_EQ(n->attr<ir::CastAttrs>().to, DType::i32);
 }
 
+// The whole-array f32 <-> bf16 casts round as bf16_t does, bit for bit: ties to even, NaNs
+// (of either sign and payload) stay NaN, infinities, subnormals, and values that round up into
+// the next binade or to infinity.
+TEST(ElementwiseCast, Bf16ArraysRoundAsTheElementConversion) {
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu,
+                                0x7f800000u, 0xff800000u, 0x7fc00001u, 0xff800001u, 0x7f7fffffu,
+                                0x00000001u, 0x807fffffu, 0x3fffffffu, 0x477fe000u};
+  for (uint32_t i = 0; i < 4096; ++i) bits.push_back(i * 1048573u);  // spread over all floats
+  std::vector<float> x(bits.size());
+  std::memcpy(x.data(), bits.data(), bits.size() * 4);
+  const Tensor b = cast(from_vector(x, {static_cast<int64_t>(x.size())}), DType::bf16);
+  const auto* got = static_cast<const uint16_t*>(b.data_ptr());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bf16_t want(x[i]);
+    ASSERT_EQ(got[i], want.bits) << std::hex << "f32 bits 0x" << bits[i];
+  }
+  const auto back = cast(b, DType::f32).to_vector<float>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = static_cast<float>(bf16_t(x[i]));
+    ASSERT_EQ(std::memcmp(&back[i], &want, 4), 0) << std::hex << "f32 bits 0x" << bits[i];
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Binary values, broadcasting and promotion.
 
