@@ -12,6 +12,7 @@
 #include "backend/cpu/variant.h"
 #include "cstorch/version.h"
 #include "ir/node.h"
+#include "unit/ir_nodes.h"
 
 namespace {
 
@@ -50,17 +51,8 @@ TEST(CpuVariants, TheBestVariantThisCpuRunsIsChosen) {
             running.kernels[static_cast<int>(ir::OpCode::Linear)]);
 }
 
-ir::NodePtr leaf(const cstorch::Shape& s) {
-  auto n = ir::Node::make(ir::OpCode::Constant, ir::NoAttrs{}, {});
-  n->shape = s;
-  n->dtype = cstorch::DType::f32;
-  return n;
-}
-ir::NodePtr op(ir::OpCode code, ir::Attrs attrs, std::vector<ir::NodePtr> in) {
-  auto n = ir::Node::make(code, std::move(attrs), std::move(in));
-  ir::op_info(code).infer(*n);
-  return n;
-}
+using cstorch::testing::leaf;
+using cstorch::testing::op;
 
 // Runs node n with variant v's kernel on the given inputs, with the workspace v plans for it.
 std::vector<float> run(const cpu::KernelVariant& v, const ir::Node& n,
