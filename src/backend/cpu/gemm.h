@@ -59,8 +59,8 @@ struct GemmEpilogue {
 };
 
 // Floats of the scratch area one thread of sgemm_avx512 needs for a product of N columns and
-// inner size K, with an addend epilogue or not: its packed B panels when tb (B^T), 0 when B is
-// read in place or the build has no AVX-512. Enough for any M and for any N' <= N.
+// inner size K, with an addend epilogue or not: its packed B panels when tb (B^T) or K > 384,
+// 0 when B is read in place or the build has no AVX-512. Enough for any M and for any N' <= N.
 size_t sgemm_avx512_scratch_floats(int64_t N, int64_t K, bool tb, bool addend);
 
 // C[M, N] = epilogue(alpha * op(A)[M, K] @ op(B)[K, N] + beta * C), row-major (op = transpose

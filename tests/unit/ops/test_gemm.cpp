@@ -300,10 +300,13 @@ TEST(GemmKernel, WorkspacePerThreadAndTheTeamCappedAtItsAreas) {
     EXPECT_EQ(capped, want) << r.n->name();
     EXPECT_EQ(full, want) << r.n->name();
   }
-  // Products that need no scratch (B read in place) plan none; an OpenBLAS product with an
-  // addend plans one product buffer, whatever the team.
-  auto nt = op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {x, leaf({784, 256})});
+  // Products that need no scratch (B read in place: untransposed, one K block) plan none; with
+  // more than one K block B is packed too; an OpenBLAS product with an addend plans one product
+  // buffer, whatever the team.
+  auto nt = op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {leaf({128, 384}), leaf({384, 256})});
   EXPECT_EQ(cpu::workspace_bytes(*nt, 4), 0u);
+  auto deep = op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {x, leaf({784, 256})});
+  EXPECT_GT(cpu::workspace_bytes(*deep, 4), 0u);
   auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.addend = true},
               {leaf({20, 4}), leaf({4, 30}), leaf({20, 30}), leaf({})});
   EXPECT_EQ(cpu::workspace_bytes(*g, 1), 608 * sizeof(float));  // 20 x 30, rounded to 64 bytes
