@@ -66,7 +66,6 @@ static std::string fused_program_str(const ir::FusedAttrs& a, size_t num_inputs)
     for (int j = 0; j < i.nargs; ++j) s += fmt::format("{}r{}", j ? "," : "", i.args[j]);
     s += ")";
   }
-  for (const auto& st : a.stores) s += fmt::format(" r{}->in{}", st.reg, st.input);
   return s;
 }
 

@@ -217,18 +217,9 @@ struct FusedInstr {
   uint16_t args[3] = {0, 0, 0};
   bool operator==(const FusedInstr&) const = default;
 };
-// A second result of a Fused node: after each block, register `reg` is also stored into input
-// `input`'s buffer, in place (an optimizer's state update folded into the parameter update:
-// that input is the state's old value, of the output's shape, read by nothing after the node;
-// the state's new value is After(input, node)).
-struct FusedStore {
-  uint16_t reg = 0, input = 0;
-  bool operator==(const FusedStore&) const = default;
-};
 struct FusedAttrs {
   std::vector<FusedInstr> code;
   Dims shape;  // the output shape
-  std::vector<FusedStore> stores;
   bool operator==(const FusedAttrs&) const = default;
   size_t hash() const {
     size_t h = hash_dims(5, shape);
@@ -236,7 +227,6 @@ struct FusedAttrs {
       h = hash_mix(h, i.op * 2 + i.flag);
       for (int a = 0; a < i.nargs; ++a) h = hash_mix(h, i.args[a]);
     }
-    for (const auto& st : stores) h = hash_mix(h, st.reg * 65536u + st.input);
     return h;
   }
 };

@@ -35,15 +35,6 @@ void infer_Fused(ir::Node& n) {
       CS_CHECK(ins.args[j] < ni + k, "fused: instruction {} reads register {} before it is written",
                k, ins.args[j]);
   }
-  for (const auto& st : a.stores) {
-    CS_CHECK(st.reg >= ni && st.reg < ni + a.code.size() && st.input < ni,
-             "fused: a store of register {} into input {} names no instruction or no input", st.reg,
-             st.input);
-    const auto& in = *n.inputs[st.input];
-    CS_CHECK(in.dtype == DType::f32 && in.shape == a.shape,
-             "fused: input {} ({} {}) is stored into, so it must be f32 of the output's shape {}",
-             st.input, dtype_name(in.dtype), shape_str(in.shape), shape_str(a.shape));
-  }
   n.shape = a.shape;
   n.dtype = DType::f32;
 }

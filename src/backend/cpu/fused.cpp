@@ -7,9 +7,7 @@
 //
 // In place: the planner may place the output on a state buffer that is also a same-shape input.
 // That is safe: block b of the output is written only by the last instruction, after every read
-// of block b, and element j of that instruction reads its arguments' element j only. Stores
-// (FusedAttrs::stores) write further registers into inputs the same way, after the block's
-// last instruction.
+// of block b, and element j of that instruction reads its arguments' element j only.
 #include <cmath>
 #include <cstring>
 
@@ -229,10 +227,6 @@ void cpu_Fused(const ir::KernelContext& ctx, const ir::Node& n, const void* cons
                   ins.nargs > 2 ? reg[ins.args[2]] : nullptr, dst, len);
         reg[ni + k] = dst;
       }
-      // Second results, after every read of this block (their targets are inputs read in place).
-      for (const auto& st : fa.stores)
-        std::memcpy(static_cast<float*>(const_cast<void*>(in[st.input])) + s, reg[st.reg],
-                    sizeof(float) * static_cast<size_t>(len));
     }
   });
 }

@@ -8,10 +8,8 @@
 // and every one of its consumers is already in the group. So a value with a second consumer
 // outside (e.g. AdamW's new m, written to state and read by the parameter update) ends a group
 // and starts another: that costs one extra write and read of the shared value, but no
-// recomputation, and the state write keeps its in-place placement. A last step
-// (fold_state_updates, below) then joins such a state update into its single reader as a
-// second result stored in place, so an optimizer passes over each state once. Because all consumers
-// of a non-root member are inside the group, no path leaves the group and comes back, so replacing
+// recomputation, and the state write keeps its in-place placement. Because all consumers of a
+// non-root member are inside the group, no path leaves the group and comes back, so replacing
 // it by one node keeps the graph acyclic.
 //
 // Fusable ops: f32 arithmetic and math (the instruction set of src/backend/cpu/fused.cpp), and
@@ -93,134 +91,6 @@ bool instr_flag(const ir::Node& n) {
     default:
       return false;
   }
-}
-
-// One pass over an optimizer's state: a Fused node G that is a state's new value (computed from
-// that state's old value X, read by one other node F, a Fused node of the same shape) joins
-// F's program, and F also stores G's result into X's buffer (FusedAttrs::stores): the state's
-// new value becomes After(X, F). AdamW's first and second moments thus join the parameter
-// update, and each step reads and writes every parameter's state once instead of writing the
-// moments, reading them back and writing the parameter. Safe when nothing reads X after F (every
-// other reader of X precedes F in the node order, which is the execution order) and X is no
-// root; F's element i reads X's element i before the store writes it (the kernel stores after
-// each block's last instruction). Results are bitwise those of the separate nodes: the same
-// instructions on the same values.
-bool fold_state_updates(Graph& g) {
-  std::unordered_map<const ir::Node*, size_t> pos;
-  std::unordered_map<const ir::Node*, std::vector<size_t>> readers;
-  std::unordered_set<const ir::Node*> roots;
-  std::unordered_map<const ir::Node*, StateSlot*> slot_of_write;
-  auto index = [&] {
-    pos.clear();
-    readers.clear();
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      pos[g.nodes[i].get()] = i;
-      for (auto& in : g.nodes[i]->inputs) readers[in.get()].push_back(i);
-    }
-  };
-  index();
-  for (auto& o : g.outputs) roots.insert(o.get());
-  for (auto& k : g.keep) roots.insert(k.get());
-  for (auto& st : g.state)
-    if (st.write) slot_of_write[st.write.get()] = &st;
-  bool changed = false;
-  std::vector<ir::NodePtr> afters;  // (inserted after their Fused node)
-  std::unordered_set<const ir::Node*> removed;
-  for (auto& f : g.nodes) {
-    if (f->op != OpCode::Fused || removed.count(f.get())) continue;
-    for (bool again = true; again;) {
-      again = false;
-      auto& fa = std::get<ir::FusedAttrs>(f->attrs);
-      for (size_t j = 0; j < f->inputs.size(); ++j) {
-        const ir::NodePtr gnode = f->inputs[j];
-        if (gnode->op != OpCode::Fused || gnode->shape != f->shape || gnode->device != f->device ||
-            roots.count(gnode.get()))
-          continue;
-        auto sw = slot_of_write.find(gnode.get());
-        if (sw == slot_of_write.end() || !sw->second->input) continue;
-        const ir::NodePtr x = sw->second->input;
-        const auto& ga = gnode->attr<ir::FusedAttrs>();
-        // G is read by F alone (once), X is one of G's inputs, f32 of the output's shape.
-        const auto& rg = readers[gnode.get()];
-        if (rg.size() != 1 || !ga.stores.empty() || x->dtype != DType::f32 ||
-            x->shape != f->shape || roots.count(x.get()) ||
-            std::find(gnode->inputs.begin(), gnode->inputs.end(), x) == gnode->inputs.end())
-          continue;
-        const size_t at_f = pos.at(f.get()), at_g = pos.at(gnode.get());
-        const auto& rx = readers[x.get()];
-        if (std::any_of(rx.begin(), rx.end(), [&](size_t r) { return r != at_g && r >= at_f; }))
-          continue;
-        // The merged program: F's inputs but G, then G's inputs not among them; G's code, then
-        // F's. Register budget as the kernel's.
-        std::vector<ir::NodePtr> inputs;
-        for (size_t k = 0; k < f->inputs.size(); ++k)
-          if (k != j) inputs.push_back(f->inputs[k]);
-        for (auto& in : gnode->inputs)
-          if (std::find(inputs.begin(), inputs.end(), in) == inputs.end()) inputs.push_back(in);
-        const size_t ni = inputs.size();
-        if (ni + ga.code.size() + fa.code.size() > static_cast<size_t>(ir::kMaxFusedRegs)) continue;
-        auto input_reg = [&](const ir::NodePtr& in) {
-          return static_cast<uint16_t>(std::find(inputs.begin(), inputs.end(), in) -
-                                       inputs.begin());
-        };
-        ir::FusedAttrs merged;
-        merged.shape = fa.shape;
-        const size_t gi = gnode->inputs.size(), fi = f->inputs.size();
-        for (const auto& ins : ga.code) {
-          ir::FusedInstr c = ins;
-          for (int a = 0; a < c.nargs; ++a)
-            c.args[a] = c.args[a] < gi ? input_reg(gnode->inputs[c.args[a]])
-                                       : static_cast<uint16_t>(ni + (c.args[a] - gi));
-          merged.code.push_back(c);
-        }
-        const uint16_t g_result = static_cast<uint16_t>(ni + ga.code.size() - 1);
-        for (const auto& ins : fa.code) {
-          ir::FusedInstr c = ins;
-          for (int a = 0; a < c.nargs; ++a) {
-            const uint16_t r = c.args[a];
-            if (r == j)
-              c.args[a] = g_result;
-            else if (r < fi)
-              c.args[a] = input_reg(f->inputs[r]);
-            else
-              c.args[a] = static_cast<uint16_t>(ni + ga.code.size() + (r - fi));
-          }
-          merged.code.push_back(c);
-        }
-        for (const auto& st : fa.stores)
-          merged.stores.push_back({st.reg < fi
-                                       ? input_reg(f->inputs[st.reg])
-                                       : static_cast<uint16_t>(ni + ga.code.size() + (st.reg - fi)),
-                                   input_reg(f->inputs[st.input])});
-        merged.stores.push_back({g_result, input_reg(x)});
-        f->inputs = std::move(inputs);
-        f->attrs = std::move(merged);
-        // X's new value: its storage once F has run.
-        auto after = ir::Node::make(OpCode::After, ir::NoAttrs{}, {x, f});
-        after->device = x->device;
-        ir::op_info(OpCode::After).infer(*after);
-        after->trace_id = gnode->trace_id;
-        sw->second->write = after;
-        slot_of_write.erase(sw);
-        afters.push_back(after);
-        removed.insert(gnode.get());
-        changed = true;
-        again = true;
-        index();  // F's inputs changed
-        break;
-      }
-    }
-  }
-  if (!changed) return false;
-  std::vector<ir::NodePtr> nodes;
-  for (auto& n : g.nodes) {
-    if (removed.count(n.get())) continue;
-    nodes.push_back(n);
-    for (auto& a : afters)
-      if (a->inputs[1] == n) nodes.push_back(a);
-  }
-  g.nodes.swap(nodes);
-  return true;
 }
 
 class FuseElementwise : public Pass {
@@ -323,7 +193,6 @@ class FuseElementwise : public Pass {
     }
     g.nodes.swap(kept);
     g.replace_uses(repl);
-    fold_state_updates(g);
     return true;
   }
 };

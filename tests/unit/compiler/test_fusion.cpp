@@ -288,68 +288,6 @@ TEST(FusedKernel, TracedAdamWStepsAreBitwiseEqualWithFusionOnAndOff) {
                           {8, 12}, 5, 4, m1->parameters(), m2->parameters());
 }
 
-TEST(Fusion, AdamWMomentsJoinTheParameterUpdate) {
-  // Each parameter's AdamW update reads and writes its state once: the first and second
-  // moments' programs join the parameter's, which stores them into their state buffers in place
-  // (FusedAttrs::stores; the moments' new values are After nodes over the old storage).
-  cs::manual_seed(5);
-  cs::nn::Sequential m(cs::nn::Linear(12, 32), cs::nn::GELU("tanh"), cs::nn::Linear(32, 5));
-  cs::optim::AdamW opt(m->parameters(), 1e-2);
-  cc::Graph g = cs::testing::record_step({8, 12}, [&](const Tensor& x) {
-    auto loss = cs::cross_entropy(m(x), cs::from_vector(std::vector<int64_t>(8, 1), {8}));
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
-    return loss;
-  });
-  cc::optimize(g, "adamw");
-  size_t with_two_stores = 0;
-  for (auto& n : g.nodes)
-    if (n->op == OpCode::Fused) with_two_stores += n->attr<cs::ir::FusedAttrs>().stores.size() == 2;
-  EXPECT_EQ(with_two_stores, 4u) << g.dump();  // 2 weights + 2 biases
-  EXPECT_EQ(count(g, OpCode::After), 8u) << g.dump();
-  const std::string dump = g.dump();
-  EXPECT_NE(dump.find("->in"), std::string::npos) << dump;  // the stores are shown
-  size_t writes = 0;
-  for (auto& st : g.state) writes += st.write != nullptr;
-  cc::Program p(std::move(g), cs::Device{}, {});
-  // Parameters written in place, moments through their After nodes: nothing copied.
-  EXPECT_EQ(p.stats().copied_state_writes, 0u) << p.summary();
-  EXPECT_EQ(p.stats().inplace_state_writes, writes) << p.summary();
-}
-
-TEST(Fusion, AStateReadAfterItsUpdateIsNotStoredInPlace) {
-  // A step of Adam on one linear layer, recorded afresh (model, optimizer and state) each time.
-  auto recorded = [](bool keep_old_moment) {
-    cs::manual_seed(5);
-    cs::nn::Linear lin(6, 4);
-    cs::optim::Adam opt(lin->parameters(), 1e-2);
-    cc::Graph g = cs::testing::record_step({3, 6}, [&](const Tensor& x) {
-      auto loss = cs::sum(lin(x));
-      loss.backward();
-      opt.step();
-      return loss;
-    });
-    if (keep_old_moment) {
-      // The old value of one moment becomes a step output, read after every kernel: its update
-      // must not be stored over it.
-      const auto* weight = lin->parameters()[0].impl();
-      for (auto& st : g.state)
-        if (st.input && st.write && st.shape == cs::Shape{4, 6} && st.impl.get() != weight) {
-          g.outputs.push_back(st.input);
-          break;
-        }
-    }
-    cc::optimize(g, "adam");
-    size_t stores = 0;
-    for (auto& n : g.nodes)
-      if (n->op == OpCode::Fused) stores += n->attr<cs::ir::FusedAttrs>().stores.size();
-    return stores;
-  };
-  EXPECT_EQ(recorded(false), 4u);  // both moments of the weight and of the bias
-  EXPECT_EQ(recorded(true), 3u);
-}
-
 namespace {
 
 cs::nn::Sequential fc_net() {
