@@ -134,14 +134,22 @@ size_t tile_floats(const ir::Node& n) {
   return static_cast<size_t>((f + 15) / 16 * 16);
 }
 
-// Floats of one thread's GEMM scratch: the products with a transposed B are Q K^T (N = keys of
-// a tile <= bk, K = D) and, backward, dO V^T (K = Dv). A 64-byte multiple.
+// Floats of one thread's GEMM scratch, the most any of its products packs: Q K^T (B^T: N = keys
+// of a tile <= bk, K = D) and S V (N = Dv, K = keys); backward also dO V^T (B^T, K = Dv), P^T dO
+// (N = Dv, K = query rows <= kBq), dP K (N = D, K = keys) and dP^T Q (N = D, K = query rows).
+// Untransposed products pack B too when K spans several blocks. A 64-byte multiple.
 size_t gemm_floats(const ir::Node& n) {
   const Geo g = geometry(n);
   const int64_t bk = std::min(g.Tk, kBkMax);
-  size_t f = sgemm_avx512_scratch_floats(bk, g.D, true, false);
-  if (n.op == ir::OpCode::AttentionGrad)
-    f = std::max(f, sgemm_avx512_scratch_floats(bk, g.Dv, true, false));
+  size_t f = std::max(sgemm_avx512_scratch_floats(bk, g.D, true, false),
+                      sgemm_avx512_scratch_floats(g.Dv, bk, false, false));
+  if (n.op == ir::OpCode::AttentionGrad) {
+    for (size_t x : {sgemm_avx512_scratch_floats(bk, g.Dv, true, false),
+                     sgemm_avx512_scratch_floats(g.Dv, kBq, false, false),
+                     sgemm_avx512_scratch_floats(g.D, bk, false, false),
+                     sgemm_avx512_scratch_floats(g.D, kBq, false, false)})
+      f = std::max(f, x);
+  }
   return (f + 15) / 16 * 16;
 }
 
