@@ -41,6 +41,18 @@ double seconds_since(Clock::time_point t) {
 // so the units never wait) and returns their sum, so the work cannot be optimised away.
 constexpr int kAcc = 12;
 
+// The sum of every lane of the accumulators, so the loops' work cannot be optimised away.
+// (Not _mm512_reduce_add_ps: GCC 12 reports its undefined start value as uninitialised.)
+__attribute__((target("avx512f"))) float sum_lanes(const __m512 (&acc)[kAcc]) {
+  __m512 s = acc[0];
+  for (int i = 1; i < kAcc; ++i) s = _mm512_add_ps(s, acc[i]);
+  alignas(64) float out[16];
+  _mm512_store_ps(out, s);
+  float r = 0;
+  for (float x : out) r += x;
+  return r;
+}
+
 __attribute__((target("avx512f"))) float fma_avx512(int64_t iters) {
   __m512 acc[kAcc];
   for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
@@ -48,14 +60,7 @@ __attribute__((target("avx512f"))) float fma_avx512(int64_t iters) {
   for (int64_t it = 0; it < iters; ++it)
 #pragma GCC unroll 16
     for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  __m512 s = acc[0];
-  for (int i = 1; i < kAcc; ++i) s = _mm512_add_ps(s, acc[i]);
-  // (Not _mm512_reduce_add_ps: GCC 12 reports its undefined start value as uninitialised.)
-  alignas(64) float out[16];
-  _mm512_store_ps(out, s);
-  float r = 0;
-  for (float x : out) r += x;
-  return r;
+  return sum_lanes(acc);
 }
 
 __attribute__((target("avx2,fma"))) float fma_avx2(int64_t iters) {
@@ -96,14 +101,7 @@ __attribute__((target("avx512f,avx512bf16"))) float dot_bf16(int64_t iters) {
   for (int64_t it = 0; it < iters; ++it)
 #pragma GCC unroll 16
     for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-  __m512 s = acc[0];
-  for (int i = 1; i < kAcc; ++i) s = _mm512_add_ps(s, acc[i]);
-  // (Not _mm512_reduce_add_ps: GCC 12 reports its undefined start value as uninitialised.)
-  alignas(64) float out[16];
-  _mm512_store_ps(out, s);
-  float r = 0;
-  for (float x : out) r += x;
-  return r;
+  return sum_lanes(acc);
 }
 
 // GFLOP/s of f(iters) on `threads` threads at once (each runs the whole loop): the best of 5.
