@@ -126,6 +126,7 @@ struct Shape {
   const char* what;
   int64_t M, N, K;
   bool ta, tb;
+  int per_step = 1;  // times a GPT-2 124M step runs this product (0: not one of its products)
 };
 
 // GFLOP/s of C = op(A) op(B), best of 5 after one warm-up, through `gemm`.
@@ -176,24 +177,27 @@ int main(int argc, char** argv) {
   if (gemm) {
     // GPT-2 124M, B=4, T=64: 256 token rows, width 768, MLP 3072, vocab 50304. Forward
     // x @ W^T (Linear), the input gradient dy @ W, the weight gradient dy^T @ x.
+    // The total weighs each shape by the FLOPs it has in one step: 12 layers of qkv, proj, fc and
+    // fc2 products, one tied vocabulary head.
     const int64_t T = 256, E = 768;
+    const int L = 12;
     std::vector<Shape> shapes;
     for (auto [name, N] : {std::pair<const char*, int64_t>{"qkv", 3 * E},
                            {"proj", E},
                            {"fc", 4 * E},
                            {"head", 50304}}) {
       const int64_t K = E;
-      shapes.push_back({name, T, N, K, false, true});   // forward
-      shapes.push_back({name, T, K, N, false, false});  // input gradient
-      shapes.push_back({name, N, K, T, true, false});   // weight gradient
+      const int n = N == 50304 ? 1 : L;
+      shapes.push_back({name, T, N, K, false, true, n});   // forward
+      shapes.push_back({name, T, K, N, false, false, n});  // input gradient
+      shapes.push_back({name, N, K, T, true, false, n});   // weight gradient
     }
-    shapes.push_back({"fc2", T, E, 4 * E, false, true});
-    shapes.push_back({"fc2", T, 4 * E, E, false, false});
-    shapes.push_back({"fc2", E, 4 * E, T, true, false});
+    shapes.push_back({"fc2", T, E, 4 * E, false, true, L});
+    shapes.push_back({"fc2", T, 4 * E, E, false, false, L});
+    shapes.push_back({"fc2", E, 4 * E, T, true, false, L});
     // Square products, for comparison with published SGEMM figures (not in the GPT-2 total).
-    const size_t model_shapes = shapes.size();
-    shapes.push_back({"square", 1024, 1024, 1024, false, false});
-    shapes.push_back({"square", 2048, 2048, 2048, false, false});
+    shapes.push_back({"square", 1024, 1024, 1024, false, false, 0});
+    shapes.push_back({"square", 2048, 2048, 2048, false, false, 0});
     const cstorch::cpu::KernelVariant& v = cstorch::cpu::kernels();
     auto blas = [&](const Shape& s, const float* A, const float* B, float* C) {
       cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
@@ -238,13 +242,14 @@ int main(int argc, char** argv) {
     double total_flops = 0, own_sec = 0, blas_sec = 0;
     for (size_t i = 0; i < shapes.size(); ++i) {
       const Shape& s = shapes[i];
-      const bool in_model = i < model_shapes;
-      const double f = in_model ? 2.0 * s.M * s.N * s.K : 0.0;
+      const bool in_model = s.per_step > 0;
+      const double f = 2.0 * s.M * s.N * s.K * s.per_step;
       const double b = gemm_rate(s, blas);
       nlohmann::json r{
           {"what", s.what},      {"M", s.M}, {"N", s.N}, {"K", s.K}, {"ta", s.ta}, {"tb", s.tb},
           {"openblas_gflops", b}};
       r["in_gpt2_total"] = in_model;
+      r["per_step"] = s.per_step;
       total_flops += f;
       blas_sec += f / (b * 1e9);
       if (std::string(v.name) == "avx512" || std::string(v.name) == "native") {

@@ -110,8 +110,11 @@ TEST(OwnGemm, RandomShapesTransposesAlphaBetaThreads) {
 TEST(OwnGemm, TrainingShapesAndEdges) {
   std::mt19937 rng(11);
   // The FC-MNIST step's products, a classifier head (N < 16), K = 0 (C = beta * C), K over
-  // several 384-blocks, and more column panels than one N block (1536).
+  // several 384-blocks, more column panels than one N block (1536), and wide untransposed B
+  // (N >= 1024) with enough rows to be packed (M >= 96), on one thread and three.
   const Case cases[] = {
+      {120, 1100, 200, true, false, 0.5f, 1.f, 2},     {97, 2100, 384, false, false, 1.f, 0.f, 3},
+      {96, 1024, 33, false, false, 1.f, 0.3f, 1},      {95, 1024, 33, false, false, 1.f, 0.3f, 2},
       {128, 256, 784, false, true, 1.f, 0.f, 2, true}, {256, 784, 128, true, false, 1.f, 0.f, 2},
       {128, 256, 256, false, false, 1.f, 0.f, 2},      {256, 256, 128, true, false, 1.f, 0.9f, 2},
       {128, 10, 256, false, true, 1.f, 0.f, 1},        {10, 256, 128, true, false, 1.f, 0.f, 3},
