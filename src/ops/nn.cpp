@@ -129,6 +129,30 @@ std::vector<Tensor> vjp_LogSoftmaxGrad(const VjpArgs& a) {
   return r;
 }
 
+void infer_CrossEntropyGrad(ir::Node& n) {
+  CS_CHECK(n.inputs.size() == 3,
+           "cross_entropy_grad: expected inputs (log_probs, grad, target), got {} inputs",
+           n.inputs.size());
+  const auto& at = n.attr<ir::LossAttrs>();
+  const auto& lp = *n.inputs[0];
+  const auto& g = *n.inputs[1];
+  const auto& tg = *n.inputs[2];
+  CS_CHECK(lp.shape.size() == 1 || lp.shape.size() == 2,
+           "cross_entropy_grad: log_probs must have shape [C] or [N, C], got {}",
+           shape_str(lp.shape));
+  check_loss_inputs("cross_entropy_grad", lp.shape, lp.dtype, tg.shape, tg.dtype);
+  CS_CHECK(at.num_classes == lp.shape.back(),
+           "cross_entropy_grad: num_classes {} does not match log_probs of shape {}",
+           at.num_classes, shape_str(lp.shape));
+  const Shape want = at.reduction == ir::Reduction::None ? tg.shape : Shape{};
+  CS_CHECK(g.shape == want && g.dtype == lp.dtype,
+           "cross_entropy_grad: grad is {}{} but expected {}{}", dtype_name(g.dtype),
+           shape_str(g.shape), dtype_name(lp.dtype), shape_str(want));
+  n.shape = lp.shape;
+  n.dtype = lp.dtype;
+}
+CS_NO_VJP(CrossEntropyGrad)
+
 std::vector<Tensor> vjp_NllLoss(const VjpArgs& a) {
   ir::LossAttrs at = a.node.attr<ir::LossAttrs>();
   const Tensor& lp = a.inputs[0];

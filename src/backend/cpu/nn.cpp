@@ -322,4 +322,54 @@ void cpu_LogSoftmaxGrad(const ir::KernelContext& ctx, const ir::Node& n, const v
   });
 }
 
+// cross_entropy_grad(log_probs y, grad, target) = log_softmax_grad(nll_loss_grad(grad, target), y)
+// with the class dim last, without writing the sparse G = nll_loss_grad(...): row i of G is
+// zero save G[t_i] = -g_i (g scaled by 1/count for the mean), so its row sum is G[t_i] and
+// dx = G - exp(y) * G[t_i]. Every step rounds as the two kernels do (the same double row sum,
+// the same vexp and expression), so the result is bitwise theirs. In place over y is safe:
+// y[t_i] is read before the row is written, every other element only by its own output.
+void cpu_CrossEntropyGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                          void* out) {
+  const auto& at = n.attr<ir::LossAttrs>();
+  const OCI v = loss_view(n.shape);
+  const Targets tg{in[2], n.inputs[2]->dtype == DType::i64};
+  if (n.numel() == 0) return;
+  // Targets checked here, on the calling thread (an exception cannot leave a parallel region).
+  int64_t count = 0;
+  for (int64_t k = 0; k < v.outer; ++k) {
+    const int64_t t = tg[k];
+    if (t == at.ignore_index) continue;
+    if (t < 0 || t >= v.C) bad_target("cross_entropy_grad", t, v.C, at.ignore_index);
+    ++count;
+  }
+  dispatch_float(n.dtype, "cross_entropy_grad", [&]<class T>(T*) {
+    const T* y = static_cast<const T*>(in[0]);
+    const T* g = static_cast<const T*>(in[1]);
+    T* dx = static_cast<T*>(out);
+    double scale = at.reduction == ir::Reduction::None ? 0.0 : static_cast<double>(load(g[0]));
+    if (at.reduction == ir::Reduction::Mean) scale /= static_cast<double>(count);
+    parallel_for(v.outer, std::max<int64_t>(1, 4096 / v.C), [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        const int64_t t = tg[o];
+        const bool valid = t != at.ignore_index;
+        const double gv =
+            at.reduction == ir::Reduction::None ? static_cast<double>(load(g[o])) : scale;
+        // G[t] as nll_loss_grad stores it, and the row sum as log_softmax_grad accumulates it.
+        const float gt =
+            valid ? static_cast<float>(load(store<T>(static_cast<compute_t<T>>(-gv)))) : 0.0f;
+        double s = 0;
+        s += gt;
+        const float sf = static_cast<float>(s);
+        const T* yr = y + o * v.C;
+        T* dr = dx + o * v.C;
+        const float yt = valid ? static_cast<float>(load(yr[t])) : 0.0f;
+#pragma omp simd
+        for (int64_t j = 0; j < v.C; ++j)
+          dr[j] = store<T>(0.0f - vexp(static_cast<float>(load(yr[j]))) * sf);
+        if (valid) dr[t] = store<T>(gt - vexp(yt) * sf);
+      }
+    });
+  });
+}
+
 }  // namespace cstorch::cpu

@@ -3,6 +3,7 @@
 // the same shape, reshape chains and same-dtype casts disappear. The sum of zero-padded
 // concatenations (the gradients of slices of one tensor, e.g. a packed QKV projection) becomes
 // one concatenation of the pieces. A scatter into zeros added to a tensor scatters into it.
+// Cross-entropy's two backward ops become one.
 #include <algorithm>
 
 #include "compiler/graph.h"
@@ -125,6 +126,28 @@ bool scatter_into_addend(ir::Node& n) {
   return false;
 }
 
+// log_softmax_grad(nll_loss_grad(g, t), y) -> cross_entropy_grad(y, g, t) with the class dim
+// last (rank 1 or 2), where the device has the kernel: cross-entropy's backward then writes no
+// [rows, classes] sparse gradient (and may run in the log-probs' bytes). Bitwise the same
+// result (see cpu_CrossEntropyGrad). Rewrites `n` in place.
+bool fold_cross_entropy_grad(ir::Node& n) {
+  if (n.op != ir::OpCode::LogSoftmaxGrad || n.inputs.size() != 2) return false;
+  const auto& g = *n.inputs[0];
+  const auto& y = n.inputs[1];
+  const int64_t rank = static_cast<int64_t>(y->shape.size());
+  if (g.op != ir::OpCode::NllLossGrad || (rank != 1 && rank != 2) ||
+      n.attr<ir::DimAttrs>().dim != rank - 1 || g.shape != y->shape || g.dtype != y->dtype ||
+      g.device != n.device || y->device != n.device ||
+      !ir::device_backend(n.device).supports(ir::OpCode::CrossEntropyGrad, n.dtype))
+    return false;
+  const auto attrs = g.attrs;
+  std::vector<ir::NodePtr> inputs{y, g.inputs[0], g.inputs[1]};
+  n.op = ir::OpCode::CrossEntropyGrad;
+  n.attrs = attrs;
+  n.inputs = std::move(inputs);
+  return true;
+}
+
 class Simplify : public Pass {
  public:
   const char* name() const override { return "simplify"; }
@@ -183,6 +206,9 @@ class Simplify : public Pass {
             repl[n.get()] = n->inputs[0];
             changed = true;
           }
+          break;
+        case ir::OpCode::LogSoftmaxGrad:
+          changed = fold_cross_entropy_grad(*n) || changed;
           break;
         case ir::OpCode::Add: {
           std::vector<ir::NodePtr> f;

@@ -1,7 +1,9 @@
 // Each compiler pass on small graphs: node counts before and after, and values unchanged.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -254,4 +256,60 @@ TEST(MemoryPlan, AResultIsWrittenOverItsInputOnlyWhenNothingReadsTheInputLater) 
   void* o[] = {out.data()};
   p.run(b, o);
   EXPECT_EQ(out, (std::vector<float>{4, 8, 12, 16, 24, 28, 28, 32}));
+}
+
+TEST(Passes, CrossEntropyBackwardIsOneOpBitwiseTheTwoItReplaces) {
+  // Rows with a target in the vector loop, at the last class, and ignored (index 2); 37
+  // classes leave a vector tail. Every reduction; 'none' weighted per row so each row's
+  // gradient differs. The targets are batch inputs, as in training (constant targets fold
+  // nll_loss_grad into a constant).
+  const int64_t N = 9, C = 37;
+  const std::vector<int64_t> tv{0, 36, 2, 5, 2, 17, 36, 1, 30};
+  std::vector<float> lv(N * C), wv(N);
+  for (size_t i = 0; i < lv.size(); ++i) lv[i] = std::sin(0.37f * static_cast<float>(i)) * 4.f;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = 0.25f * static_cast<float>(i) - 1.f;
+  for (auto red : {cs::Reduction::Mean, cs::Reduction::Sum, cs::Reduction::None}) {
+    auto loss_of = [&](const Tensor& logits, const Tensor& target) {
+      auto l = cs::cross_entropy(logits, target, 2, 0.0, red);
+      return red == cs::Reduction::None ? cs::sum(l * cs::from_vector(wv, {N})) : l;
+    };
+    // The compiled step: one cross_entropy_grad, written over the log-probs.
+    cs::nn::Linear lin(5, C);
+    cs::optim::SGD opt(lin->parameters(), 0.1);
+    cc::Graph g = cs::testing::record({{{N, 5}}, {{N}, cs::DType::i64}}, [&](auto& in) {
+      auto loss = loss_of(lin(in[0]), in[1]);
+      loss.backward();
+      opt.step();
+      opt.zero_grad();
+      return std::vector<Tensor>{loss};
+    });
+    cc::optimize(g, "test");
+    EXPECT_EQ(count(g, cs::ir::OpCode::CrossEntropyGrad), 1u) << g.dump();
+    EXPECT_EQ(count(g, cs::ir::OpCode::NllLossGrad), 0u) << g.dump();
+    EXPECT_EQ(count(g, cs::ir::OpCode::LogSoftmaxGrad), 0u) << g.dump();
+    cc::Program p(std::move(g), cs::Device{}, {});
+    EXPECT_GE(p.stats().inplace_results, 1u) << p.summary();
+
+    // Traced against eager (log_softmax_grad of nll_loss_grad): bitwise equal.
+    const Tensor t = cs::from_vector(tv, {N});
+    Tensor z = cs::from_vector(lv, {N, C});
+    z.set_requires_grad(true);
+    const Tensor eager_loss = loss_of(z, t);
+    eager_loss.backward();
+    Tensor w = cs::from_vector(lv, {N, C});
+    w.set_requires_grad(true);
+    auto step = cs::trace([&](const Tensor& x, const Tensor& target) {
+      auto l = loss_of(w + x, target);
+      l.backward();
+      return l;
+    });
+    const Tensor traced_loss = step(cs::zeros({N, C}), t);
+    cs::synchronize();
+    EXPECT_EQ(traced_loss.to_vector<float>(), eager_loss.to_vector<float>());
+    const auto want = z.grad().to_vector<float>(), got = w.grad().to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << "reduction " << static_cast<int>(red);
+    for (int64_t c = 0; c < C; ++c) EXPECT_EQ(got[2 * C + c], 0.f);  // the ignored row
+  }
 }
