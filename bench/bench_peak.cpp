@@ -154,6 +154,9 @@ int main(int argc, char** argv) {
   bool gemm = false;
   app.add_option("--threads", threads);
   app.add_flag("--gemm", gemm, "also time GPT-2 124M's product shapes");
+  std::vector<int64_t> one;
+  app.add_option("--shape", one, "also time one product: M N K ta tb (ta, tb: 0 or 1)")
+      ->expected(5);
   CLI11_PARSE(app, argc, argv);
   cstorch::set_num_threads(threads);
 
@@ -196,6 +199,8 @@ int main(int argc, char** argv) {
     shapes.push_back({"fc2", T, 4 * E, E, false, false, L});
     shapes.push_back({"fc2", E, 4 * E, T, true, false, L});
     // Square products, for comparison with published SGEMM figures (not in the GPT-2 total).
+    if (!one.empty())
+      shapes.push_back({"shape", one[0], one[1], one[2], one[3] != 0, one[4] != 0, 0});
     shapes.push_back({"square", 1024, 1024, 1024, false, false, 0});
     shapes.push_back({"square", 2048, 2048, 2048, false, false, 0});
     const cstorch::cpu::KernelVariant& v = cstorch::cpu::kernels();
