@@ -22,19 +22,19 @@ struct Scratch {
 };
 
 // Whether sgemm_avx512 is the faster path for this product (else OpenBLAS): AVX-512 built into
-// this variant of the kernels, K >= 8 and M >= 8, and M >= 16 when B is transposed (B^T is
-// packed, paid for by M rows). No upper size: with B blocks sized for L2 the own GEMM runs every
-// product shape of a GPT-2 124M step faster than OpenBLAS (`bench/run roofline`, AMD EPYC Zen 5,
-// 2 threads: 327 against 235 GFLOP/s over the step's shapes, 2048^3 293 against 249; OpenBLAS
-// with the AVX2 kernels OPENBLAS_CORETYPE=Haswell selects there), so the speed of large products
-// no longer depends on which kernels OpenBLAS picks. Small shapes, measured on 2 cores (Sapphire
-// Rapids): 128 x 256 x 784 and 256 x 784 x 128 run at 200-210 GFLOP/s against 160-165 for
-// OpenBLAS's own threading; 4 x 50 x 784 (B^T) takes 13.7 us against 3.5, and 50 x 784 x 4 takes
-// 9.7 against 6.3. At K = 8-15 a bare product is slower here (128 x 256 x 10: 11 us against 7),
-// but one with a fused epilogue is faster than OpenBLAS plus the epilogue's own pass (11 against
-// 7 + 11), and the choice depends on the shape alone so that a fused product is computed exactly
-// as the unfused one. The compiler asks it before fusing an epilogue (only this path applies one
-// for free).
+// this variant of the kernels, K >= 8 and M >= 8, and M >= 16
+// when B is transposed (B^T is packed, paid for by M rows). No upper size: with B blocks sized
+// for L2 the own GEMM runs every product shape of a GPT-2 124M step faster than OpenBLAS
+// (`bench_peak --gemm`, AMD EPYC Zen 5, 2 threads: 432 against 245 GFLOP/s weighted by the
+// step's FLOPs, OpenBLAS on the AVX2 kernels OPENBLAS_CORETYPE=Haswell selects there), so the
+// speed of large products does not depend on which kernels OpenBLAS picks. Small shapes,
+// measured on 2 cores (Sapphire Rapids): 128 x 256 x 784 and 256 x 784 x 128 run at 200-210
+// GFLOP/s against 160-165 for OpenBLAS's own threading; 4 x 50 x 784 (B^T) takes 13.7 us
+// against 3.5, and 50 x 784 x 4 takes 9.7 against 6.3. At K = 8-15 a bare product is slower
+// here (128 x 256 x 10: 11 us against 7), but one with a fused epilogue is faster than OpenBLAS
+// plus the epilogue's own pass (11 against 7 + 11), and the choice depends on the shape alone so
+// that a fused product is computed exactly as the unfused one. The compiler asks it before
+// fusing an epilogue (only this path applies one for free).
 bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb);
 
 // Whether sgemm_avx512 computes a product of inner size K in one K block (K <= 384): then an
@@ -59,8 +59,9 @@ struct GemmEpilogue {
 };
 
 // Floats of the scratch area one thread of sgemm_avx512 needs for a product of N columns and
-// inner size K, with an addend epilogue or not: its packed B panels when tb (B^T) or K > 384,
-// 0 when B is read in place or the build has no AVX-512. Enough for any M and for any N' <= N.
+// inner size K, with an addend epilogue or not: its packed B panels when tb (B^T), K spans more
+// than one K block, or N >= 1024 (a wide B, packed when M has enough rows); 0 when B is always
+// read in place or the variant has no AVX-512. Enough for any M and for any N' <= N.
 size_t sgemm_avx512_scratch_floats(int64_t N, int64_t K, bool tb, bool addend);
 
 // C[M, N] = epilogue(alpha * op(A)[M, K] @ op(B)[K, N] + beta * C), row-major (op = transpose
@@ -68,8 +69,9 @@ size_t sgemm_avx512_scratch_floats(int64_t N, int64_t K, bool tb, bool addend);
 // parallel region always 1), capped at ws.slots when B is packed, each thread packing into its
 // own area of `ws` (sgemm_avx512_scratch_floats). Results do not depend on the team size. beta
 // == 0 never reads C. Each result equals, bitwise, the plain product followed by separate bias,
-// addcmul and relu passes. Returns false, doing nothing, when the build has no AVX-512 (callers
-// then use OpenBLAS).
+// addcmul and relu passes. Returns false, doing nothing, in a variant without AVX-512 (callers
+// then use OpenBLAS; an AVX2 version measured slower than OpenBLAS's Haswell kernels: see
+// bench/README.md).
 bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                   int threads, const Scratch& ws, const GemmEpilogue& ep = {});

@@ -322,7 +322,8 @@ void expect_fc_sgd_bitwise(double weight_decay) {
 
 TEST(GemmEpilogue, ReluReluGradMomentumAndUpdateJoinTheProductsInPlace) {
   if (!cs::cpu::kernels().own_gemm_applies(32, 24, 40, true))
-    GTEST_SKIP() << "built without AVX-512: products run on OpenBLAS, epilogues are not fused";
+    GTEST_SKIP() << "no own GEMM in this variant (no AVX-512): products run on OpenBLAS, "
+                    "epilogues are not fused";
   auto m = fc_net();
   cs::optim::SGD opt(m->parameters(), 0.05, 0.9);
   cc::Graph g = cs::testing::record_step({32, 40}, [&](const Tensor& x) {

@@ -1,4 +1,5 @@
-// Unit tests of cstorch's own AVX-512 GEMM (and of the Gemm node's kernel, below)
+// Unit tests of cstorch's own GEMM, on every variant of the CPU kernels this CPU runs that has
+// one (the AVX-512 ones), and of the Gemm node's kernel (below)
 // (src/backend/cpu/gemm.cpp) against a double-precision host reference: every transpose
 // combination, leading dimensions wider than the matrix, alpha and beta (0, 1, other), K of 0 and K
 // spanning several blocks, row and column remainders of every size, a bias row added once over
@@ -29,8 +30,17 @@ struct Case {
   bool bias = false;  // add a bias row vector (once, whatever the number of K blocks)
 };
 
-// Runs one case and returns the number of wrong elements (printing the first few).
-int check(const Case& c, std::mt19937& rng) {
+// The variants of the kernels this CPU runs that have an own GEMM (those built with AVX-512).
+std::vector<const cstorch::cpu::KernelVariant*> own_gemm_variants() {
+  std::vector<const cstorch::cpu::KernelVariant*> r;
+  for (const auto* v : cstorch::cpu::built_variants())
+    if (cstorch::cpu::runs_here(*v) && v->own_gemm_applies(64, 64, 64, false)) r.push_back(v);
+  return r;
+}
+
+// Runs one case on variant v's own GEMM and returns the number of wrong elements (printing the
+// first few).
+int check(const Case& c, std::mt19937& rng, const cstorch::cpu::KernelVariant& v) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   std::uniform_int_distribution<int> pad(0, 3);
   const int64_t lda = (c.ta ? c.M : c.K) + pad(rng), ldb = (c.tb ? c.K : c.N) + pad(rng);
@@ -43,14 +53,16 @@ int check(const Case& c, std::mt19937& rng) {
   for (auto& x : bias) x = u(rng);
   // One scratch area per thread of the size sgemm_avx512_scratch_floats gives, a guard of 16
   // floats after each, all filled with a pattern the GEMM must not touch outside the areas.
-  const size_t floats = cstorch::cpu::kernels().sgemm_scratch_floats(c.N, c.K, c.tb, false);
+  const size_t floats = v.sgemm_scratch_floats(c.N, c.K, c.tb, false);
   const size_t stride = floats + 16;
   std::vector<float> ws(stride * c.threads, -7.f);
   const cstorch::cpu::Scratch scratch{ws.data(), stride, floats, c.threads};
-  if (!cstorch::cpu::kernels().sgemm(
-          c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc,
-          c.threads, scratch, cstorch::cpu::GemmEpilogue{.bias = c.bias ? bias.data() : nullptr}))
-    return -1;  // no AVX-512 in this build
+  if (!v.sgemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(),
+               ldc, c.threads, scratch,
+               cstorch::cpu::GemmEpilogue{.bias = c.bias ? bias.data() : nullptr})) {
+    ADD_FAILURE() << v.name << ": the own GEMM refused a product";
+    return 1;
+  }
   int bad = 0;
   for (int t = 0; t < c.threads; ++t)
     for (size_t i = floats; i < stride; ++i)
@@ -76,35 +88,35 @@ int check(const Case& c, std::mt19937& rng) {
       // fp32 accumulation over K terms: error bounded by ~K * eps * sum|a*b|.
       const double tol = 1e-6 * (1.0 + static_cast<double>(c.K)) * (mag + 1.0) * 1.2;
       if (std::fabs(got - want) > tol && bad++ < 3)
-        ADD_FAILURE() << "M" << c.M << " N" << c.N << " K" << c.K << " ta" << c.ta << " tb" << c.tb
-                      << " threads " << c.threads << ": C(" << i << "," << j << ") = " << got
-                      << ", want " << want;
+        ADD_FAILURE() << v.name << ": M" << c.M << " N" << c.N << " K" << c.K << " ta" << c.ta
+                      << " tb" << c.tb << " threads " << c.threads << ": C(" << i << "," << j
+                      << ") = " << got << ", want " << want;
     }
   }
   return bad;
 }
 
 TEST(OwnGemm, RandomShapesTransposesAlphaBetaThreads) {
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int> dm(1, 70), dn(1, 100), dk(0, 900), d2(0, 1), dt(1, 4);
-  const float alphas[] = {1.f, 0.5f, -2.f}, betas[] = {0.f, 1.f, 0.3f};
-  int cases = 0;
-  for (int it = 0; it < 240; ++it) {
-    Case c{dm(rng),
-           dn(rng),
-           dk(rng),
-           d2(rng) == 1,
-           d2(rng) == 1,
-           alphas[it % 3],
-           betas[(it / 3) % 3],
-           dt(rng),
-           it % 4 == 0};
-    const int bad = check(c, rng);
-    if (bad < 0) GTEST_SKIP() << "built without AVX-512: the OpenBLAS path is used instead";
-    ASSERT_EQ(bad, 0) << "case " << it;
-    ++cases;
+  const auto variants = own_gemm_variants();
+  if (variants.empty())
+    GTEST_SKIP() << "this CPU runs no AVX-512 variant of the kernels: OpenBLAS runs products";
+  for (const auto* v : variants) {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> dm(1, 70), dn(1, 100), dk(0, 900), d2(0, 1), dt(1, 4);
+    const float alphas[] = {1.f, 0.5f, -2.f}, betas[] = {0.f, 1.f, 0.3f};
+    for (int it = 0; it < 240; ++it) {
+      Case c{dm(rng),
+             dn(rng),
+             dk(rng),
+             d2(rng) == 1,
+             d2(rng) == 1,
+             alphas[it % 3],
+             betas[(it / 3) % 3],
+             dt(rng),
+             it % 4 == 0};
+      ASSERT_EQ(check(c, rng, *v), 0) << v->name << " case " << it;
+    }
   }
-  EXPECT_EQ(cases, 240);
 }
 
 TEST(OwnGemm, TrainingShapesAndEdges) {
@@ -121,11 +133,12 @@ TEST(OwnGemm, TrainingShapesAndEdges) {
       {7, 9, 0, false, false, 1.f, 0.5f, 2, true},     {33, 40, 1000, true, true, 0.25f, 0.f, 2},
       {13, 1600, 20, false, false, 1.f, 0.f, 2},       {1, 1, 1, false, false, 1.f, 0.f, 1},
   };
-  for (const auto& c : cases) {
-    const int bad = check(c, rng);
-    if (bad < 0) GTEST_SKIP() << "built without AVX-512";
-    EXPECT_EQ(bad, 0) << "M" << c.M << " N" << c.N << " K" << c.K;
-  }
+  const auto variants = own_gemm_variants();
+  if (variants.empty())
+    GTEST_SKIP() << "this CPU runs no AVX-512 variant of the kernels: OpenBLAS runs products";
+  for (const auto* v : variants)
+    for (const auto& c : cases)
+      EXPECT_EQ(check(c, rng, *v), 0) << v->name << ": M" << c.M << " N" << c.N << " K" << c.K;
 }
 
 }  // namespace
@@ -270,7 +283,7 @@ void with_threads(int threads, F&& f) {
 // and computes the same bits.
 TEST(GemmKernel, WorkspacePerThreadAndTheTeamCappedAtItsAreas) {
   if (!cpu::kernels().own_gemm_applies(128, 256, 784, true))
-    GTEST_SKIP() << "built without AVX-512";
+    GTEST_SKIP() << "this variant of the kernels (no AVX-512) has no own GEMM";
   std::mt19937 rng(5);
   // Linear 128 x 256 x 784 (B^T packed, on the whole team), a batched B^T matmul of small
   // products (one per task of a parallel loop) and a folded one.
@@ -303,10 +316,11 @@ TEST(GemmKernel, WorkspacePerThreadAndTheTeamCappedAtItsAreas) {
     EXPECT_EQ(capped, want) << r.n->name();
     EXPECT_EQ(full, want) << r.n->name();
   }
-  // Products that need no scratch (B read in place: untransposed, one K block) plan none; with
+  // Products that need no scratch (B read in place: untransposed, narrow, one K block) plan
+  // none; with
   // more than one K block B is packed too; an OpenBLAS product with an addend plans one product
   // buffer, whatever the team.
-  auto nt = op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {leaf({128, 384}), leaf({384, 256})});
+  auto nt = op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {leaf({128, 256}), leaf({256, 256})});
   EXPECT_EQ(cpu::workspace_bytes(*nt, 4), 0u);
   auto deep = op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {x, leaf({784, 256})});
   EXPECT_GT(cpu::workspace_bytes(*deep, 4), 0u);
