@@ -49,6 +49,8 @@ class Metric {
   Metric& operator=(const Metric&) = delete;
 
   const std::string& name() const { return name_; }
+  // The name the metric was created with, before any suffix made it unique.
+  const std::string& base_name() const { return base_name_; }
   const std::string& kind() const { return kind_; }
 
   // The metric's value as a 0-d f32 tensor computed from the state with tensor ops.
@@ -87,7 +89,7 @@ class Metric {
   void check_no_invalid(const Tensor& invalid, const char* what) const;
 
  private:
-  std::string kind_, name_;
+  std::string kind_, name_, base_name_;
   std::vector<std::pair<std::string, Tensor>> states_;
 };
 
@@ -272,8 +274,9 @@ class RecallAtK : public TopKMetric {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Registry of live metrics (process-wide, thread-safe), in creation order. A Trainer logs
-// every metric created for a run this way.
+// Registry of live metrics (process-wide, thread-safe), in creation order. A Trainer logs the
+// metrics its model created while it was built (under their base names), so two Trainers in
+// one process each report their own.
 std::vector<Metric*> live_metrics();
 // The live metric called `name`, or nullptr.
 Metric* find_metric(const std::string& name);

@@ -259,7 +259,11 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
   Config model_args = mv.value();
   model_args.erase("name");
   ConfigView margs(model_args, mv.path());
+  const auto before = cstorch::metrics::live_metrics();
   model_ = models().create(model_name, margs, mv.child_path("name"));
+  for (auto* m : cstorch::metrics::live_metrics())
+    if (std::find(before.begin(), before.end(), m) == before.end())
+      impl_->model_metrics.push_back(m);
   cstorch::compile(std::static_pointer_cast<cstorch::nn::Module>(model_), backend_);
 
   setup_replicas();
@@ -693,7 +697,7 @@ void Trainer::combine_validation(double& sum, int64_t& steps) {
   sum = v[0];
   steps = static_cast<int64_t>(std::llround(v[1]));
   cstorch::NoGradGuard ng;
-  for (auto* m : cstorch::metrics::live_metrics())
+  for (auto* m : impl_->metrics())
     for (const auto& [name, t] : m->states())
       if (t.dtype() == cstorch::DType::f32) Tensor(t).copy_(dist::all_reduce(t));
 }
@@ -1000,7 +1004,7 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
              "Trainer.validate: the validation dataloader's length is unknown; set "
              "trainer.init.loop.eval_steps");
     if (len > 0) steps = std::min(steps, len);
-    cstorch::metrics::reset_all();
+    for (auto* m : impl_->metrics()) m->reset();
     const auto& bo = backend_->options();
     if (bo.compile_only || bo.validate_only) {
       // Prepare the step on one batch and report that: there are no results to log (the
@@ -1013,7 +1017,7 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       if (len > 0)
         while (val->next()) {
         }
-      cstorch::metrics::reset_all();
+      for (auto* m : impl_->metrics()) m->reset();
       report_dry_run(*backend_, before, "validation");
       each([&](Callback& c) { c.on_validate_end(*this); });
       model_->train(was_training);
@@ -1043,8 +1047,12 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
     mean = *sum / static_cast<double>(steps);
     // The results every callback can read: the mean loss and each metric the model updated.
     last_val_ = {{"eval/loss", mean}};
-    for (const auto& [k, v] : cstorch::metrics::compute_all(/*reset=*/true))
-      last_val_[k.rfind("eval/", 0) == 0 ? k : "eval/" + k] = v;
+    const auto metrics = impl_->metrics();
+    for (auto* m : metrics) {
+      const std::string& k = impl_->model_metrics.empty() ? m->name() : m->base_name();
+      last_val_[k.rfind("eval/", 0) == 0 ? k : "eval/" + k] = m->compute();
+    }
+    for (auto* m : metrics) m->reset();
     validated_step_ = global_step_;
     each([&](Callback& c) { c.on_validate_epoch_end(*this, 0); });
     for (auto& core : impl_->core) core->on_validation_result(*this, last_val_);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cstorch/metrics.h"
 #include "modelzoo/trainer.h"
 #include "modelzoo/trainer/core_callbacks.h"
 
@@ -17,6 +18,13 @@ struct Trainer::Impl {
   std::shared_ptr<LoggingCallback> logging;
   std::string model_name;
   std::string artifact_dir;  // compile_only / validate_only reports
+  // The metrics the model created while it was built (they live as long as the model): the
+  // ones validation computes, combines over replicas, logs and resets. Every live metric when
+  // the model created none at construction (one made elsewhere, e.g. by a callback).
+  std::vector<cstorch::metrics::Metric*> model_metrics;
+  std::vector<cstorch::metrics::Metric*> metrics() const {
+    return model_metrics.empty() ? cstorch::metrics::live_metrics() : model_metrics;
+  }
 };
 
 // One run's record: model_dir/run_records/run_NNNN.yaml (`file` empty on processes other

@@ -31,7 +31,7 @@ Metric::Metric(std::string kind, std::string name) : kind_(std::move(kind)) {
   CS_CHECK(!name.empty(), "{}: a metric needs a non-empty name", kind_);
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  name_ = name;
+  name_ = base_name_ = name;
   for (int i = 1; name_taken(r.live, name_); ++i) name_ = fmt::format("{}_{}", name, i);
   r.live.push_back(this);
 }

@@ -297,6 +297,27 @@ TEST(Trainer, TrainsAndValidates) {
   EXPECT_TRUE(t.model().is_training());
 }
 
+// Two Trainers alive in one process (a sweep in one program): each validation reports its own
+// model's metrics under their names. Before, every live metric was computed: the second model's
+// accuracy (registered as "eval/accuracy_1") showed in the first's results as NaN (never
+// updated there), and the second reported its own under the suffixed name.
+TEST(Trainer, TwoTrainersReportOnlyTheirOwnMetrics) {
+  Config c1 = init_config();
+  Config c2 = init_config();
+  c2["model_dir"] = c1["model_dir"].get<std::string>() + "_second";
+  modelzoo::Trainer t1(ConfigView(c1, "trainer.init"));
+  modelzoo::Trainer t2(ConfigView(c2, "trainer.init"));
+  t1.validate(tiny(2));
+  t2.validate(tiny(3));
+  for (const auto* t : {&t1, &t2}) {
+    const auto& r = t->last_validation_metrics();
+    ASSERT_EQ(r.count("eval/accuracy"), 1u);
+    EXPECT_EQ(r.count("eval/accuracy_1"), 0u);
+    EXPECT_EQ(r.size(), 2u);  // eval/loss and eval/accuracy
+    for (const auto& [k, v] : r) EXPECT_TRUE(std::isfinite(v)) << k;
+  }
+}
+
 // A given validation loader runs at the end of fit() even without eval_frequency.
 TEST(Trainer, ValidationLoaderRunsAtTheEndWithoutEvalFrequency) {
   Config c = init_config();
