@@ -16,6 +16,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -1258,8 +1259,9 @@ class PtReader : public FormatReader {
         for (size_t i = 0; i < o->items.size(); ++i)
           n.items.push_back(convert(o->items[i], join_key(key, std::to_string(i)), depth + 1));
         break;
-      case PyObj::T::Dict:
+      case PyObj::T::Dict: {
         n.kind = State::Kind::Map;
+        std::unordered_set<std::string> seen;
         for (auto& [k, v] : o->dict) {
           std::string ks;
           if (k->t == PyObj::T::Str)
@@ -1269,12 +1271,14 @@ class PtReader : public FormatReader {
           else
             fail("checkpoint {}: a dict under '{}' has a key that is not a string or integer", path,
                  show_key(key));
-          CS_CHECK(std::find(n.keys.begin(), n.keys.end(), ks) == n.keys.end(),
-                   "checkpoint {}: key '{}' appears twice under '{}'", path, ks, show_key(key));
+          // A set, not a search of the keys so far: state dicts hold thousands of entries.
+          CS_CHECK(seen.insert(ks).second, "checkpoint {}: key '{}' appears twice under '{}'", path,
+                   ks, show_key(key));
           n.items.push_back(convert(v, join_key(key, ks), depth + 1));
           n.keys.push_back(std::move(ks));
         }
         break;
+      }
       case PyObj::T::Tensor:
         n.kind = State::Kind::Tensor;
         n.tensor = tensor_entry(o, key);
