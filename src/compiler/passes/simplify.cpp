@@ -101,6 +101,14 @@ bool merge_padded_cats(ir::Node& n, std::vector<ir::NodePtr>& fills) {
   return true;
 }
 
+// Turns `n` into op(inputs) with `attrs` (taken by value: they may belong to one of n's old
+// inputs, which the new input list may drop).
+void rewrite_as(ir::Node& n, ir::OpCode op, ir::Attrs attrs, std::vector<ir::NodePtr> inputs) {
+  n.op = op;
+  n.attrs = std::move(attrs);
+  n.inputs = std::move(inputs);
+}
+
 // add(A, index_add(0, dim, i, s)) -> index_add(A, dim, i, s) (either operand order): the
 // gradient of a tied embedding (a scatter into zeros) added to the head's gradient scatters
 // straight into it, instead of zero-filling, scattering and adding full-size tensors. With no
@@ -116,11 +124,7 @@ bool scatter_into_addend(ir::Node& n) {
         other->shape != n.shape || x.dtype != n.dtype || other->dtype != n.dtype ||
         x.device != n.device || other->device != n.device)
       continue;
-    const auto attrs = x.attrs;
-    std::vector<ir::NodePtr> inputs{other, x.inputs[1], x.inputs[2]};
-    n.op = ir::OpCode::IndexAdd;
-    n.attrs = attrs;
-    n.inputs = std::move(inputs);
+    rewrite_as(n, ir::OpCode::IndexAdd, x.attrs, {other, x.inputs[1], x.inputs[2]});
     return true;
   }
   return false;
@@ -140,11 +144,7 @@ bool fold_cross_entropy_grad(ir::Node& n) {
       g.device != n.device || y->device != n.device ||
       !ir::device_backend(n.device).supports(ir::OpCode::CrossEntropyGrad, n.dtype))
     return false;
-  const auto attrs = g.attrs;
-  std::vector<ir::NodePtr> inputs{y, g.inputs[0], g.inputs[1]};
-  n.op = ir::OpCode::CrossEntropyGrad;
-  n.attrs = attrs;
-  n.inputs = std::move(inputs);
+  rewrite_as(n, ir::OpCode::CrossEntropyGrad, g.attrs, {y, g.inputs[0], g.inputs[1]});
   return true;
 }
 
