@@ -300,9 +300,19 @@ void assign_inplace(const Tensor& self, const Tensor& value_in, const char* op) 
         "{}: a leaf tensor that requires grad is used in an in-place operation; wrap the update "
         "in cstorch::NoGradGuard (optimizers do)",
         op);
-  if (in_trace() || value.node()->requires_grad || impl->node->requires_grad ||
-      impl->node->buffer == nullptr || impl->node->buffer.get() == value.node()->buffer.get()) {
-    impl->node = value.node();  // rebinding: a state write inside a trace, history when eager
+  const auto& vn = value.node();
+  if (!in_trace() && !is_grad_enabled() && impl->requires_grad && vn->buffer &&
+      (vn->requires_grad || !vn->leaf.expired() || !vn->inputs.empty())) {
+    // A tensor that requires grad (a parameter) given, under NoGradGuard, a value that has an
+    // autograd identity of its own (another parameter, or a result with history): it takes a
+    // node of its own on that value's storage, as detach() makes, and stays its own leaf.
+    // Sharing the node made its gradient flow into the other tensor (or through the history).
+    impl->node = make_constant_node(vn->buffer, vn->shape, vn->dtype);
+    return;
+  }
+  if (in_trace() || vn->requires_grad || impl->node->requires_grad ||
+      impl->node->buffer == nullptr || impl->node->buffer.get() == vn->buffer.get()) {
+    impl->node = vn;  // rebinding: a state write inside a trace, history when eager
     return;
   }
   // Eager: write into the existing buffer so every holder of this storage sees the update.

@@ -1,0 +1,72 @@
+// In-place writes into tensors that require grad, eagerly: a parameter set under NoGradGuard
+// (copy_, as when loading or tying weights) stays its own leaf, as in PyTorch. The expected
+// gradients are PyTorch's for the same code:
+//   w = zeros(3, requires_grad=True); v = ones(3, requires_grad=True)
+//   with no_grad(): w.copy_(v)
+//   ((w * 2).sum() + (v * 3).sum()).backward()   ->  w.grad = 2, v.grad = 3
+#include <gtest/gtest.h>
+
+#include <cstorch/cstorch.h>
+
+namespace cs = cstorch;
+using cs::Tensor;
+
+namespace {
+
+Tensor param(std::vector<float> v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  Tensor t = cs::from_vector(v, {n});
+  t.set_requires_grad(true);
+  return t;
+}
+
+}  // namespace
+
+TEST(InPlace, CopyFromAnotherParameterUnderNoGradKeepsEachGradientItsOwn) {
+  Tensor w = param({0, 0, 0});
+  Tensor v = param({1, 2, 3});
+  {
+    cs::NoGradGuard ng;
+    w.copy_(v);
+  }
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  (cs::sum(w * 2.0) + cs::sum(v * 3.0)).backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{2, 2, 2}));
+  EXPECT_EQ(v.grad().to_vector<float>(), (std::vector<float>{3, 3, 3}));  // was 5: w's went here
+}
+
+TEST(InPlace, CopyFromAResultWithHistoryUnderNoGradDoesNotReachTheHistory) {
+  Tensor a = param({1, 1, 1});
+  Tensor h = a * 5.0;
+  Tensor w = param({0, 0, 0});
+  {
+    cs::NoGradGuard ng;
+    w.copy_(h);
+  }
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{5, 5, 5}));
+  cs::sum(w * 2.0).backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{2, 2, 2}));
+  EXPECT_FALSE(a.grad().defined());  // the loss does not depend on a
+}
+
+TEST(InPlace, CopyFromPlainValuesUnderNoGradThenTrain) {
+  // The common case (loading weights) and a broadcast source; then an optimizer step, which
+  // updates the parameter under NoGradGuard too.
+  Tensor w = param({0, 0, 0});
+  Tensor m = cs::zeros({2, 3});
+  m.set_requires_grad(true);
+  {
+    cs::NoGradGuard ng;
+    w.copy_(cs::from_vector(std::vector<float>{1, 2, 3}, {3}));
+    m.copy_(cs::from_vector(std::vector<float>{4, 5, 6}, {3}));
+  }
+  cs::optim::SGD opt({w, m}, 0.5);
+  (cs::sum(w * w) + cs::sum(m)).backward();
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{2, 4, 6}));
+  EXPECT_EQ(m.grad().to_vector<float>(), (std::vector<float>(6, 1.f)));
+  opt.step();
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{0, 0, 0}));
+  EXPECT_EQ(m.to_vector<float>(), (std::vector<float>{3.5f, 4.5f, 5.5f, 3.5f, 4.5f, 5.5f}));
+}
