@@ -10,12 +10,13 @@
 // kernels built without AVX-512: see variant.h).
 //
 // Layout (row-major C[M, N] = alpha * op(A)[M, K] @ op(B)[K, N] + beta * C):
-//   - op(B) is packed into panels of 32 columns, k-major: Bp[k * 32 + j] (the vector operand);
-//   - op(A) is packed into panels of 12 rows, k-major: Ap[k * 12 + r] (the broadcast operand);
+//   - op(B) is packed into panels of 32 columns, k-major: Bp[k * 32 + j] (the vector operand),
+//     or read in place when packs_b() says so;
+//   - op(A) is read in place, one element broadcast per row and k (the broadcast operand);
 //   - the micro-kernel keeps a 12 x 32 tile of C in 24 zmm registers over one K block.
 // Blocking: K in blocks of at most kKc (an A micro-panel, 12 x kKc, stays in L1 while the
-// B micro-panels stream from L2); N in blocks of at most kNc so a packed B block fits in L2;
-// M in blocks of at most kMc rows.
+// B micro-panels stream from L2); packed N in blocks of kNcThread columns per thread (at most kNc)
+// so each thread's packed block fits in its L2, in place in blocks of kNcInPlace.
 #include "backend/cpu/gemm.h"
 
 #include <omp.h>
@@ -35,7 +36,9 @@ namespace cstorch::cpu {
 namespace {
 
 constexpr int kMr = 12, kNr = 32;
-constexpr int64_t kKc = 384, kNc = 1536, kNcInPlace = 320;
+// kNc bounds a packed N block (and so a thread's packing area); a team packs blocks of
+// kNcThread columns per thread, so each thread's part stays in its core's L2.
+constexpr int64_t kKc = 384, kNc = 1536, kNcThread = 384, kNcInPlace = 320;
 constexpr int64_t kPfB = 8;  // rows of B prefetched ahead
 
 int64_t ceil_div(int64_t a, int64_t b) {
@@ -305,7 +308,7 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   // B read in place streams a kc x nc block past every A micro-panel: at most kNcInPlace columns,
   // so that block (384 x 320 floats, 480 KiB) stays in a core's L2. (The N blocking does not
   // change any sum: each result still adds its K blocks in the same order.)
-  const int64_t nc_max = pack_b ? std::min<int64_t>(kNc, 384 * threads) : kNcInPlace;
+  const int64_t nc_max = pack_b ? std::min<int64_t>(kNc, kNcThread * threads) : kNcInPlace;
   auto body = [&](int t, int nt) {
     // Each thread owns a fixed rectangle of C: a range of 32-column panels (or, when there are
     // fewer panels than threads, a range of 12-row panels), the same one on every call. It

@@ -354,12 +354,11 @@ void cpu_CrossEntropyGrad(const ir::KernelContext& ctx, const ir::Node& n, const
         const bool valid = t != at.ignore_index;
         const double gv =
             at.reduction == ir::Reduction::None ? static_cast<double>(load(g[o])) : scale;
-        // G[t] as nll_loss_grad stores it, and the row sum as log_softmax_grad accumulates it.
+        // G[t] as nll_loss_grad stores it, and the row sum log_softmax_grad forms from it: a sum
+        // of zeros and G[t], exact, save that a -0 sums to +0 (hence the + 0.0f).
         const float gt =
             valid ? static_cast<float>(load(store<T>(static_cast<compute_t<T>>(-gv)))) : 0.0f;
-        double s = 0;
-        s += gt;
-        const float sf = static_cast<float>(s);
+        const float sf = gt + 0.0f;
         const T* yr = y + o * v.C;
         T* dr = dx + o * v.C;
         const float yt = valid ? static_cast<float>(load(yr[t])) : 0.0f;
