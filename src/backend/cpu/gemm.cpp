@@ -11,7 +11,7 @@
 //
 // Layout (row-major C[M, N] = alpha * op(A)[M, K] @ op(B)[K, N] + beta * C):
 //   - op(B) is packed into panels of 32 columns, k-major: Bp[k * 32 + j] (the vector operand),
-//     or read in place when packs_b() says so;
+//     or read in place where packs_b() says it is not packed;
 //   - op(A) is read in place, one element broadcast per row and k (the broadcast operand);
 //   - the micro-kernel keeps a 12 x 32 tile of C in 24 zmm registers over one K block.
 // Blocking: K in blocks of at most kKc (an A micro-panel, 12 x kKc, stays in L1 while the
