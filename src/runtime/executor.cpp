@@ -1,6 +1,7 @@
 // Executor implementation (see executor.h) and the client-side synchronisation points.
 #include "runtime/executor.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -14,6 +15,18 @@ namespace cstorch::runtime {
 namespace {
 thread_local bool t_on_executor = false;
 thread_local int64_t t_job_step = -1;  // step of the job running on this (executor) thread
+
+// Before a client thread blocks on the executor, it gives up the host threads it keeps idle for
+// its own parallel kernels (see DeviceBackend::release_idle_host_threads): while the client
+// waits, the executor's team is the only one that works; and the executor, idle for kIdleRelease,
+// gives up its own for the client's eager kernels. Called without the executor's lock, since
+// ending a pool joins its threads.
+void release_idle_host_threads(std::unique_lock<std::mutex>& l) {
+  l.unlock();
+  ir::device_backend(Device{}).release_idle_host_threads();
+  l.lock();
+}
+constexpr std::chrono::milliseconds kIdleRelease{5};
 }  // namespace
 
 Executor& Executor::get() {
@@ -49,7 +62,14 @@ void Executor::loop() {
     Job job;
     {
       std::unique_lock<std::mutex> l(m_);
-      cv_work_.wait(l, [&] { return stop_ || !q_.empty(); });
+      auto has_work = [&] { return stop_ || !q_.empty(); };
+      // Idle for a while (the client is doing other work, eager ops perhaps): the executor's
+      // own idle team is ended too, for the same reason as a blocked client's. Not at once, so
+      // that a client a little slower than the steps does not restart the team every step.
+      if (!cv_work_.wait_for(l, kIdleRelease, has_work)) {
+        release_idle_host_threads(l);
+        cv_work_.wait(l, has_work);
+      }
       if (q_.empty()) return;
       job = std::move(q_.front());
       q_.pop_front();
@@ -102,7 +122,9 @@ int64_t Executor::enqueue(std::function<void()> fn, bool is_step, int64_t step, 
   int64_t id;
   {
     std::unique_lock<std::mutex> l(m_);
-    if (is_step) cv_space_.wait(l, [&] { return steps_queued_ < lookahead_ || error_; });
+    auto has_space = [&] { return steps_queued_ < lookahead_ || error_; };
+    if (is_step && !has_space()) release_idle_host_threads(l);
+    if (is_step) cv_space_.wait(l, has_space);
     if (error_) {
       l.unlock();
       rethrow_if_failed();
@@ -120,7 +142,9 @@ void Executor::wait_for(int64_t job) {
   if (t_on_executor) return;
   {
     std::unique_lock<std::mutex> l(m_);
-    cv_done_.wait(l, [&] { return done_id_ >= job; });
+    auto done = [&] { return done_id_ >= job; };
+    if (!done()) release_idle_host_threads(l);
+    cv_done_.wait(l, done);
   }
   rethrow_if_failed();
 }

@@ -93,6 +93,7 @@ class CpuBackend final : public ir::DeviceBackend {
     return ok;
   }
   int host_threads() const override { return get_num_threads(); }
+  void release_idle_host_threads() const override { release_thread_pool(); }
   bool gemm_epilogue_applies(int64_t m, int64_t n, int64_t k, bool trans_b) const override {
     return kernels().own_gemm_applies(m, n, k, trans_b);
   }

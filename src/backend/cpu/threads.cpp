@@ -17,6 +17,12 @@ int get_num_threads() {
   return omp_get_max_threads();
 }
 
+void release_thread_pool() {
+  // Only this thread's pool: libgomp's host pause frees the caller's pool and leaves every other
+  // thread's team (the executor's, mid-step) alone. The thread-count setting is kept.
+  if (!omp_in_parallel()) omp_pause_resource_all(omp_pause_soft);
+}
+
 bool set_flush_denormal(bool on) {
 #if defined(__SSE2__)
   // MXCSR is per thread: set it on this thread and on every thread of its team.

@@ -2,6 +2,10 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
 #include <cstorch/cstorch.h>
 
 #include "runtime/trace_context.h"
@@ -226,6 +230,67 @@ TEST(Runtime, FlushDenormalReachesEagerOpsCompiledStepsAndTheirTeams) {
   EXPECT_EQ(nonzero(x * x), n);
   EXPECT_EQ(nonzero(product(x)), n);
   EXPECT_GT((x * x).to_vector<float>()[n - 1], 0.f);
+}
+
+namespace {
+// Threads of this process now: /proc/self/task lists each one.
+int process_threads() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+// The thread count once it settles at `want` (an ended thread leaves the list shortly after its
+// join returns), or the last count seen within a second.
+int threads_settling_at(int want) {
+  int n = process_threads();
+  for (int i = 0; i < 100 && n != want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    n = process_threads();
+  }
+  return n;
+}
+// Blocks this (client) thread on the executor for a while.
+void block_on_executor() {
+  cs::step_closure([] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); })();
+  cs::synchronize();
+}
+}  // namespace
+
+// Idle OpenMP teams of other threads make libgomp cut its spin-wait short for every team, so a
+// client thread that blocks on the executor ends its own idle team, and an idle executor ends
+// its team for the client's eager kernels. Denormal modes survive a team's restart.
+TEST(Runtime, BlockedClientAndIdleExecutorEndTheirIdleTeams) {
+  cs::set_num_threads(2);
+  const int64_t n = 200000;  // large enough for a kernel to run on its thread's team
+  auto x = cs::full({n}, 1e-20);
+  auto product = cs::trace([](const Tensor& a) { return a * a; });
+  auto nonzero = [&](const Tensor& t) {
+    int64_t c = 0;
+    for (float v : t.to_vector<float>()) c += v != 0.f;
+    return c;
+  };
+  (void)product(x);
+  block_on_executor();
+  // Neither thread has a team once the executor has been idle for a while.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int base = process_threads();
+  (void)(x * x);  // eager: this thread's team starts (one more thread)
+  EXPECT_EQ(threads_settling_at(base + 1), base + 1);
+  block_on_executor();  // blocked: this thread's team ended
+  EXPECT_EQ(threads_settling_at(base), base);
+  (void)product(x);  // the executor's team starts, then ends once the executor is idle
+  cs::synchronize();
+  EXPECT_EQ(threads_settling_at(base), base);
+
+  // Teams started after set_flush_denormal inherit the modes from their first thread.
+  ASSERT_TRUE(cs::set_flush_denormal(true));
+  block_on_executor();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(threads_settling_at(base), base);
+  EXPECT_EQ(nonzero(x * x), 0);       // eager, on a new team
+  EXPECT_EQ(nonzero(product(x)), 0);  // compiled, on the executor's new team
+  cs::set_flush_denormal(false);
+  EXPECT_EQ(nonzero(x * x), n);
 }
 
 // PyTorch's usual order (zero_grad first): gradients exist between calls but the body drops
