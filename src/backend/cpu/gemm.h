@@ -21,20 +21,18 @@ struct Scratch {
   float* slot(int t, size_t need) const;
 };
 
-// Whether sgemm_avx512 is the faster path for this product (else OpenBLAS): AVX-512 built into
-// this variant of the kernels, K >= 8 and M >= 8, and M >= 16
-// when B is transposed (B^T is packed, paid for by M rows). No upper size: with B blocks sized
-// for L2 the own GEMM runs every product shape of a GPT-2 124M step faster than OpenBLAS
-// (`bench_peak --gemm`, AMD EPYC Zen 5, 2 threads: 432 against 245 GFLOP/s weighted by the
-// step's FLOPs, OpenBLAS on the AVX2 kernels OPENBLAS_CORETYPE=Haswell selects there), so the
-// speed of large products does not depend on which kernels OpenBLAS picks. Small shapes,
-// measured on 2 cores (Sapphire Rapids): 128 x 256 x 784 and 256 x 784 x 128 run at 200-210
-// GFLOP/s against 160-165 for OpenBLAS's own threading; 4 x 50 x 784 (B^T) takes 13.7 us
-// against 3.5, and 50 x 784 x 4 takes 9.7 against 6.3. At K = 8-15 a bare product is slower
-// here (128 x 256 x 10: 11 us against 7), but one with a fused epilogue is faster than OpenBLAS
-// plus the epilogue's own pass (11 against 7 + 11), and the choice depends on the shape alone so
-// that a fused product is computed exactly as the unfused one. The compiler asks it before
-// fusing an epilogue (only this path applies one for free).
+// Whether sgemm_avx512 runs this product (else OpenBLAS): AVX-512 built into this variant of
+// the kernels, and M, K >= 1. No upper size: with B blocks sized for L2 the own GEMM runs every
+// product shape of a GPT-2 124M step faster than OpenBLAS (`bench_peak --gemm`, AMD EPYC Zen 5,
+// 2 threads: 432 against 245 GFLOP/s weighted by the step's FLOPs, OpenBLAS on the AVX2 kernels
+// OPENBLAS_CORETYPE=Haswell selects there), so the speed of products does not depend on which
+// kernels OpenBLAS picks. No lower size either (measured on one core, Zen 5): a few rows with a
+// transposed B take the dot path (4 x 50 x 784: 2.8 us against OpenBLAS's 8.9), 4 x 50 x 50
+// takes 0.34 us against 0.61; a weight gradient over a batch of 4 (50 x 784 x 4) is slower bare
+// (5.6 us against 4.3) but carries the optimizer's momentum and parameter updates in its
+// epilogue (7.3 us against 4.3 + 3.9 for OpenBLAS and the two separate passes). The choice
+// depends on the shape alone, so that a fused product is computed exactly as the unfused one.
+// The compiler asks it before fusing an epilogue (only this path applies one for free).
 bool own_gemm_applies(int64_t M, int64_t N, int64_t K, bool tb);
 
 // Whether sgemm_avx512 computes a product of inner size K in one K block (K <= 384): then an

@@ -114,6 +114,27 @@ TEST(CpuVariants, EveryVariantThisCpuRunsAgreesWithTheRunningOne) {
        op(ir::OpCode::Linear, ir::NoAttrs{}, {leaf({128, 784}), leaf({256, 784}), leaf({256})}),
        {&x784, &w784, &b256},
        abs_product(x784, w784, 128, 256, 784, true, &b256)});
+  // A batch of 4 through a linear layer (the own GEMM's dot path) and a weight gradient over it
+  // with a momentum addend (K = 4), against OpenBLAS and its epilogue pass.
+  auto x4 = vec(4 * 784), w50 = vec(50 * 784), b50 = vec(50), g4 = vec(4 * 50), mom = vec(50 * 784),
+       sc = std::vector<float>{0.9f};
+  cases.push_back(
+      {"linear 4x784 @ 50x784^T + b",
+       op(ir::OpCode::Linear, ir::NoAttrs{}, {leaf({4, 784}), leaf({50, 784}), leaf({50})}),
+       {&x4, &w50, &b50},
+       abs_product(x4, w50, 4, 50, 784, true, &b50)});
+  {
+    std::vector<float> gt(50 * 4);  // g^T, so that abs_product sees the untransposed A
+    for (int64_t i = 0; i < 50; ++i)
+      for (int64_t k = 0; k < 4; ++k) gt[i * 4 + k] = g4[k * 50 + i];
+    auto scale = abs_product(gt, x4, 50, 784, 4, false, nullptr);
+    for (size_t i = 0; i < scale.size(); ++i) scale[i] += 0.9f * std::fabs(mom[i]);
+    cases.push_back({"gemm 4x50^T @ 4x784 + 0.9 * momentum",
+                     op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = true, .addend = true},
+                        {leaf({4, 50}), leaf({4, 784}), leaf({50, 784}), leaf({})}),
+                     {&g4, &x4, &mom, &sc},
+                     scale});
+  }
   cases.push_back({"matmul 64x96 @ 96x80",
                    op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {leaf({64, 96}), leaf({96, 80})}),
                    {&a96, &b96},

@@ -125,13 +125,29 @@ TEST(OwnGemm, TrainingShapesAndEdges) {
   // several 384-blocks, more column panels than one N block (1536), and wide untransposed B
   // (N >= 1024) with enough rows to be packed (M >= 96), on one thread and three.
   const Case cases[] = {
-      {120, 1100, 200, true, false, 0.5f, 1.f, 2},     {97, 2100, 384, false, false, 1.f, 0.f, 3},
-      {96, 1024, 33, false, false, 1.f, 0.3f, 1},      {95, 1024, 33, false, false, 1.f, 0.3f, 2},
-      {128, 256, 784, false, true, 1.f, 0.f, 2, true}, {256, 784, 128, true, false, 1.f, 0.f, 2},
-      {128, 256, 256, false, false, 1.f, 0.f, 2},      {256, 256, 128, true, false, 1.f, 0.9f, 2},
-      {128, 10, 256, false, true, 1.f, 0.f, 1},        {10, 256, 128, true, false, 1.f, 0.f, 3},
-      {7, 9, 0, false, false, 1.f, 0.5f, 2, true},     {33, 40, 1000, true, true, 0.25f, 0.f, 2},
-      {13, 1600, 20, false, false, 1.f, 0.f, 2},       {1, 1, 1, false, false, 1.f, 0.f, 1},
+      {120, 1100, 200, true, false, 0.5f, 1.f, 2},
+      {97, 2100, 384, false, false, 1.f, 0.f, 3},
+      {96, 1024, 33, false, false, 1.f, 0.3f, 1},
+      {95, 1024, 33, false, false, 1.f, 0.3f, 2},
+      {128, 256, 784, false, true, 1.f, 0.f, 2, true},
+      {256, 784, 128, true, false, 1.f, 0.f, 2},
+      {128, 256, 256, false, false, 1.f, 0.f, 2},
+      {256, 256, 128, true, false, 1.f, 0.9f, 2},
+      {128, 10, 256, false, true, 1.f, 0.f, 1},
+      {10, 256, 128, true, false, 1.f, 0.f, 3},
+      {7, 9, 0, false, false, 1.f, 0.5f, 2, true},
+      {33, 40, 1000, true, true, 0.25f, 0.f, 2},
+      {13, 1600, 20, false, false, 1.f, 0.f, 2},
+      {1, 1, 1, false, false, 1.f, 0.f, 1},
+      // Few rows of a transposed B (the dot path): a batch of 4 through FC-MNIST's first layer,
+      // one row against a wide weight on three threads, masked K and column tails.
+      {4, 50, 784, false, true, 1.f, 0.f, 1, true},
+      {1, 3072, 768, false, true, 1.f, 0.3f, 3},
+      {3, 37, 65, false, true, -2.f, 1.f, 2, true},
+      {4, 17, 64, false, true, 0.5f, 0.f, 1},
+      // K < 8 (a weight gradient over a batch of 4), one row with an untransposed B.
+      {50, 784, 4, true, false, 1.f, 0.9f, 2},
+      {1, 300, 100, false, false, 1.f, 0.f, 1},
   };
   const auto variants = own_gemm_variants();
   if (variants.empty())
@@ -177,8 +193,9 @@ std::vector<float> random_vec(size_t n, std::mt19937& rng) {
 // written in place over C, as the planner places a momentum update, and with the parameter
 // update P + out * r written in place into P) through cpu_Gemm, and the
 // same through the separate kernels: bitwise equal (an addend over several K blocks, which the
-// fusion pass never creates, within 1e-4). M, N, K pick the own GEMM (K >= 8) or
-// the OpenBLAS path with its epilogue pass (K < 8), so both paths of cpu_Gemm run.
+// fusion pass never creates, within 1e-4). Every shape runs on the own GEMM where the CPU runs
+// the AVX-512 variant of the kernels (M <= 4 with a transposed B and K >= 64: its dot path), and
+// on OpenBLAS with the epilogue pass otherwise.
 void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
   std::mt19937 rng(static_cast<uint32_t>(M * 131 + N * 7 + K));
   const cstorch::Shape sa = ta ? cstorch::Shape{K, M} : cstorch::Shape{M, K};
@@ -256,8 +273,9 @@ TEST(GemmKernel, EqualsTheSeparateKernelsOnBothPaths) {
   expect_gemm_node_matches(48, 40, 64, false);   // own GEMM
   expect_gemm_node_matches(48, 40, 64, true);    // own GEMM, transposed A (weight gradient)
   expect_gemm_node_matches(64, 70, 900, false);  // own GEMM, bias over several K blocks
-  expect_gemm_node_matches(20, 30, 4, true);     // K < 8: OpenBLAS and an epilogue pass
+  expect_gemm_node_matches(20, 30, 4, true);     // K < 8 (a weight gradient over 4 samples)
   expect_gemm_node_matches(20, 30, 4, false);
+  expect_gemm_node_matches(4, 50, 784, false);  // linear of 4 samples: the dot path
 }
 
 }  // namespace
@@ -324,10 +342,16 @@ TEST(GemmKernel, WorkspacePerThreadAndTheTeamCappedAtItsAreas) {
   EXPECT_EQ(cpu::workspace_bytes(*nt, 4), 0u);
   auto deep = op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {x, leaf({784, 256})});
   EXPECT_GT(cpu::workspace_bytes(*deep, 4), 0u);
+  // (In each variant this CPU runs: the own GEMM reads this B in place.)
   auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.addend = true},
               {leaf({20, 4}), leaf({4, 30}), leaf({20, 30}), leaf({})});
-  EXPECT_EQ(cpu::workspace_bytes(*g, 1), 608 * sizeof(float));  // 20 x 30, rounded to 64 bytes
-  EXPECT_EQ(cpu::workspace_bytes(*g, 4), 608 * sizeof(float));  // 20 x 30, rounded to 64 bytes
+  for (const auto* v : cpu::built_variants()) {
+    if (!cpu::runs_here(*v)) continue;
+    // 20 x 30, rounded to 64 bytes
+    const size_t want = v->own_gemm_applies(20, 30, 4, false) ? 0 : 608 * sizeof(float);
+    EXPECT_EQ(v->workspace_bytes(*g, 1), want) << v->name;
+    EXPECT_EQ(v->workspace_bytes(*g, 4), want) << v->name;
+  }
 }
 
 // A workspace smaller than the kernel needs is an error naming the op and the sizes, before
@@ -347,14 +371,18 @@ TEST(GemmKernel, TooSmallWorkspaceIsAnError) {
         cpu::kernel(ir::OpCode::Linear)(Workspace(need - 64).ctx, *lin, in_lin, out.data()),
         "linear", std::to_string(need), std::to_string(need - 64));
   }
-  // The product buffer of an OpenBLAS product written over its addend.
+  // The product buffer of an OpenBLAS product written over its addend, in each variant this CPU
+  // runs that sends the product to OpenBLAS (the x86-64 baseline of a portable build at least).
   auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.addend = true},
               {leaf({20, 4}), leaf({4, 30}), leaf({20, 30}), leaf({})});
   auto a = random_vec(80, rng), b = random_vec(120, rng), c = random_vec(600, rng);
   const float s = 0.5f;
   const void* in_g[] = {a.data(), b.data(), c.data(), &s};
-  EXPECT_ERROR(cpu::kernel(ir::OpCode::Gemm)(ir::KernelContext{}, *g, in_g, c.data()), "gemm",
-               std::to_string(cpu::workspace_bytes(*g, 1)));
+  for (const auto* v : cpu::built_variants())
+    if (cpu::runs_here(*v) && !v->own_gemm_applies(20, 30, 4, false))
+      EXPECT_ERROR(
+          v->kernels[static_cast<int>(ir::OpCode::Gemm)](ir::KernelContext{}, *g, in_g, c.data()),
+          "gemm", std::to_string(v->workspace_bytes(*g, 1)));
   // The f32 copies of 16-bit operands; with the bf16 GEMM, its f32 result and one packing area
   // (a product this small runs on one thread).
   auto h = leaf({8, 16}), k = leaf({16, 8});
