@@ -28,6 +28,7 @@
 #include "cstorch/core/error.h"
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/parallel.h"
 #include "backend/cpu/transpose16.h"
 
 namespace cstorch::cpu {
@@ -370,12 +371,7 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
       if (b0 < b1)
         dot_columns(M, 16 * b0, std::min(N, 16 * b1), K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
     };
-    if (threads == 1) {
-      run(0, 1);
-    } else {
-#pragma omp parallel num_threads(threads)
-      run(omp_get_thread_num(), omp_get_num_threads());
-    }
+    run_on_team(threads, run);
     return true;
   }
   // op(A)[i][k] = A[i * ars + k * acs], op(B)[k][j] = B[k * brs + j * bcs]. A is always read in
@@ -444,12 +440,7 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
       }
     }
   };
-  if (threads == 1) {
-    body(0, 1);  // no parallel region: its entry costs more than a small product
-  } else {
-#pragma omp parallel num_threads(threads)
-    body(omp_get_thread_num(), omp_get_num_threads());
-  }
+  run_on_team(threads, body);
   return true;
 }
 #pragma GCC diagnostic pop

@@ -22,6 +22,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/parallel.h"
 #include "backend/cpu/transpose16.h"
 #include "cstorch/core/error.h"
 
@@ -246,12 +247,7 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
       }
     }
   };
-  if (threads == 1) {
-    body(0, 1);
-  } else {
-#pragma omp parallel num_threads(threads)
-    body(omp_get_thread_num(), omp_get_num_threads());
-  }
+  run_on_team(threads, body);
   return true;
 }
 

@@ -29,6 +29,18 @@ inline void parallel_for(int64_t n, int64_t grain, F&& f, int max_threads = 0) {
   }
 }
 
+// Calls f(t, nt) once on each thread t of a team of `threads`, or f(0, 1) on the calling thread
+// alone when threads <= 1 (no parallel region: its entry costs more than a small product).
+template <class F>
+inline void run_on_team(int threads, F&& f) {
+  if (threads <= 1) {
+    f(0, 1);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  f(omp_get_thread_num(), omp_get_num_threads());
+}
+
 // Default grain for simple elementwise loops (elements per chunk).
 inline constexpr int64_t kElementwiseGrain = 32768;
 

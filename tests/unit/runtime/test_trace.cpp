@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include <cstorch/cstorch.h>
@@ -212,24 +213,33 @@ TEST(Runtime, ThreadCountReachesTheExecutorThread) {
   EXPECT_EQ(cs::get_num_threads(), 2);
 }
 
-TEST(Runtime, FlushDenormalReachesEagerOpsCompiledStepsAndTheirTeams) {
-  cs::set_num_threads(2);
-  // 1e-20 * 1e-20 = 1e-40, a denormal f32. 200,000 elements: the kernel runs on the team.
-  const int64_t n = 200000;
-  auto x = cs::full({n}, 1e-20);
-  auto product = cs::trace([](const Tensor& a) { return a * a; });
-  auto nonzero = [&](const Tensor& t) {
+namespace {
+// x * x of 200,000 elements of 1e-20 (large enough for the kernel to run on its thread's team):
+// 1e-40 is a denormal f32, flushed to 0 under set_flush_denormal(true). Counts nonzero results.
+struct DenormalProbe {
+  static constexpr int64_t n = 200000;
+  Tensor x = cs::full({n}, 1e-20);
+  std::function<Tensor(const Tensor&)> product = cs::trace([](const Tensor& a) { return a * a; });
+  static int64_t nonzero(const Tensor& t) {
     int64_t c = 0;
     for (float v : t.to_vector<float>()) c += v != 0.f;
     return c;
-  };
+  }
+  int64_t eager() const { return nonzero(x * x); }    // on the calling thread's team
+  int64_t compiled() { return nonzero(product(x)); }  // on the executor thread's team
+};
+}  // namespace
+
+TEST(Runtime, FlushDenormalReachesEagerOpsCompiledStepsAndTheirTeams) {
+  cs::set_num_threads(2);
+  DenormalProbe p;
   ASSERT_TRUE(cs::set_flush_denormal(true));
-  EXPECT_EQ(nonzero(x * x), 0);       // eager
-  EXPECT_EQ(nonzero(product(x)), 0);  // compiled, on the executor thread's team
-  cs::set_flush_denormal(false);      // PyTorch's default
-  EXPECT_EQ(nonzero(x * x), n);
-  EXPECT_EQ(nonzero(product(x)), n);
-  EXPECT_GT((x * x).to_vector<float>()[n - 1], 0.f);
+  EXPECT_EQ(p.eager(), 0);
+  EXPECT_EQ(p.compiled(), 0);
+  cs::set_flush_denormal(false);  // PyTorch's default
+  EXPECT_EQ(p.eager(), p.n);
+  EXPECT_EQ(p.compiled(), p.n);
+  EXPECT_GT((p.x * p.x).to_vector<float>()[p.n - 1], 0.f);
 }
 
 namespace {
@@ -261,24 +271,17 @@ void block_on_executor() {
 // its team for the client's eager kernels. Denormal modes survive a team's restart.
 TEST(Runtime, BlockedClientAndIdleExecutorEndTheirIdleTeams) {
   cs::set_num_threads(2);
-  const int64_t n = 200000;  // large enough for a kernel to run on its thread's team
-  auto x = cs::full({n}, 1e-20);
-  auto product = cs::trace([](const Tensor& a) { return a * a; });
-  auto nonzero = [&](const Tensor& t) {
-    int64_t c = 0;
-    for (float v : t.to_vector<float>()) c += v != 0.f;
-    return c;
-  };
-  (void)product(x);
+  DenormalProbe p;
+  (void)p.product(p.x);
   block_on_executor();
   // Neither thread has a team once the executor has been idle for a while.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const int base = process_threads();
-  (void)(x * x);  // eager: this thread's team starts (one more thread)
+  (void)(p.x * p.x);  // eager: this thread's team starts (one more thread)
   EXPECT_EQ(threads_settling_at(base + 1), base + 1);
   block_on_executor();  // blocked: this thread's team ended
   EXPECT_EQ(threads_settling_at(base), base);
-  (void)product(x);  // the executor's team starts, then ends once the executor is idle
+  (void)p.product(p.x);  // the executor's team starts, then ends once the executor is idle
   cs::synchronize();
   EXPECT_EQ(threads_settling_at(base), base);
 
@@ -287,10 +290,10 @@ TEST(Runtime, BlockedClientAndIdleExecutorEndTheirIdleTeams) {
   block_on_executor();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(threads_settling_at(base), base);
-  EXPECT_EQ(nonzero(x * x), 0);       // eager, on a new team
-  EXPECT_EQ(nonzero(product(x)), 0);  // compiled, on the executor's new team
+  EXPECT_EQ(p.eager(), 0);     // eager, on a new team
+  EXPECT_EQ(p.compiled(), 0);  // compiled, on the executor's new team
   cs::set_flush_denormal(false);
-  EXPECT_EQ(nonzero(x * x), n);
+  EXPECT_EQ(p.eager(), p.n);
 }
 
 // PyTorch's usual order (zero_grad first): gradients exist between calls but the body drops
