@@ -72,10 +72,11 @@ class DeviceBackend {
   // The team size of the calling thread's parallel kernels (1 where kernels do not run on host
   // threads).
   virtual int host_threads() const { return 1; }
-  // Called on a client thread that is about to block on the executor: ends the host threads
-  // that this thread keeps idle for its own parallel kernels, so that they do not count as
-  // busy against the executor's team while the step runs. The next parallel kernel on this
-  // thread starts them again. No-op where kernels do not run on host threads.
+  // Ends the host threads that the calling thread keeps idle for its own parallel kernels, so
+  // that they do not count against another thread's team. Called by a client thread about to
+  // block on the executor, and by the executor after a few milliseconds idle (runtime/
+  // executor.cpp). The next parallel kernel on that thread starts them again. No-op where
+  // kernels do not run on host threads.
   virtual void release_idle_host_threads() const {}
 
   // Capabilities the compiler asks about.
