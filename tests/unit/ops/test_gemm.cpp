@@ -193,10 +193,15 @@ std::vector<float> random_vec(size_t n, std::mt19937& rng) {
 // written in place over C, as the planner places a momentum update, and with the parameter
 // update P + out * r written in place into P) through cpu_Gemm, and the
 // same through the separate kernels: bitwise equal (an addend over several K blocks, which the
-// fusion pass never creates, within 1e-4). Every shape runs on the own GEMM where the CPU runs
-// the AVX-512 variant of the kernels (M <= 4 with a transposed B and K >= 64: its dot path), and
-// on OpenBLAS with the epilogue pass otherwise.
-void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
+// fusion pass never creates, within 1e-4), with variant v's kernels: every shape runs on the own
+// GEMM in the AVX-512 variant (M <= 4 with a transposed B and K >= 64: its dot path), and on
+// OpenBLAS with the epilogue pass in the others.
+void expect_gemm_node_matches(const cpu::KernelVariant& v, int64_t M, int64_t N, int64_t K,
+                              bool ta) {
+  auto kernel = [&](ir::OpCode op) { return v.kernels[static_cast<int>(op)]; };
+  auto ws = [&](const ir::Node& n) {
+    return Workspace(v.workspace_bytes(n, cpu::workspace_threads()));
+  };
   std::mt19937 rng(static_cast<uint32_t>(M * 131 + N * 7 + K));
   const cstorch::Shape sa = ta ? cstorch::Shape{K, M} : cstorch::Shape{M, K};
   auto A = leaf(sa), W = leaf({N, K}), Bm = leaf({K, N}), b = leaf({N}), C = leaf({M, N}),
@@ -210,40 +215,40 @@ void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
     auto lin = op(ir::OpCode::Linear, ir::NoAttrs{}, {A, W, b});
     auto relu = op(ir::OpCode::Relu, ir::NoAttrs{}, {lin});
     const void* in_lin[] = {a.data(), w.data(), bias.data()};
-    cpu::kernel(ir::OpCode::Linear)(Workspace(*lin).ctx, *lin, in_lin, tmp.data());
+    kernel(ir::OpCode::Linear)(ws(*lin).ctx, *lin, in_lin, tmp.data());
     const void* in_relu[] = {tmp.data()};
-    cpu::kernel(ir::OpCode::Relu)(ir::KernelContext{}, *relu, in_relu, want.data());
+    kernel(ir::OpCode::Relu)(ir::KernelContext{}, *relu, in_relu, want.data());
     auto g =
         op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_b = true, .bias = true, .relu = true}, {A, W, b});
-    cpu::kernel(ir::OpCode::Gemm)(Workspace(*g).ctx, *g, in_lin, got.data());
-    EXPECT_EQ(got, want) << "relu(linear) M" << M << " N" << N << " K" << K;
+    kernel(ir::OpCode::Gemm)(ws(*g).ctx, *g, in_lin, got.data());
+    EXPECT_EQ(got, want) << v.name << ": relu(linear) M" << M << " N" << N << " K" << K;
   }
   auto mm = op(ir::OpCode::Matmul, ir::MatmulAttrs{.trans_a = ta}, {A, Bm});
   const void* in_mm[] = {a.data(), bm.data()};
-  cpu::kernel(ir::OpCode::Matmul)(Workspace(*mm).ctx, *mm, in_mm, tmp.data());
+  kernel(ir::OpCode::Matmul)(ws(*mm).ctx, *mm, in_mm, tmp.data());
   // relu_grad(matmul, y)
   {
     auto rg = op(ir::OpCode::ReluGrad, ir::NoAttrs{}, {mm, y});
     const void* in_rg[] = {tmp.data(), yv.data()};
-    cpu::kernel(ir::OpCode::ReluGrad)(ir::KernelContext{}, *rg, in_rg, want.data());
+    kernel(ir::OpCode::ReluGrad)(ir::KernelContext{}, *rg, in_rg, want.data());
     auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .relu_grad = true}, {A, Bm, y});
     const void* in_g[] = {a.data(), bm.data(), yv.data()};
-    cpu::kernel(ir::OpCode::Gemm)(Workspace(*g).ctx, *g, in_g, got.data());
+    kernel(ir::OpCode::Gemm)(ws(*g).ctx, *g, in_g, got.data());
     EXPECT_EQ(got, want) << "relu_grad(matmul) M" << M << " N" << N << " K" << K;
   }
   // addcmul(matmul, C, s), into a fresh buffer and in place over C
   {
     auto ac = op(ir::OpCode::Addcmul, ir::NoAttrs{}, {mm, C, s});
     const void* in_ac[] = {tmp.data(), c.data(), &sv};
-    cpu::kernel(ir::OpCode::Addcmul)(ir::KernelContext{}, *ac, in_ac, want.data());
+    kernel(ir::OpCode::Addcmul)(ir::KernelContext{}, *ac, in_ac, want.data());
     auto g = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .addend = true}, {A, Bm, C, s});
     const void* in_g[] = {a.data(), bm.data(), c.data(), &sv};
-    cpu::kernel(ir::OpCode::Gemm)(Workspace(*g).ctx, *g, in_g, got.data());
+    kernel(ir::OpCode::Gemm)(ws(*g).ctx, *g, in_g, got.data());
     std::vector<float> inplace = c;
     const void* in_gi[] = {a.data(), bm.data(), inplace.data(), &sv};
-    cpu::kernel(ir::OpCode::Gemm)(Workspace(*g).ctx, *g, in_gi, inplace.data());
+    kernel(ir::OpCode::Gemm)(ws(*g).ctx, *g, in_gi, inplace.data());
     EXPECT_EQ(inplace, got) << "in place, M" << M << " N" << N << " K" << K;
-    if (K < 8 || cpu::kernels().own_gemm_one_k_block(K)) {  // what the fusion pass creates
+    if (K < 8 || v.own_gemm_one_k_block(K)) {  // what the fusion pass creates
       EXPECT_EQ(got, want) << "addcmul(matmul) M" << M << " N" << N << " K" << K;
     } else {  // several K blocks: the same sums, rounded in another order
       for (size_t i = 0; i < want.size(); ++i)
@@ -251,31 +256,37 @@ void expect_gemm_node_matches(int64_t M, int64_t N, int64_t K, bool ta) {
     }
     // ... and also updating P <- P + out * r in place (SGD's parameter update), against
     // addcmul(P, want, r).
-    if (K < 8 || cpu::kernels().own_gemm_one_k_block(K)) {
+    if (K < 8 || v.own_gemm_one_k_block(K)) {
       auto P = leaf({M, N}), r = leaf({});
       const float rv = -0.01f;
       std::vector<float> p = random_vec(M * N, rng), p_want(M * N);
       auto up = op(ir::OpCode::Addcmul, ir::NoAttrs{}, {P, C, r});
       const void* in_up[] = {p.data(), want.data(), &rv};
-      cpu::kernel(ir::OpCode::Addcmul)(ir::KernelContext{}, *up, in_up, p_want.data());
+      kernel(ir::OpCode::Addcmul)(ir::KernelContext{}, *up, in_up, p_want.data());
       auto gu = op(ir::OpCode::Gemm, ir::GemmAttrs{.trans_a = ta, .addend = true, .update = true},
                    {A, Bm, C, s, P, r});
       std::vector<float> mom = c;
       const void* in_gu[] = {a.data(), bm.data(), mom.data(), &sv, p.data(), &rv};
-      cpu::kernel(ir::OpCode::Gemm)(Workspace(*gu).ctx, *gu, in_gu, mom.data());
+      kernel(ir::OpCode::Gemm)(ws(*gu).ctx, *gu, in_gu, mom.data());
       EXPECT_EQ(mom, want) << "momentum with update, M" << M << " N" << N << " K" << K;
       EXPECT_EQ(p, p_want) << "parameter update, M" << M << " N" << N << " K" << K;
     }
   }
 }
 
+// In every variant this CPU runs: the own GEMM in the AVX-512 one, OpenBLAS with its epilogue
+// pass in the others (the x86-64 baseline of a portable build at least).
 TEST(GemmKernel, EqualsTheSeparateKernelsOnBothPaths) {
-  expect_gemm_node_matches(48, 40, 64, false);   // own GEMM
-  expect_gemm_node_matches(48, 40, 64, true);    // own GEMM, transposed A (weight gradient)
-  expect_gemm_node_matches(64, 70, 900, false);  // own GEMM, bias over several K blocks
-  expect_gemm_node_matches(20, 30, 4, true);     // K < 8 (a weight gradient over 4 samples)
-  expect_gemm_node_matches(20, 30, 4, false);
-  expect_gemm_node_matches(4, 50, 784, false);  // linear of 4 samples: the dot path
+  for (const auto* v : cpu::built_variants()) {
+    if (!cpu::runs_here(*v)) continue;
+    SCOPED_TRACE(v->name);
+    expect_gemm_node_matches(*v, 48, 40, 64, false);
+    expect_gemm_node_matches(*v, 48, 40, 64, true);    // transposed A (weight gradient)
+    expect_gemm_node_matches(*v, 64, 70, 900, false);  // bias over several K blocks
+    expect_gemm_node_matches(*v, 20, 30, 4, true);     // a weight gradient over 4 samples
+    expect_gemm_node_matches(*v, 20, 30, 4, false);
+    expect_gemm_node_matches(*v, 4, 50, 784, false);  // linear of 4 samples: the dot path
+  }
 }
 
 }  // namespace
