@@ -35,7 +35,7 @@ cmake --build "$BUILD_DIR" -j "$JOBS" --target cszoo unit_tests cuda_tests
 echo "test_cuda: built in $(($(date +%s) - start)) s"
 
 # The backend's host-side tests, and the device layer's.
-"$BUILD_DIR/tests/unit_tests" --gtest_filter='CudaBlockCache.*:CudaDeviceTable.*:CudaCapabilities.*:*CudaFcMnist.*:CudaFcMnistRefusals.*'
+"$BUILD_DIR/tests/unit_tests" --gtest_filter='CudaBlockCache.*:CudaDeviceTable.*:CudaCapabilities.*:*CudaFcMnist.*:CudaFcMnistRefusals.*:*CudaModels.*'
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -R '^Device\.' -LE cuda
 
 if nvidia-smi >/dev/null 2>&1; then

@@ -49,6 +49,7 @@ Program::Program(Graph g, Device device, ProgramStats traced)
   profile_ = p && *p && std::string(p) != "0";
   profile_nodes_ = profile_ && std::string(p) == "nodes";
   step_seconds_.assign(steps_.size(), 0.0);
+  if (profile_) recorder_ = nullptr;  // kernels are timed one by one
 }
 
 Program::~Program() {
@@ -81,6 +82,51 @@ Program::~Program() {
 }
 
 void Program::plan() {
+  // Recording (DeviceBackend::records). The kernels of the step's device make the recorded
+  // body; kernels elsewhere (host scalars such as an optimizer's step count, transfers) run
+  // outside it: before each replay those that need nothing the body computes (the prologue:
+  // host arithmetic, uploads of host values), after it those that read its results (the
+  // epilogue: downloads, host arithmetic on them). A program records when every node fits one
+  // of the three, no body kernel reads an epilogue value, and no node is a collective (it waits
+  // for the host in the middle of the step). The nodes are then ordered prologue, body,
+  // epilogue (each in its original order: still a topological order).
+  recorder_ = nullptr;
+  prologue_ = epilogue_ = 0;
+  {
+    const ir::DeviceBackend* dev = ir::find_device_backend(device_);
+    std::unordered_map<const ir::Node*, int> phase;  // 0 leaf, 1 prologue, 2 body, 3 epilogue
+    bool ok = dev && dev->records(), body = false;
+    for (const auto& np : g_.nodes) {
+      if (!ok) break;
+      const auto& node = *np;
+      int in = 0;
+      for (const auto& x : node.inputs) in = std::max(in, phase.at(x.get()));
+      int ph;
+      if (node.op == ir::OpCode::Input || node.op == ir::OpCode::Constant) {
+        ph = 0;
+      } else if (has_trait(node.op, ir::kAlias)) {
+        ph = in;
+      } else if (has_trait(node.op, ir::kCollective)) {
+        ok = false;
+        ph = 3;
+      } else if (node.op != ir::OpCode::ToDevice && &ir::device_backend(node.device) == dev) {
+        ok = in < 3;
+        ph = 2;
+        body = true;
+      } else {
+        ph = in >= 2 ? 3 : 1;
+      }
+      phase[np.get()] = ph;
+    }
+    if (ok && body) {
+      recorder_ = dev;
+      std::stable_sort(g_.nodes.begin(), g_.nodes.end(),
+                       [&](const ir::NodePtr& x, const ir::NodePtr& y) {
+                         return phase.at(x.get()) < phase.at(y.get());
+                       });
+      for (const auto& np : g_.nodes) phase_.push_back(static_cast<uint8_t>(phase.at(np.get())));
+    }
+  }
   const size_t n = g_.nodes.size();
   std::unordered_map<const ir::Node*, uint32_t> id;
   for (size_t i = 0; i < n; ++i) id[g_.nodes[i].get()] = static_cast<uint32_t>(i);
@@ -133,10 +179,12 @@ void Program::plan() {
   };
   std::vector<FinalCopy> finals;
 
-  // Step outputs: computed straight into the output buffer when possible.
+  // Step outputs: computed straight into the output buffer when possible. A recorded program's
+  // kernels write only buffers of its own (the output buffers change from call to call), so
+  // its outputs are copied out after the last kernel.
   for (size_t o = 0; o < g_.outputs.size(); ++o) {
     uint32_t v = id.at(g_.outputs[o].get());
-    if (!placed[v]) {
+    if (!placed[v] && !recorder_) {
       places_[v] = {Loc::Output, static_cast<int64_t>(o), nullptr};
       placed[v] = true;
     } else {
@@ -228,6 +276,8 @@ void Program::plan() {
     }
     for (auto& in : node.inputs) input_ids_.push_back(id.at(in.get()));
     max_in = std::max(max_in, node.inputs.size());
+    if (recorder_ && phase_[i] <= 1) prologue_ = steps_.size() + 1;  // they come first
+    if (recorder_ && phase_[i] <= 2) epilogue_ = steps_.size() + 1;  // the body follows
     steps_.push_back(st);
     stats_.flops += node_flops(node);
   }
@@ -364,6 +414,36 @@ void Program::plan() {
       state_copies_.push_back({f.src, static_cast<uint32_t>(f.index)});
   }
   state_ptrs_.assign(g_.state.size(), nullptr);
+
+  // The values the recorded kernels read and write (a recording is replayed while their
+  // pointers are unchanged), and the batch inputs they read: those are always staged, since
+  // the batch's own buffer changes from call to call.
+  recorded_values_.clear();
+  stage_always_.assign(g_.batch_inputs.size(), false);
+  if (recorder_) {
+    std::vector<bool> seen(n + 1, false);
+    auto add = [&](uint32_t v) {
+      if (!seen[v]) recorded_values_.push_back(v);
+      seen[v] = true;
+    };
+    for (size_t si = prologue_; si < epilogue_; ++si) {
+      const Step& st = steps_[si];
+      for (uint32_t j = 0; j < st.num_inputs; ++j) add(input_ids_[st.first_input + j]);
+      add(st.out);
+    }
+    // (An alias reads its root's buffer.)
+    std::vector<bool> root_read(n + 1, false);
+    for (uint32_t v : recorded_values_) root_read[root[v]] = true;
+    for (auto& [v, b] : batch_ids_)
+      if (root_read[v]) stage_always_[b] = true;
+  }
+}
+
+bool Program::same_bindings() const {
+  if (recorded_ptrs_.size() != recorded_values_.size()) return false;
+  for (size_t k = 0; k < recorded_values_.size(); ++k)
+    if (ptrs_[recorded_values_[k]] != recorded_ptrs_[k]) return false;
+  return true;
 }
 
 void Program::run(const void* const* batch, void* const* outputs) {
@@ -399,7 +479,9 @@ void Program::run(const ir::Buffer* const* batch, void* const* outputs) {
   for (auto& [v, b] : batch_ids_) {
     const ir::Buffer& in = *batch[b];
     const Device want = g_.nodes[v]->device;
-    if (in.device == want) {
+    // (A batch read by recorded kernels is read from the program's staging buffer: the batch's
+    // own buffer changes from call to call.)
+    if (in.device == want && !stage_always_[b]) {
       ptrs_[v] = in.data;
       continue;
     }
@@ -414,10 +496,34 @@ void Program::run(const ir::Buffer* const* batch, void* const* outputs) {
   for (auto& [v, o] : output_ids_) ptrs_[v] = outputs[o];
   for (auto& [v, src] : alias_ids_) ptrs_[v] = ptrs_[src];
 
+  ++runs_;
+  if (!recorder_) {
+    run_steps(0, steps_.size());
+  } else {
+    run_steps(0, prologue_);
+    if (recording_ && same_bindings())
+      recorder_->replay(*recording_);
+    else if (runs_ > kDirectRuns && recordings_ < kMaxRecordings)
+      record_and_replay();
+    else
+      run_steps(prologue_, epilogue_);
+    run_steps(epilogue_, steps_.size());
+  }
+  for (auto& [v, o] : final_outputs_) {
+    const Device d = g_.nodes[v]->device;
+    ir::copy_between(d, outputs[o], d, ptrs_[v], g_.nodes[v]->nbytes());
+  }
+  for (auto& [v, s] : state_copies_) {
+    if (ptrs_[v] != state_ptrs_[s])
+      ir::copy_between(g_.state[s].device, state_ptrs_[s], g_.nodes[v]->device, ptrs_[v],
+                       g_.nodes[v]->nbytes());
+  }
+}
+
+void Program::run_steps(size_t begin, size_t end) {
   const uint32_t* ids = input_ids_.data();
   const void** ins = in_scratch_.data();
-  ++runs_;
-  for (size_t si = 0; si < steps_.size(); ++si) {
+  for (size_t si = begin; si < end; ++si) {
     const auto& st = steps_[si];
     for (uint32_t j = 0; j < st.num_inputs; ++j) ins[j] = ptrs_[ids[st.first_input + j]];
     try {
@@ -434,15 +540,22 @@ void Program::run(const ir::Buffer* const* batch, void* const* outputs) {
            dtype_name(st.node->dtype), shape_str(st.node->shape), e.what());
     }
   }
-  for (auto& [v, o] : final_outputs_) {
-    const Device d = g_.nodes[v]->device;
-    ir::copy_between(d, outputs[o], d, ptrs_[v], g_.nodes[v]->nbytes());
+}
+
+void Program::record_and_replay() {
+  recording_.reset();
+  recorder_->begin_recording();
+  try {
+    run_steps(prologue_, epilogue_);
+  } catch (...) {
+    recorder_->end_recording(false);
+    throw;
   }
-  for (auto& [v, s] : state_copies_) {
-    if (ptrs_[v] != state_ptrs_[s])
-      ir::copy_between(g_.state[s].device, state_ptrs_[s], g_.nodes[v]->device, ptrs_[v],
-                       g_.nodes[v]->nbytes());
-  }
+  recording_ = recorder_->end_recording(true);
+  recorded_ptrs_.clear();  // allocates once per recording
+  for (uint32_t v : recorded_values_) recorded_ptrs_.push_back(ptrs_[v]);
+  ++recordings_;
+  recorder_->replay(*recording_);
 }
 
 std::string Program::summary() const {

@@ -53,6 +53,10 @@ class Program {
 
   const Graph& graph() const { return g_; }
   const ProgramStats& stats() const { return stats_; }
+  // Whether executions are recorded and replayed as one unit (DeviceBackend::records), and how
+  // many recordings were made.
+  bool records() const { return recorder_ != nullptr; }
+  int recordings() const { return recordings_; }
   size_t num_outputs() const { return g_.outputs.size(); }
   std::string summary() const;  // ops, FLOPs, memory plan (for compile-only reports)
 
@@ -67,6 +71,14 @@ class Program {
     int64_t workspace_offset = -1;  // in the node's device arena
   };
   void plan();
+  void run_steps(size_t begin, size_t end);  // kernel calls [begin, end), in order
+  void record_and_replay();
+  bool same_bindings() const;  // the recorded kernels' pointers are those recorded
+  // Executions run kernel by kernel before the first recording (lazy setup in the kernels, e.g.
+  // cuBLASLt's plans, happens outside it), and the most recordings a program makes: a program
+  // whose buffers change at every call (a parameter replaced each step) then runs directly.
+  static constexpr int64_t kDirectRuns = 2;
+  static constexpr int kMaxRecordings = 4;
 
   Graph g_;
   Device device_;
@@ -93,6 +105,19 @@ class Program {
   bool profile_nodes_ = false;        // CSTORCH_PROFILE=nodes
   std::vector<double> step_seconds_;  // per kernel call, summed over executions
   int64_t runs_ = 0;
+  // Recording: the backend that records this program (null: run kernel by kernel), the current
+  // recording and the pointers it was made with (replayed only while ptrs_ equals them).
+  const ir::DeviceBackend* recorder_ = nullptr;
+  // Steps [0, prologue_) run before each replay, [prologue_, epilogue_) are recorded,
+  // [epilogue_, end) run after it; phase_ is each node's (0 leaf, 1 prologue, 2 body, 3
+  // epilogue).
+  size_t prologue_ = 0, epilogue_ = 0;
+  std::vector<uint8_t> phase_;
+  std::unique_ptr<ir::Recording> recording_;
+  std::vector<uint32_t> recorded_values_;  // value ids the recorded kernels read or write
+  std::vector<void*> recorded_ptrs_;       // their pointers when recorded
+  std::vector<bool> stage_always_;         // per batch input: read by recorded kernels
+  int recordings_ = 0;
 };
 
 }  // namespace cstorch::compiler

@@ -15,6 +15,13 @@ namespace cstorch::ir {
 
 class DeviceBackend;
 
+// A backend's record of the work one program execution queued (a CUDA graph on the GPU), made
+// by DeviceBackend::end_recording and replayed by DeviceBackend::replay.
+class Recording {
+ public:
+  virtual ~Recording() = default;
+};
+
 // What a kernel gets besides its node and operands. Kernels never allocate: scratch memory is
 // `workspace` (workspace_bytes(node) bytes, planned by the compiler like any other buffer, or
 // allocated per call by an eager op).
@@ -79,6 +86,19 @@ class DeviceBackend {
   // kernels do not run on host threads.
   virtual void release_idle_host_threads() const {}
 
+  // Recording. A backend whose kernels only queue work on its stream may record the kernel
+  // calls of one program execution and replay them as one unit, which removes the per-kernel
+  // launch cost. Between begin_recording and end_recording, the kernels the calling thread runs
+  // on this backend queue their work into the recording instead of running it (other threads'
+  // work is unaffected); end_recording(true) returns the recording (a failure throws),
+  // end_recording(false) discards it (after an error). replay queues the recorded work again on
+  // the backend's stream, with the pointers and values the kernels were given when recorded:
+  // the caller (compiler/program.cpp) replays only while those are unchanged.
+  virtual bool records() const { return false; }
+  virtual void begin_recording() const {}
+  virtual std::unique_ptr<Recording> end_recording(bool keep) const { return nullptr; }
+  virtual void replay(const Recording& r) const {}
+
   // Capabilities the compiler asks about.
   virtual bool supports(OpCode op, DType t) const { return kernel(op) != nullptr; }
   // Why this backend's kernel for n.op cannot run this node (its dtypes, ranks or layout), or
@@ -103,6 +123,9 @@ class DeviceBackend {
 const DeviceBackend& device_backend(Device d);
 // Null instead of an error.
 const DeviceBackend* find_device_backend(Device d);
+// How many devices of type t this process can use: 1 for the CPU and a registered backend, the
+// CUDA devices for a GPU (0 without the CUDA backend or a usable device).
+int device_count(DeviceType t);
 // Registers the backend of a device type that is not built in (DeviceType::Plugin, or GPU for
 // an out-of-tree CUDA backend); replaces an earlier registration of that type. Buffers of the
 // old backend must be gone by then.

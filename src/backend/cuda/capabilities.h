@@ -23,12 +23,13 @@ int num_ops();
 
 // The most dims the kernels walk (broadcasting index arrays).
 inline constexpr int kCudaMaxRank = 8;
-// No kernel needs planned scratch: cuBLASLt's workspace is the backend's own buffer
-// (CudaBackend::gemm_workspace).
-// No Fused kernel and no GEMM epilogues yet: the compiler keeps those ops separate on CUDA.
-inline bool fuses(ir::OpCode) {
-  return false;
-}
+// Planned scratch bytes the CUDA kernel of `n` needs (attention's backward keeps its row
+// statistics there, a 16-bit linear with a bias its f32 product); 0 for the rest. cuBLASLt's
+// workspace is the backend's own buffer (CudaBackend::gemm_workspace), not planned scratch.
+size_t workspace_bytes(const ir::Node& n);
+// Whether the Fused kernel (an elementwise program interpreter) runs `op` as an instruction.
+bool fuses(ir::OpCode op);
+// No GEMM epilogues yet: the compiler keeps bias, relu and updates separate on CUDA.
 inline bool gemm_epilogue_applies(int64_t, int64_t, int64_t, bool) {
   return false;
 }

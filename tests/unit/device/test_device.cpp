@@ -16,14 +16,18 @@
 #include "modelzoo/registry.h"
 #include "runtime/run_mode.h"
 #include "support/checking_device.h"
+#include "support/lm_steps.h"
 #include "unit/test_util.h"
 
 namespace {
 
 using namespace cstorch;
 using cstorch::testing::checking_device_stats;
+using cstorch::testing::lm_yaml;
 using cstorch::testing::register_checking_device;
 using cstorch::testing::rt;
+using cstorch::testing::text_batch;
+using cstorch::testing::zoo_model;
 
 Device check() {
   return register_checking_device();
@@ -208,50 +212,13 @@ TEST(Device, TracedMixedPrecisionStepIsBitwiseTheCpus) {
       batches, 4);
 }
 
-std::shared_ptr<modelzoo::Model> zoo_model(const std::string& name, const std::string& yaml) {
-  auto cfg = parse_config(yaml);
-  return modelzoo::models().create(name, modelzoo::ConfigView(cfg, "model"), "model.name");
-}
-
-Batch text_batch(const std::string& name) {
-  const int64_t B = 2, T = 8;
-  std::vector<int32_t> ids(B * T), mask(B * T, 1), labels(B * T), types(B * T, 0);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = static_cast<int32_t>((i * 7 + 3) % 64);
-    labels[i] = static_cast<int32_t>((i * 5 + 1) % 64);
-  }
-  mask[15] = 0;
-  Batch b{{"input_ids", from_vector(ids, {B, T})}, {"attention_mask", from_vector(mask, {B, T})}};
-  if (name == "gpt2") {
-    b["labels"] = from_vector(labels, {B, T});
-  } else if (name == "bert") {
-    b["token_type_ids"] = from_vector(types, {B, T});
-    b["mlm_labels"] = from_vector(labels, {B, T});
-    b["next_sentence_label"] = from_vector(std::vector<int32_t>{0, 1}, {B});
-  } else {  // transformer, t5
-    std::vector<int32_t> dids(B * T), dmask(B * T, 1);
-    for (size_t i = 0; i < dids.size(); ++i) dids[i] = static_cast<int32_t>((i * 3 + 2) % 64);
-    dmask[B * T - 1] = 0;
-    labels[B * T - 1] = -100;
-    b["decoder_input_ids"] = from_vector(dids, {B, T});
-    b["decoder_attention_mask"] = from_vector(dmask, {B, T});
-    b["labels"] = from_vector(labels, {B, T});
-  }
-  return b;
-}
-
 class DeviceModels : public ::testing::TestWithParam<std::string> {};
 
 // Every Model Zoo language model trains on the device exactly as on the CPU (dropout on, so the
 // random draws are made on the device too).
 TEST_P(DeviceModels, TracedAdamWStepsAreBitwiseTheCpus) {
   const std::string name = GetParam();
-  const std::string yaml =
-      name == "gpt2" || name == "bert"
-          ? "vocab_size: 64\nhidden_size: 32\nnum_hidden_layers: 2\nnum_heads: 2\n"
-            "max_position_embeddings: 16\nfilter_size: 64\ndropout_rate: 0.1\n"
-          : "vocab_size: 64\nd_model: 16\nnum_heads: 2\nd_ff: 32\nencoder_num_hidden_layers: 1\n"
-            "decoder_num_hidden_layers: 1\nmax_position_embeddings: 12\ndropout_rate: 0.1\n";
+  const std::string yaml = lm_yaml(name, 0.1);
   compare_traced([&] { return zoo_model(name, yaml); },
                  [](nn::Module& m) { return std::make_unique<optim::AdamW>(m.parameters(), 3e-3); },
                  [](modelzoo::Model& m, const Batch& b) { return m.loss(b); }, {text_batch(name)},

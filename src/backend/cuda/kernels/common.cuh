@@ -26,6 +26,22 @@ inline unsigned blocks_for(int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+// Calls f with a null pointer of the unsigned word of `item_bytes` (1, 2, 4 or 8): kernels that
+// only move items are instantiated per size, not per dtype.
+template <class F>
+void with_word(int item_bytes, F&& f) {
+  switch (item_bytes) {
+    case 1:
+      return f(static_cast<uint8_t*>(nullptr));
+    case 2:
+      return f(static_cast<uint16_t*>(nullptr));
+    case 4:
+      return f(static_cast<uint32_t*>(nullptr));
+    default:
+      return f(static_cast<uint64_t*>(nullptr));
+  }
+}
+
 // The offsets of output element i in each of `nin` inputs.
 template <int nin>
 __device__ inline void bcast_offsets(const Bcast& b, int64_t i, int64_t* off) {
@@ -68,6 +84,12 @@ __device__ inline T block_reduce(T v, Op op, T* scratch) {
   }
   __syncthreads();
   return scratch[0];
+}
+
+// Stores `code` (kErrorTarget, kErrorIndex) in the backend's mapped error word, which the host
+// reads when it next waits for the device.
+__device__ inline void report(int* error, int code) {
+  *static_cast<volatile int*>(error) = code;
 }
 
 struct SumOp {

@@ -1,6 +1,8 @@
-// CUDA data-movement kernels: permute, expand and slice are one strided read (see launch.h),
-// moving items by their bit pattern, so one kernel per item size serves every dtype.
+// CUDA data-movement kernels: permute, expand and slice are one strided read (see launch.h), and
+// tril / triu a masked copy, moving items by their bit pattern, so one kernel per item size
+// serves every dtype.
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/kernels/common.cuh"
 
@@ -27,20 +29,33 @@ void launch(const Strided& s, const void* x, void* y, int64_t n, void* stream) {
       s, static_cast<const W*>(x), static_cast<W*>(y), n);
 }
 
+// Zero bits are zero in every dtype.
+template <class W>
+__global__ void tri_kernel(bool upper, int64_t diagonal, const W* __restrict__ x, W* __restrict__ y,
+                           int64_t m, int64_t n, int64_t total) {
+  CS_GRID_STRIDE(e, total) {
+    const int64_t j = e % n, i = (e / n) % m;
+    const bool keep = upper ? j >= i + diagonal : j <= i + diagonal;
+    y[e] = keep ? x[e] : W(0);
+  }
+}
+
 }  // namespace
+
+void tri(bool upper, int64_t diagonal, int item_bytes, const void* x, void* y, int64_t rows,
+         int64_t m, int64_t n, void* stream) {
+  const int64_t total = rows * m * n;
+  with_word(item_bytes, [&](auto* tag) {
+    using W = std::remove_pointer_t<decltype(tag)>;
+    tri_kernel<W><<<blocks_for(total), kThreads, 0, as_stream(stream)>>>(
+        upper, diagonal, static_cast<const W*>(x), static_cast<W*>(y), m, n, total);
+  });
+}
 
 void gather_strided(const Strided& s, int item_bytes, const void* x, void* y, int64_t n,
                     void* stream) {
-  switch (item_bytes) {
-    case 1:
-      return launch<uint8_t>(s, x, y, n, stream);
-    case 2:
-      return launch<uint16_t>(s, x, y, n, stream);
-    case 4:
-      return launch<uint32_t>(s, x, y, n, stream);
-    default:
-      return launch<uint64_t>(s, x, y, n, stream);
-  }
+  with_word(item_bytes,
+            [&](auto* tag) { launch<std::remove_pointer_t<decltype(tag)>>(s, x, y, n, stream); });
 }
 
 }  // namespace cstorch::cuda::k

@@ -36,17 +36,27 @@ class CudaBackend final : public ir::DeviceBackend {
   void copy_on_device(void* dst, const void* src, size_t n) const override;
   void fill_zero(void* dst, size_t n) const override;
   void synchronize() const override;
-  void* stream() const override { return stream_; }
+  // The stream kernels queue on: while the calling thread records (begin_recording), the
+  // capture stream, else the device's stream.
+  void* stream() const override { return active_stream(); }
   ir::Kernel kernel(ir::OpCode op) const override;
+  size_t workspace_bytes(const ir::Node& n) const override;
   bool supports(ir::OpCode op, DType t) const override;
   std::string cannot_run(const ir::Node& n) const override;
   bool fuses(ir::OpCode op) const override;
   bool gemm_epilogue_applies(int64_t m, int64_t n, int64_t k, bool trans_b) const override;
   bool gemm_addend_exact(int64_t) const override { return false; }
   int max_rank() const override;
+  // Recording is CUDA graph capture: a program's kernels are captured on a stream of their own
+  // (capture mode thread-local, so other threads' work on the device is not swept in) and the
+  // instantiated graph is launched on the device's stream. Off with CSTORCH_CUDA_GRAPHS=0.
+  bool records() const override;
+  void begin_recording() const override;
+  std::unique_ptr<ir::Recording> end_recording(bool keep) const override;
+  void replay(const ir::Recording& r) const override;
 
   int index() const { return index_; }
-  cudaStream_t cuda_stream() const { return stream_; }
+  cudaStream_t cuda_stream() const { return active_stream(); }
   cublasLtHandle_t lt() const { return lt_; }
   // The device address of the mapped host word kernels set on bad input (nll_loss targets).
   int* error_word() const { return error_dev_; }
@@ -61,12 +71,14 @@ class CudaBackend final : public ir::DeviceBackend {
   void check_launch(const char* op) const;
   // Makes this backend's device current on the calling thread.
   void make_current() const;
-  // Cached cuBLASLt plans (descriptors and the chosen algorithm) by shape, layout and operand
-  // alignment; looked up without allocating (a step's kernels never allocate).
+  // Cached cuBLASLt plans (descriptors and the chosen algorithm) by shape, layout, operand
+  // alignment and element types (cudaDataType_t of A and B, and of C); looked up without
+  // allocating (a step's kernels never allocate).
   struct GemmKey {
     int64_t m, n, k, batch, stride_a, stride_b;
     bool trans_a, trans_b, tf32;
     uint32_t align_a, align_b, align_c;
+    int ab_type, c_type;
     auto operator<=>(const GemmKey&) const = default;
   };
   struct GemmPlan {
@@ -89,8 +101,11 @@ class CudaBackend final : public ir::DeviceBackend {
  private:
   // Waits for the stream, then reports a kernel's bad-input word as an error.
   void sync_and_check() const;
+  cudaStream_t active_stream() const;
   int index_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t capture_stream_ = nullptr;
+  mutable std::mutex record_mu_;  // one recording at a time on this device
   cublasLtHandle_t lt_ = nullptr;
   int* error_host_ = nullptr;
   int* error_dev_ = nullptr;

@@ -1,11 +1,13 @@
 // The CUDA backend object (see backend.h) and the registry entry points of a CUDA build
 // (backend/cuda/device.h). Everything here is host code over the CUDA runtime API; kernels are
 // in ../kernels/*.cu, the node-reading wrappers in ops.cpp.
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/capabilities.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_table.h"
+#include "backend/cuda/kernels/launch.h"
 #include "backend/cuda/runtime/backend.h"
 #include "cstorch/core/error.h"
 
@@ -56,6 +58,17 @@ class CudaRaw final : public RawAllocator {
   int device_;
 };
 
+// The backend the calling thread is recording on (begin_recording .. end_recording), if any.
+thread_local const CudaBackend* t_recording = nullptr;
+
+// A captured program, instantiated.
+struct CudaRecording final : ir::Recording {
+  cudaGraphExec_t exec = nullptr;
+  ~CudaRecording() override {
+    if (exec) (void)cudaGraphExecDestroy(exec);
+  }
+};
+
 // Freed blocks kept per device for reuse (beyond this they go back to cudaFree).
 constexpr size_t kCacheLimit = size_t{2} << 30;
 
@@ -65,6 +78,8 @@ CudaBackend::CudaBackend(int index) : index_(index) {
   make_current();
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), index_,
              "cudaStreamCreate");
+  check_cuda(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking), index_,
+             "cudaStreamCreate (capture)");
   check_cublas(cublasLtCreate(&lt_), index_, "cublasLtCreate");
   check_cuda(
       cudaHostAlloc(reinterpret_cast<void**>(&error_host_), sizeof(int), cudaHostAllocMapped),
@@ -103,7 +118,60 @@ CudaBackend::~CudaBackend() {
   }
   if (error_host_) (void)cudaFreeHost(error_host_);
   if (lt_) (void)cublasLtDestroy(lt_);
+  if (capture_stream_) (void)cudaStreamDestroy(capture_stream_);
   if (stream_) (void)cudaStreamDestroy(stream_);
+}
+
+cudaStream_t CudaBackend::active_stream() const {
+  return t_recording == this ? capture_stream_ : stream_;
+}
+
+bool CudaBackend::records() const {
+  static const bool on = [] {
+    const char* e = std::getenv("CSTORCH_CUDA_GRAPHS");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+void CudaBackend::begin_recording() const {
+  make_current();
+  record_mu_.lock();
+  t_recording = this;
+  const cudaError_t e = cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) {
+    t_recording = nullptr;
+    record_mu_.unlock();
+    check_cuda(e, index_, "cudaStreamBeginCapture (recording a step)");
+  }
+}
+
+std::unique_ptr<ir::Recording> CudaBackend::end_recording(bool keep) const {
+  cudaGraph_t graph = nullptr;
+  cudaError_t e = cudaStreamEndCapture(capture_stream_, &graph);
+  t_recording = nullptr;
+  record_mu_.unlock();
+  if (!keep) {  // after an error: discard what was captured, and the capture's error
+    if (graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  check_cuda(e, index_,
+             "cudaStreamEndCapture (recording a step; CSTORCH_CUDA_GRAPHS=0 runs steps kernel by "
+             "kernel)");
+  auto r = std::make_unique<CudaRecording>();
+  e = cudaGraphInstantiateWithFlags(&r->exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  check_cuda(e, index_,
+             "cudaGraphInstantiateWithFlags (recording a step; CSTORCH_CUDA_GRAPHS=0 runs steps "
+             "kernel by kernel)");
+  return r;
+}
+
+void CudaBackend::replay(const ir::Recording& r) const {
+  make_current();
+  check_cuda(cudaGraphLaunch(static_cast<const CudaRecording&>(r).exec, stream_), index_,
+             "cudaGraphLaunch (a recorded step)");
 }
 
 void CudaBackend::make_current() const {
@@ -128,12 +196,16 @@ void CudaBackend::check_launch(const char* op) const {
 
 void CudaBackend::sync_and_check() const {
   check_cuda(cudaStreamSynchronize(stream_), index_, "cudaStreamSynchronize (queued kernels)");
-  if (*static_cast<volatile int*>(error_host_) != 0) {
+  const int code = *static_cast<volatile int*>(error_host_);
+  if (code != 0) {
     *error_host_ = 0;
-    fail(
-        "device GPU:{}: a kernel found a class index outside [0, classes) in the targets of "
-        "nll_loss / cross_entropy (reported when the host next waited for the device)",
-        index_);
+    // Kernels cannot throw: they store what they found (kernels/launch.h) and skip the element.
+    fail("device GPU:{}: a kernel found {} (reported when the host next waited for the device)",
+         index_,
+         code == k::kErrorIndex
+             ? "an index outside the indexed dim in index_select / index_add / gather / "
+               "scatter_add (an embedding's token id outside the vocabulary, for example)"
+             : "a class index outside [0, classes) in the targets of nll_loss / cross_entropy");
   }
 }
 
@@ -177,14 +249,14 @@ void CudaBackend::copy_from_host(void* dst, const void* src, size_t n) const {
 void CudaBackend::copy_on_device(void* dst, const void* src, size_t n) const {
   if (n == 0 || dst == src) return;
   make_current();
-  check_cuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream_), index_,
+  check_cuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, active_stream()), index_,
              "cudaMemcpyAsync (device to device)");
 }
 
 void CudaBackend::fill_zero(void* dst, size_t n) const {
   if (n == 0) return;
   make_current();
-  check_cuda(cudaMemsetAsync(dst, 0, n, stream_), index_, "cudaMemsetAsync");
+  check_cuda(cudaMemsetAsync(dst, 0, n, active_stream()), index_, "cudaMemsetAsync");
 }
 
 ir::Kernel CudaBackend::kernel(ir::OpCode op) const {
@@ -196,6 +268,10 @@ bool CudaBackend::supports(ir::OpCode op, DType t) const {
 std::string CudaBackend::cannot_run(const ir::Node& n) const {
   return cuda::unsupported(n);
 }
+size_t CudaBackend::workspace_bytes(const ir::Node& n) const {
+  return cuda::workspace_bytes(n);
+}
+
 bool CudaBackend::fuses(ir::OpCode op) const {
   return cuda::fuses(op);
 }
@@ -241,6 +317,10 @@ const ir::DeviceBackend* find_backend(int index) {
   } catch (const Error&) {
     return nullptr;
   }
+}
+
+int device_count() {
+  return table().count();
 }
 
 }  // namespace cstorch::cuda

@@ -4,10 +4,7 @@
 // (gemm below). Nothing here allocates device memory: scratch is the planned workspace.
 #include <cstdlib>
 
-#include "backend/cuda/capabilities.h"
-#include "backend/cuda/kernels/launch.h"
-#include "backend/cuda/runtime/backend.h"
-#include "cstorch/core/error.h"
+#include "backend/cuda/runtime/kernel_util.h"
 
 namespace cstorch::cuda {
 
@@ -15,31 +12,6 @@ namespace {
 
 using ir::KernelContext;
 using ir::Node;
-
-k::Ty ty(DType t, const char* op) {
-  switch (t) {
-    case DType::f32:
-      return k::Ty::f32;
-    case DType::i32:
-      return k::Ty::i32;
-    case DType::i64:
-      return k::Ty::i64;
-    case DType::boolean:
-      return k::Ty::b8;
-    default:
-      fail("{}: dtype {} has no CUDA kernel", op, dtype_name(t));
-  }
-}
-
-// The prologue of every kernel: the device current on this thread, the node checked (compile
-// time already refused what cannot run; this keeps an eager call just as safe).
-const CudaBackend& enter(const KernelContext& ctx, const Node& n) {
-  const CudaBackend& b = cuda_backend(ctx);
-  b.make_current();
-  if (std::string why = unsupported(n); !why.empty())
-    fail("op '{}' cannot run on device GPU:{}: {}", n.name(), b.index(), why);
-  return b;
-}
 
 k::Bcast bcast(const Node& n) {
   k::Bcast b;
@@ -101,23 +73,37 @@ View loss_view(const Shape& lp) {
   return v;
 }
 
-const float* f(const void* p) {
-  return static_cast<const float*>(p);
+// A launch function's refusal of an element type: cuda_ops.def and the kernels disagree.
+void launched(bool ok, const CudaBackend& b, const Node& n) {
+  CS_CHECK(ok, "op '{}' on device GPU:{}: no CUDA kernel instance for dtype {}", n.name(),
+           b.index(), dtype_name(n.dtype));
+  b.check_launch(n.name());
 }
 
 template <k::Unary op>
 void unary(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
   const auto& b = enter(ctx, n);
   if (n.numel() == 0) return;
-  k::unary(op, f(in[0]), static_cast<float*>(out), n.numel(), b.stream());
-  b.check_launch(n.name());
+  launched(k::unary(op, ty(n.dtype, n.name()), in[0], out, n.numel(), b.stream()), b, n);
 }
 
 template <k::Binary op>
 void binary(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
   const auto& b = enter(ctx, n);
   if (n.numel() == 0) return;
-  k::binary(op, bcast(n), f(in[0]), f(in[1]), static_cast<float*>(out), n.numel(), b.stream());
+  const bool scalar_exponent =
+      op == k::Binary::Pow && n.inputs[1]->numel() == 1 && n.inputs[0]->numel() == n.numel();
+  launched(k::binary(op, ty(n.dtype, n.name()), bcast(n), in[0], in[1], out, n.numel(), b.stream(),
+                     scalar_exponent),
+           b, n);
+}
+
+template <k::Logic op>
+void logical(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  k::logical(op, ty(n.inputs[0]->dtype, n.name()), bcast(n), in[0], in[1], static_cast<bool*>(out),
+             n.numel(), b.stream());
   b.check_launch(n.name());
 }
 
@@ -135,8 +121,24 @@ void reduce(const KernelContext& ctx, const Node& n, const void* const* in, void
   const auto& b = enter(ctx, n);
   if (n.numel() == 0) return;
   const View v = reduce_view(n.inputs[0]->shape, n.attr<ir::AxesAttrs>().dims);
-  k::reduce(op, f(in[0]), static_cast<float*>(out), v.outer, v.r, v.inner, b.stream());
+  launched(k::reduce(op, ty(n.dtype, n.name()), in[0], out, v.outer, v.r, v.inner, b.stream()), b,
+           n);
+}
+
+template <class Attrs>
+void reduce_stat(const KernelContext& ctx, const Node& n, const void* const* in, void* out,
+                 k::Stat op, double param) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const View v = reduce_view(n.inputs[0]->shape, n.attr<Attrs>().dims);
+  k::reduce_stat(op, param, f(in[0]), static_cast<float*>(out), v.outer, v.r, v.inner, b.stream());
   b.check_launch(n.name());
+}
+
+int64_t prod(const Shape& s, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t i = from; i < to && i < s.size(); ++i) p *= s[i];
+  return p;
 }
 
 int reduction_code(ir::Reduction r) {
@@ -161,16 +163,27 @@ bool tf32_allowed() {
   return on;
 }
 
-// C[batch][m, n] = op(A)[m, k] @ op(B)[k, n], all row-major f32; stride_a / stride_b are the
+// The cuBLASLt element type of a product's operand dtype (f32, bf16, f16).
+cudaDataType_t lt_type(DType t) {
+  return t == DType::bf16 ? CUDA_R_16BF : t == DType::f16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+// C[batch][m, n] = op(A)[m, k] @ op(B)[k, n], all row-major; stride_a / stride_b are the
 // elements between batches (0: one matrix shared by every batch). cuBLASLt is column-major, so
-// it computes C^T = op(B)^T @ op(A)^T: the row-major buffers read as their transposes. No
-// epilogue: a bias is added by a separate kernel (fp32 epilogue support varies by version).
-void gemm(const CudaBackend& be, const char* opname, const float* A, const float* B, float* C,
+// it computes C^T = op(B)^T @ op(A)^T: the row-major buffers read as their transposes. A and B
+// are of ab (f32, bf16 or f16), C of c (ab, or f32 for 16-bit operands); the products are
+// summed in fp32 (CUBLAS_COMPUTE_32F, fp32 alpha and beta) and C is rounded once, as the CPU's
+// 16-bit products widen to f32, multiply in f32 and narrow the result. No epilogue: a bias is
+// added by a separate kernel (fp32 epilogue support varies by version).
+void gemm(const CudaBackend& be, const char* opname, const void* A, const void* B, void* C,
           int64_t m, int64_t n, int64_t kk, bool trans_a, bool trans_b, int64_t batch,
-          int64_t stride_a, int64_t stride_b) {
+          int64_t stride_a, int64_t stride_b, cudaDataType_t ab = CUDA_R_32F,
+          cudaDataType_t c = CUDA_R_32F) {
   const int dev = be.index();
   void* const ws = be.gemm_workspace();
   const size_t ws_bytes = be.gemm_workspace_bytes();
+  // TF32 applies to f32 operands only: 16-bit operands are always summed in full fp32.
+  const bool tf32 = ab == CUDA_R_32F && tf32_allowed();
   // cuBLASLt assumes 256-byte aligned operands unless told otherwise, and planned arena offsets
   // may be less aligned: the alignments are part of the plan's key.
   const CudaBackend::GemmKey key{m,
@@ -181,28 +194,30 @@ void gemm(const CudaBackend& be, const char* opname, const float* A, const float
                                  stride_b,
                                  trans_a,
                                  trans_b,
-                                 tf32_allowed(),
+                                 tf32,
                                  static_cast<uint32_t>(alignment(A)),
                                  static_cast<uint32_t>(alignment(B)),
-                                 static_cast<uint32_t>(alignment(C))};
+                                 static_cast<uint32_t>(alignment(C)),
+                                 static_cast<int>(ab),
+                                 static_cast<int>(c)};
   std::lock_guard<std::mutex> l(be.gemm_mu());
   auto& plans = be.gemm_plans();
   auto it = plans.find(key);
   if (it == plans.end()) {
     auto plan = std::make_unique<CudaBackend::GemmPlan>();
     auto& p = *plan;
-    check_cublas(
-        cublasLtMatmulDescCreate(
-            &p.op, tf32_allowed() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
-        dev, "cublasLtMatmulDescCreate");
+    check_cublas(cublasLtMatmulDescCreate(
+                     &p.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                 dev, "cublasLtMatmulDescCreate");
     const cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // lt's A is our B
     const cublasOperation_t tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // lt's B is our A
     check_cublas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
                  dev, "cublasLtMatmulDescSetAttribute(TRANSA)");
     check_cublas(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
                  dev, "cublasLtMatmulDescSetAttribute(TRANSB)");
-    auto layout = [&](cublasLtMatrixLayout_t* L, int64_t rows, int64_t cols, int64_t stride) {
-      check_cublas(cublasLtMatrixLayoutCreate(L, CUDA_R_32F, static_cast<uint64_t>(rows),
+    auto layout = [&](cublasLtMatrixLayout_t* L, cudaDataType_t type, int64_t rows, int64_t cols,
+                      int64_t stride) {
+      check_cublas(cublasLtMatrixLayoutCreate(L, type, static_cast<uint64_t>(rows),
                                               static_cast<uint64_t>(cols), rows),
                    dev, "cublasLtMatrixLayoutCreate");
       if (batch > 1) {
@@ -217,9 +232,9 @@ void gemm(const CudaBackend& be, const char* opname, const float* A, const float
     };
     // Stored (column-major) shapes: our B as [n, k] (or [k, n] when trans_b), our A as [k, m]
     // (or [m, k] when trans_a), C as [n, m].
-    layout(&p.a, trans_b ? kk : n, trans_b ? n : kk, stride_b);
-    layout(&p.b, trans_a ? m : kk, trans_a ? kk : m, stride_a);
-    layout(&p.c, n, m, m * n);
+    layout(&p.a, ab, trans_b ? kk : n, trans_b ? n : kk, stride_b);
+    layout(&p.b, ab, trans_a ? m : kk, trans_a ? kk : m, stride_a);
+    layout(&p.c, c, n, m, m * n);
     cublasLtMatmulPreference_t pref = nullptr;
     check_cublas(cublasLtMatmulPreferenceCreate(&pref), dev, "cublasLtMatmulPreferenceCreate");
     const uint64_t max_ws = ws_bytes;
@@ -242,8 +257,9 @@ void gemm(const CudaBackend& be, const char* opname, const float* A, const float
     check_cublas(st, dev, "cublasLtMatmulAlgoGetHeuristic");
     CS_CHECK(found > 0,
              "op '{}' on device GPU:{}: cuBLASLt has no algorithm for [{}, {}] x [{}, {}] "
-             "(batch {}, trans_a {}, trans_b {})",
-             opname, dev, m, kk, kk, n, batch, trans_a, trans_b);
+             "(batch {}, trans_a {}, trans_b {}, types {} {})",
+             opname, dev, m, kk, kk, n, batch, trans_a, trans_b, static_cast<int>(ab),
+             static_cast<int>(c));
     p.algo = result.algo;
     it = plans.emplace(key, std::move(plan)).first;
   }
@@ -262,6 +278,14 @@ void cuda_Full(const KernelContext& ctx, const Node& n, const void* const*, void
   const auto& b = enter(ctx, n);
   if (n.numel() == 0) return;
   k::fill(ty(n.dtype, "full"), n.attr<ir::FullAttrs>().value, out, n.numel(), b.stream());
+  b.check_launch(n.name());
+}
+
+void cuda_Arange(const KernelContext& ctx, const Node& n, const void* const*, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const auto& a = n.attr<ir::ArangeAttrs>();
+  k::arange(ty(n.dtype, "arange"), a.start, a.step, out, n.numel(), b.stream());
   b.check_launch(n.name());
 }
 
@@ -363,6 +387,32 @@ void cuda_Minimum(const KernelContext& c, const Node& n, const void* const* in, 
 void cuda_ReluGrad(const KernelContext& c, const Node& n, const void* const* in, void* out) {
   binary<k::Binary::ReluGrad>(c, n, in, out);
 }
+void cuda_Pow(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  binary<k::Binary::Pow>(c, n, in, out);
+}
+void cuda_GeluGrad(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  if (n.attr<ir::GeluAttrs>().tanh_approx)
+    binary<k::Binary::GeluTanhGrad>(c, n, in, out);
+  else
+    binary<k::Binary::GeluGrad>(c, n, in, out);
+}
+void cuda_LogicalAnd(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  logical<k::Logic::And>(c, n, in, out);
+}
+void cuda_LogicalOr(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  logical<k::Logic::Or>(c, n, in, out);
+}
+void cuda_LogicalXor(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  logical<k::Logic::Xor>(c, n, in, out);
+}
+void cuda_Where(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  k::where(bcast(n), static_cast<const bool*>(in[0]), in[1], in[2], out,
+           static_cast<int>(itemsize(n.dtype)), n.numel(), b.stream());
+  b.check_launch(n.name());
+}
+
 void cuda_Eq(const KernelContext& c, const Node& n, const void* const* in, void* out) {
   compare<k::Cmp::Eq>(c, n, in, out);
 }
@@ -402,6 +452,15 @@ void cuda_Max(const KernelContext& c, const Node& n, const void* const* in, void
 void cuda_Min(const KernelContext& c, const Node& n, const void* const* in, void* out) {
   reduce<k::Reduce::Min>(c, n, in, out);
 }
+void cuda_Var(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  reduce_stat<ir::VarAttrs>(c, n, in, out, k::Stat::Var, n.attr<ir::VarAttrs>().correction);
+}
+void cuda_LogSumExp(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  reduce_stat<ir::AxesAttrs>(c, n, in, out, k::Stat::LogSumExp, 0);
+}
+void cuda_Norm(const KernelContext& c, const Node& n, const void* const* in, void* out) {
+  reduce_stat<ir::NormAttrs>(c, n, in, out, k::Stat::Norm, n.attr<ir::NormAttrs>().p);
+}
 void cuda_Argmax(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
   const auto& b = enter(ctx, n);
   if (n.numel() == 0) return;
@@ -425,8 +484,9 @@ void cuda_Matmul(const KernelContext& ctx, const Node& n, const void* const* in,
     b.fill_zero(out, n.nbytes());
     return;
   }
-  gemm(b, n.name(), f(in[0]), f(in[1]), static_cast<float*>(out), m, nn, kk, at.trans_a, at.trans_b,
-       batch, batch_a == 1 ? 0 : m * kk, batch_b == 1 ? 0 : kk * nn);
+  const cudaDataType_t t = lt_type(n.dtype);
+  gemm(b, n.name(), in[0], in[1], out, m, nn, kk, at.trans_a, at.trans_b, batch,
+       batch_a == 1 ? 0 : m * kk, batch_b == 1 ? 0 : kk * nn, t, t);
 }
 
 void cuda_Linear(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
@@ -434,11 +494,35 @@ void cuda_Linear(const KernelContext& ctx, const Node& n, const void* const* in,
   if (n.numel() == 0) return;
   const Shape& w = n.inputs[1]->shape;
   const int64_t nn = w[0], kk = w[1], m = n.numel() / nn;
+  if (n.dtype != DType::f32) {
+    const cudaDataType_t t = lt_type(n.dtype);
+    if (n.inputs.size() == 2) {
+      if (kk == 0)
+        b.fill_zero(out, n.nbytes());
+      else
+        gemm(b, n.name(), in[0], in[1], out, m, nn, kk, false, true, 1, 0, 0, t, t);
+      return;
+    }
+    // With a bias, the CPU adds it to the f32 product and rounds once: so the product goes to
+    // f32 in the node's workspace (cuda::workspace_bytes), then one kernel adds and rounds.
+    const size_t need = workspace_bytes(n);
+    CS_CHECK(ctx.workspace_bytes >= need && ctx.workspace,
+             "{}: the CUDA kernel needs a workspace of {} bytes, got {}", n.name(), need,
+             ctx.workspace_bytes);
+    auto* y = static_cast<float*>(ctx.workspace);
+    if (kk == 0)
+      b.fill_zero(y, need);
+    else
+      gemm(b, n.name(), in[0], in[1], y, m, nn, kk, false, true, 1, 0, 0, t, CUDA_R_32F);
+    k::bias_round(ty(n.dtype, n.name()), y, in[2], out, m, nn, b.stream());
+    b.check_launch(n.name());
+    return;
+  }
   float* y = static_cast<float*>(out);
   if (kk == 0)
     b.fill_zero(out, n.nbytes());
   else
-    gemm(b, n.name(), f(in[0]), f(in[1]), y, m, nn, kk, false, true, 1, 0, 0);
+    gemm(b, n.name(), in[0], in[1], y, m, nn, kk, false, true, 1, 0, 0);
   if (n.inputs.size() == 3) {  // y += bias, in place (row broadcast)
     k::Bcast bc;
     bc.rank = 2;
@@ -449,8 +533,7 @@ void cuda_Linear(const KernelContext& ctx, const Node& n, const void* const* in,
     bc.strides[0][1] = 1;
     bc.strides[1][0] = 0;
     bc.strides[1][1] = 1;
-    k::binary(k::Binary::Add, bc, y, f(in[2]), y, n.numel(), b.stream());
-    b.check_launch(n.name());
+    launched(k::binary(k::Binary::Add, k::Ty::f32, bc, y, in[2], y, n.numel(), b.stream()), b, n);
   }
 }
 
@@ -496,6 +579,18 @@ void cuda_NllLossGrad(const KernelContext& ctx, const Node& n, const void* const
   k::nll_loss_grad(f(in[0]), in[1], n.inputs[1]->dtype == DType::i64, static_cast<float*>(out),
                    v.outer, v.r, v.inner, at.ignore_index, reduction_code(at.reduction),
                    b.error_word(), b.stream());
+  b.check_launch(n.name());
+}
+
+void cuda_CrossEntropyGrad(const KernelContext& ctx, const Node& n, const void* const* in,
+                           void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const auto& at = n.attr<ir::LossAttrs>();
+  const int64_t c = n.shape.back(), rows = n.numel() / c;
+  k::cross_entropy_grad(f(in[0]), f(in[1]), in[2], n.inputs[2]->dtype == DType::i64,
+                        static_cast<float*>(out), rows, c, at.ignore_index,
+                        reduction_code(at.reduction), b.error_word(), b.stream());
   b.check_launch(n.name());
 }
 
@@ -558,6 +653,140 @@ void cuda_Slice(const KernelContext& ctx, const Node& n, const void* const* in, 
   s.strides[at.dim] *= at.step;
   gather(b, n, s, in[0], out);
 }
+
+void cuda_Tri(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  const auto& a = n.attr<ir::TriAttrs>();
+  const size_t r = n.shape.size();
+  const int64_t m = n.shape[r - 2], nn = n.shape[r - 1];
+  if (n.numel() == 0) return;
+  k::tri(a.upper, a.diagonal, static_cast<int>(itemsize(n.dtype)), in[0], out, n.numel() / (m * nn),
+         m, nn, b.stream());
+  b.check_launch(n.name());
+}
+
+// Each input is a block of [outer, dk * row] bytes placed at column dk_offset * row of the
+// output's [outer, D * row]: one 2-d copy per input, queued on the stream.
+void cuda_Cat(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const int64_t dim = n.attr<ir::DimAttrs>().dim;
+  const Shape& os = n.shape;
+  const int64_t outer = prod(os, 0, dim), D = os[dim];
+  const int64_t row = prod(os, dim + 1, os.size()) * static_cast<int64_t>(itemsize(n.dtype));
+  auto* dst = static_cast<char*>(out);
+  int64_t off = 0;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const int64_t dk = n.inputs[k]->shape[dim];
+    if (dk > 0)
+      check_cuda(
+          cudaMemcpy2DAsync(dst + off * row, static_cast<size_t>(D * row), in[k],
+                            static_cast<size_t>(dk * row), static_cast<size_t>(dk * row),
+                            static_cast<size_t>(outer), cudaMemcpyDeviceToDevice, b.cuda_stream()),
+          b.index(), "cudaMemcpy2DAsync (cat)");
+    off += dk;
+  }
+}
+
+// ---- indexing (kernels/index.cu) ----
+
+namespace {
+
+// x viewed as [outer, size, inner] around `dim` (a 0-d x is one element).
+View index_view(const Shape& s, int64_t dim) {
+  View v;
+  if (s.empty()) return v;
+  v.outer = prod(s, 0, dim);
+  v.r = s[dim];
+  v.inner = prod(s, dim + 1, s.size());
+  return v;
+}
+
+bool is_i64(const Node& index) {
+  return index.dtype == DType::i64;
+}
+
+// The output starts as input 0 (already there when the planner wrote it in place).
+void copy_input0(const CudaBackend& b, const Node& n, const void* in0, void* out) {
+  if (out != in0) b.copy_on_device(out, in0, n.nbytes());
+}
+
+// The walk over the index's positions: its shape, and the contiguous strides of `data` (0 along
+// dim) and of `src`.
+k::IndexWalk index_walk(const Shape& index, int64_t dim, const Shape& data, const Shape* src) {
+  k::IndexWalk w;
+  w.rank = static_cast<int>(index.size());
+  int64_t ds[k::kMaxRank] = {}, ss[k::kMaxRank] = {};
+  contiguous_strides(data, ds);
+  if (src) contiguous_strides(*src, ss);
+  for (int d = 0; d < w.rank; ++d) {
+    w.shape[d] = index[d];
+    w.strides[0][d] = d == dim ? 0 : ds[d];
+    w.strides[1][d] = ss[d];
+  }
+  return w;
+}
+
+int64_t dim_stride(const Shape& s, int64_t dim) {
+  return prod(s, dim + 1, s.size());
+}
+
+}  // namespace
+
+void cuda_IndexSelect(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const View v = index_view(n.inputs[0]->shape, n.attr<ir::DimAttrs>().dim);
+  k::index_select(in[0], in[1], is_i64(*n.inputs[1]), out, v.outer, v.r, v.inner,
+                  n.inputs[1]->numel(), static_cast<int>(itemsize(n.dtype)), b.error_word(),
+                  b.stream());
+  b.check_launch(n.name());
+}
+
+void cuda_IndexAdd(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  copy_input0(b, n, in[0], out);
+  const View v = index_view(n.inputs[0]->shape, n.attr<ir::DimAttrs>().dim);
+  const int64_t m = n.inputs[1]->numel();
+  if (m == 0 || v.outer * v.inner == 0) return;
+  k::index_add(ty(n.dtype, n.name()), in[1], is_i64(*n.inputs[1]), in[2], out, v.outer, v.r,
+               v.inner, m, b.error_word(), b.stream());
+  b.check_launch(n.name());
+}
+
+void cuda_Gather(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  if (n.numel() == 0) return;
+  const int64_t dim = n.attr<ir::DimAttrs>().dim;
+  const Shape& a = n.inputs[0]->shape;
+  k::gather(index_walk(n.inputs[1]->shape, dim, a, nullptr), in[0], in[1], is_i64(*n.inputs[1]),
+            out, n.numel(), dim_stride(a, dim), a[dim], static_cast<int>(itemsize(n.dtype)),
+            b.error_word(), b.stream());
+  b.check_launch(n.name());
+}
+
+void cuda_ScatterAdd(const KernelContext& ctx, const Node& n, const void* const* in, void* out) {
+  const auto& b = enter(ctx, n);
+  copy_input0(b, n, in[0], out);
+  if (n.inputs[1]->numel() == 0) return;
+  const int64_t dim = n.attr<ir::DimAttrs>().dim;
+  k::scatter_add(ty(n.dtype, n.name()),
+                 index_walk(n.inputs[1]->shape, dim, n.shape, &n.inputs[2]->shape),
+                 static_cast<int>(dim), in[1], is_i64(*n.inputs[1]), in[2], out,
+                 dim_stride(n.shape, dim), n.shape[dim], b.error_word(), b.stream());
+  b.check_launch(n.name());
+}
+
+// Kernels defined in their own files (runtime/random_fused_ops.cpp, attention_ops.cpp,
+// collective_ops.cpp).
+void cuda_RandUniform(const KernelContext&, const Node&, const void* const*, void*);
+void cuda_RandNormal(const KernelContext&, const Node&, const void* const*, void*);
+void cuda_Bernoulli(const KernelContext&, const Node&, const void* const*, void*);
+void cuda_Fused(const KernelContext&, const Node&, const void* const*, void*);
+void cuda_Attention(const KernelContext&, const Node&, const void* const*, void*);
+void cuda_AttentionGrad(const KernelContext&, const Node&, const void* const*, void*);
+void cuda_AllReduceStart(const KernelContext&, const Node&, const void* const*, void*);
+void cuda_AllReduceUnpack(const KernelContext&, const Node&, const void* const*, void*);
 
 namespace {
 const ir::Kernel* kernel_table() {

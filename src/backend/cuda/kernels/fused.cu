@@ -1,0 +1,23 @@
+// The Fused op's kernel: one thread per output element (grid-stride) interprets the node's
+// elementwise program (elementwise_math.cuh), its registers a float array of the thread. The
+// program is a kernel parameter, so every thread reads it from the constant bank and all
+// threads take the same branches. The per-element work is fused_element, which a host program
+// can run as well (see elementwise_math.cuh).
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/elementwise_math.cuh"
+
+namespace cstorch::cuda::k {
+
+namespace {
+
+__global__ void fused_kernel(const FusedProgram p, float* out, int64_t n) {
+  CS_GRID_STRIDE(i, n) out[i] = fused_element<CudaMath>(p, i, n);
+}
+
+}  // namespace
+
+void fused(const FusedProgram& p, float* out, int64_t n, void* stream) {
+  fused_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(p, out, n);
+}
+
+}  // namespace cstorch::cuda::k
