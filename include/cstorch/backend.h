@@ -39,7 +39,9 @@ class Backend {
  public:
   Backend(DeviceType type, BackendOptions opts);
   DeviceType type() const { return type_; }
-  Device device() const { return Device{type_ == DeviceType::CSX ? DeviceType::CPU : type_, 0}; }
+  // The device steps run on: the CPU for CPU and CSX; for a GPU, GPU:(distributed::local_rank()
+  // mod the GPUs this process can use), so that replicas on one host use different GPUs.
+  Device device() const { return device_; }
   const BackendOptions& options() const { return opts_; }
   BackendOptions& options() { return opts_; }
   std::string type_name() const { return device_type_name(type_); }
@@ -47,6 +49,7 @@ class Backend {
  private:
   DeviceType type_;
   BackendOptions opts_;
+  Device device_;
 };
 
 // Creates (or returns) the process's backend. `type` is "CPU", "GPU" or "CSX", any case.

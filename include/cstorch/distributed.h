@@ -30,6 +30,12 @@ bool launched_by_mpi();
 // first call initialises MPI when the process was started by mpirun.
 int world_size();
 int world_rank();
+// This process's rank among the launch's processes on its host, from the launcher's environment
+// (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, Slurm's SLURM_LOCALID); 0
+// without a launcher. A GPU backend uses GPU:(local rank mod the GPUs there are), so replicas
+// launched on one host spread over its GPUs. Does not initialise MPI. Error: a variable that is
+// not a non-negative integer (named).
+int local_rank();
 
 // Makes the first `n` processes of the launch the replica group. Collective: every process of
 // the launch calls it with the same n (the Trainer does, for each trainer it builds). Returns

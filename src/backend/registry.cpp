@@ -35,6 +35,11 @@ const DeviceBackend* find_device_backend(Device d) {
   return nullptr;
 }
 
+int device_count(DeviceType t) {
+  if (t == DeviceType::CPU || t == DeviceType::CSX || registered(t)) return 1;
+  return t == DeviceType::GPU && cuda::built() ? cuda::device_count() : 0;
+}
+
 const DeviceBackend& device_backend(Device d) {
   if (const DeviceBackend* b = find_device_backend(d)) return *b;
   // The built-in CUDA backend's own error: no usable device, or an index out of range.

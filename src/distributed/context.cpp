@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "core/internal.h"
 #include "cstorch/distributed.h"
@@ -68,6 +69,18 @@ Communicator& active_group() {
 bool launched_by_mpi() {
   return detail::launched_world_size() > 1 || std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
          std::getenv("PMI_SIZE") != nullptr;
+}
+
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    const char* v = std::getenv(name);
+    if (!v) continue;
+    const std::string s = v;
+    CS_CHECK(!s.empty() && s.size() < 7 && s.find_first_not_of("0123456789") == std::string::npos,
+             "{}='{}': a local rank must be a non-negative integer", name, s);
+    return std::stoi(s);
+  }
+  return 0;
 }
 
 int world_size() {

@@ -78,6 +78,11 @@ void validate(const ClusterConfig& c) {
 
 Backend::Backend(DeviceType type, BackendOptions opts) : type_(type), opts_(std::move(opts)) {
   validate(opts_.cluster_config);
+  device_ = Device{type_ == DeviceType::CSX ? DeviceType::CPU : type_, 0};
+  if (type_ == DeviceType::GPU) {
+    const int n = ir::device_count(DeviceType::GPU);
+    if (n > 1) device_.index = distributed::local_rank() % n;
+  }
   try {
     ir::device_backend(device());  // GPU without the CUDA backend: says how to build it
   } catch (const Error& e) {

@@ -13,5 +13,7 @@ bool built();
 const ir::DeviceBackend& backend(int index);
 // Null instead of an error.
 const ir::DeviceBackend* find_backend(int index);
+// The number of usable CUDA devices (0 without the backend, a driver or a device).
+int device_count();
 
 }  // namespace cstorch::cuda

@@ -15,5 +15,8 @@ const ir::DeviceBackend& backend(int index) {
 const ir::DeviceBackend* find_backend(int) {
   return nullptr;
 }
+int device_count() {
+  return 0;
+}
 
 }  // namespace cstorch::cuda

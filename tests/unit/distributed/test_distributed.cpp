@@ -103,6 +103,22 @@ TEST(Distributed, OneProcessIsAGroupOfOne) {
             std::string::npos);
 }
 
+// The rank on this host comes from the launcher's environment (what picks a replica's GPU).
+TEST(Distributed, LocalRankComesFromTheLaunchersEnvironment) {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    ::unsetenv(v);
+  EXPECT_EQ(dist::local_rank(), 0);
+  ::setenv("SLURM_LOCALID", "2", 1);
+  EXPECT_EQ(dist::local_rank(), 2);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "5", 1);  // Open MPI's, when both are set
+  EXPECT_EQ(dist::local_rank(), 5);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "-1", 1);
+  EXPECT_EQ(error_of([] { dist::local_rank(); }),
+            "OMPI_COMM_WORLD_LOCAL_RANK='-1': a local rank must be a non-negative integer");
+  ::unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  ::unsetenv("SLURM_LOCALID");
+}
+
 TEST(Distributed, CsxClusterConfigFieldsAreValidated) {
   auto err = [](auto edit) {
     cs::BackendOptions o;
