@@ -3,7 +3,8 @@
 // token batches. Prints one JSON line: seconds per step (median of repeats), tokens/s, the
 // model FLOPs per step (6 N tokens + attention: 12 L B T^2 E for forward + backward of the two
 // attention GEMMs) and the measured single-GEMM f32 peak of this machine at this thread count
-// (the best of a few square and model-shaped sgemms through cstorch::matmul).
+// (the best of a few square and model-shaped sgemms through cstorch::matmul; CPU only). With
+// --device GPU the model, the batch and the step live on the GPU (bench/run gpt2_124m_cuda).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -59,8 +60,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   bool recompute = false;
   app.add_flag("--recompute", recompute, "activation recomputation in every layer");
+  std::string device = "CPU";
+  app.add_option("--device", device, "CPU or GPU: where the model, the batch and the step live");
   CLI11_PARSE(app, argc, argv);
   cs::set_num_threads(threads);
+  const cs::Device dev = cs::backend(device)->device();
   cs::manual_seed(0);
   std::shared_ptr<modelzoo::Model> m;
   if (model == "gpt2") {
@@ -86,6 +90,7 @@ int main(int argc, char** argv) {
     c.recompute = recompute;
     m = std::make_shared<modelzoo::bert::BertModel>(c);
   }
+  m->to(dev);
   int64_t nparams = 0;
   for (auto& p : m->parameters()) nparams += p.numel();
   std::vector<int32_t> ids(batch * T), ones(batch * T, 1), labels(batch * T), types(batch * T, 0),
@@ -106,6 +111,7 @@ int main(int argc, char** argv) {
     b["mlm_labels"] = cs::from_vector(mlm, {batch, T});
     b["next_sentence_label"] = cs::from_vector(std::vector<int32_t>(batch, 1), {batch});
   }
+  for (auto& [k, t] : b) t = t.to(dev);
   cs::optim::AdamW opt(m->parameters(), 1e-4);
   auto step = cs::trace([&](const cs::Batch& x) {
     std::optional<cs::amp::autocast> ac;
@@ -118,7 +124,9 @@ int main(int argc, char** argv) {
     return l;
   });
   auto tw = Clock::now();
-  for (int i = 0; i < warmup; ++i) step(b).item<float>();
+  step(b).item<float>();  // traced, compiled and run once
+  const double first = seconds_since(tw);
+  for (int i = 1; i < warmup; ++i) step(b).item<float>();
   const double warm = seconds_since(tw);
   std::vector<double> per;
   double loss = 0;
@@ -142,7 +150,9 @@ int main(int argc, char** argv) {
                    {"params", nparams},
                    {"flops_per_step", flops},
                    {"gflops", flops / sec / 1e9},
-                   {"sgemm_peak_gflops", sgemm_peak()},
+                   {"sgemm_peak_gflops", dev.type == cs::DeviceType::CPU ? sgemm_peak() : 0.0},
+                   {"device", cs::device_str(dev)},
+                   {"first_step_s", first},
                    {"loss", loss},
                    {"precision", precision},
                    {"warmup_s", warm}};

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch eager peer of bench_transformer.cpp: the same GPT-2 / BERT training step (torch.nn
-layers, AdamW) on the same shapes. Prints one JSON line like the cstorch side."""
+"""PyTorch peer of bench_transformer.cpp: the same GPT-2 / BERT training step (torch.nn layers,
+AdamW) on the same shapes, eager or (--compile) through torch.compile, on the CPU or (--device
+cuda) a GPU. Prints one JSON line like the cstorch side."""
 import argparse
 import json
 import statistics
@@ -71,8 +72,15 @@ def main():
                  ("heads", 4), ("seq", 128), ("vocab", 8192), ("batch", 8)):
         p.add_argument("--" + k, type=int, default=v)
     p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
-                   help="bf16: the forward under torch.autocast (CPU, bfloat16), f32 master weights")
+                   help="bf16: the forward under torch.autocast (bfloat16), f32 master weights")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--compile", action="store_true", help="the loss through torch.compile")
     a = p.parse_args()
+    dev = torch.device(a.device)
+    if a.device == "cuda":
+        # fp32 products as fp32 (cstorch's default: TF32 only when asked for).
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     B, T, V = a.batch, a.seq, a.vocab
@@ -92,27 +100,40 @@ def main():
         mlm = torch.full((B, T), -100, dtype=torch.int64)
         mlm.view(-1)[::7] = labels.view(-1)[::7]
         args = (ids, mask, torch.zeros(B, T, dtype=torch.int64), mlm, torch.ones(B, dtype=torch.int64))
+    m.to(dev)
+    args = tuple(x.to(dev) for x in args)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    loss_fn = torch.compile(m.loss) if a.compile else m.loss
+
+    def sync():
+        if a.device == "cuda":
+            torch.cuda.synchronize()
 
     def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            l = m.loss(*args)
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            l = loss_fn(*args)
         l.backward()
         opt.step()
         opt.zero_grad()
-        return float(l)
+        return l
 
-    for _ in range(a.warmup):
+    t = time.perf_counter()
+    float(step())  # the first step (torch.compile compiles here)
+    first = time.perf_counter() - t
+    for _ in range(a.warmup - 1):
         step()
+    sync()
     per = []
     for _ in range(a.repeats):
         t = time.perf_counter()
         for _ in range(a.steps):
-            loss = step()
+            l = step()
+        loss = float(l)  # waits for the device, as the cstorch side's item()
         per.append((time.perf_counter() - t) / a.steps)
     sec = statistics.median(per)
     print(json.dumps({"model": a.model, "threads": a.threads, "sec_per_step": sec, "min_sec_per_step": min(per),
                       "tokens_per_s": B * T / sec, "loss": loss, "precision": a.precision,
+                      "device": a.device, "compiled": a.compile, "first_step_s": first,
                       "torch_version": torch.__version__}))
 
 

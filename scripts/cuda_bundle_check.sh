@@ -2,8 +2,10 @@
 # Runs on a GPU machine, from a checkout of this repository, with the bundle that
 # scripts/cuda_bundle.sh made: the GPU tests (cuda_tests, then under compute-sanitizer's
 # memcheck), the op-table reference rows on GPU:0, FC-MNIST with `cszoo fit --target_device GPU`
-# and its checkpoint validated on the CPU, and bench_fc_mnist on the GPU against PyTorch eager
-# (bench/fc_mnist_peer.py, when python3 has torch and numpy). Logs go to LOGS (default
+# and its checkpoint validated on the CPU, a short fit of each language model's demo config on
+# the GPU, and, when python3 has torch and numpy, bench_fc_mnist on the GPU against PyTorch eager
+# (bench/fc_mnist_peer.py) and GPT-2 124M (bf16, T=1024) against PyTorch eager and torch.compile
+# (bench/transformer_peer.py). Logs go to LOGS (default
 # /tmp/cuda_check). Usage: scripts/cuda_bundle_check.sh [BUNDLE]  (default .dev/bundle.tar.xz)
 set -u
 cd "$(dirname "$0")/.."
@@ -32,6 +34,11 @@ echo "=== cszoo fit on GPU:0, validate on the CPU ($(elapsed))"
 timeout 120 "$B/cszoo" fit configs/fc_mnist.yaml --target_device GPU --model_dir "$LOGS/fc_gpu" --max_steps 300 > "$LOGS/cszoo_gpu.log" 2>&1
 grep -E 'validation at|fit completed|error' "$LOGS/cszoo_gpu.log"
 timeout 120 "$B/cszoo" validate configs/fc_mnist.yaml --target_device CPU --checkpoint_path "$LOGS/fc_gpu/checkpoint_300.mdl" --model_dir "$LOGS/fc_cpu" 2>&1 | grep -E 'validation at|error'
+echo "=== the language models' demo configs on GPU:0 ($(elapsed))"
+for c in gpt2_tiny bert_tiny transformer_tiny t5_tiny; do
+  timeout 120 "$B/cszoo" fit "configs/$c.yaml" --target_device GPU --model_dir "$LOGS/$c" --max_steps 50 > "$LOGS/$c.log" 2>&1
+  echo "$c: rc $? $(grep -E 'fit completed|error' "$LOGS/$c.log" | tail -1)"
+done
 if python3 -c 'import torch, numpy' 2>/dev/null; then
   echo "=== bench fc_mnist on the GPU: cstorch vs PyTorch eager ($(elapsed))"
   python3 bench/fc_data.py --out "$LOGS/fc/d" --batch 128 --batches 8
@@ -42,6 +49,11 @@ if python3 -c 'import torch, numpy' 2>/dev/null; then
 for l in sys.stdin:
     j = json.loads(l)
     print(j.get("side", "cstorch"), j["mode"], j["hidden"], "%.1f us/step" % (1e6 * j["sec_per_step"]))'
+  echo "=== GPT-2 124M on the GPU, B=8, T=1024, bf16: cstorch vs PyTorch eager / torch.compile ($(elapsed))"
+  G="--model gpt2 --layers 12 --width 768 --heads 12 --seq 1024 --vocab 50304 --batch 8 --precision bf16 --steps 10 --repeats 3 --warmup 3"
+  timeout 300 "$B/bench_transformer" $G --device GPU | tee -a "$LOGS/bench.log"
+  timeout 300 python3 bench/transformer_peer.py $G --device cuda | tee -a "$LOGS/bench.log"
+  timeout 300 python3 bench/transformer_peer.py $G --device cuda --compile | tee -a "$LOGS/bench.log"
 fi
 rm -rf "$unpacked"
 echo "=== done ($(elapsed)); logs in $LOGS"
