@@ -88,13 +88,22 @@ struct TapeScope {
 
 const Device kDev{DeviceType::GPU, 0};
 
-bool bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+// The values of tensors, taken while their device is registered: a result tensor may still
+// reference the device's buffers, which must be released before the test's device goes away.
+std::vector<std::vector<float>> values_of(std::vector<Tensor>& ts) {
+  std::vector<std::vector<float>> v;
+  for (auto& t : ts) v.push_back(t.to_vector<float>());
+  ts.clear();
+  return v;
+}
+
+bool bitwise_equal(const std::vector<std::vector<float>>& a,
+                   const std::vector<std::vector<float>>& b) {
   if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    auto x = a[i].to_vector<float>(), y = b[i].to_vector<float>();
-    if (x.size() != y.size() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0)
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() ||
+        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
       return false;
-  }
   return true;
 }
 
@@ -102,15 +111,18 @@ bool bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
 // execution of each program on, replayed after, and bitwise what kernel-by-kernel runs give.
 TEST(Recording, ReplaysAreBitwiseTheKernelByKernelRun) {
   cstorch::testing::FcRun direct, taped;
+  std::vector<std::vector<float>> direct_params, taped_params;
   {
     TapeScope scope(false);
     direct = cstorch::testing::fc_mnist_run(kDev, "adamw", 9, 32, "[64, 32]", 2);
+    direct_params = values_of(direct.params);
     EXPECT_EQ(tape_counters().recordings.load(), 0);
     EXPECT_EQ(tape_counters().replays.load(), 0);
   }
   {
     TapeScope scope(true);
     taped = cstorch::testing::fc_mnist_run(kDev, "adamw", 9, 32, "[64, 32]", 2);
+    taped_params = values_of(taped.params);
     // Training: executions 1-2 kernel by kernel, 3 recorded and replayed, 4-9 replayed. The
     // two evaluation steps run kernel by kernel (a program records from its third execution).
     EXPECT_EQ(tape_counters().recordings.load(), 1);
@@ -120,12 +132,12 @@ TEST(Recording, ReplaysAreBitwiseTheKernelByKernelRun) {
   }
   EXPECT_EQ(taped.train_losses, direct.train_losses);
   EXPECT_EQ(taped.eval_losses, direct.eval_losses);
-  EXPECT_TRUE(bitwise_equal(taped.params, direct.params));
+  EXPECT_TRUE(bitwise_equal(taped_params, direct_params));
 }
 
 struct LmTrace {
   std::vector<float> losses;
-  std::vector<Tensor> params;
+  std::vector<std::vector<float>> params;
 };
 
 // GPT-2 tiny (dropout on, so the generator state advances inside the recording) for 10 steps;
@@ -160,7 +172,7 @@ LmTrace gpt2_run(int fail_at = 0) {
     if (s == 1)
       for (auto& [k, v] : model->state_dict()) saved.insert(k, v.to(Device{}).to(kDev));
   }
-  for (auto& p : model->parameters()) r.params.push_back(p.to(Device{}));
+  for (auto& p : model->parameters()) r.params.push_back(p.to_vector<float>());
   return r;
 }
 
