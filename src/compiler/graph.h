@@ -69,6 +69,9 @@ std::unique_ptr<Pass> make_gradient_allreduce_pass(double weight, size_t bucket_
 std::unique_ptr<Pass> make_fuse_elementwise_pass();
 // Folds relu(linear) and addcmul(matmul, C, s) into Gemm nodes (passes/fuse_gemm_epilogue.cpp).
 std::unique_ptr<Pass> make_fuse_gemm_epilogue_pass();
+// Moves single-element elementwise nodes up to just after their inputs, so that the large
+// nodes around them become neighbours (passes/hoist_scalars.cpp).
+std::unique_ptr<Pass> make_hoist_scalars_pass();
 
 // Runs the standard pipeline: verify, dce, cse, fold, simplify, cse, dce, then `before_fusion`
 // when given (the gradient all-reduce of data-parallel steps), then fuse_gemm_epilogue and

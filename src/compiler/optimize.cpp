@@ -47,6 +47,11 @@ void optimize(Graph& g, const std::string& prefix, std::unique_ptr<Pass> before_
       verify(g, p->name());
     }
   }
+  // Scheduling last: it only reorders.
+  auto hoist = make_hoist_scalars_pass();
+  hoist->run(g);
+  dump(g, prefix, idx++, hoist->name());
+  verify(g, hoist->name());
 }
 
 }  // namespace cstorch::compiler

@@ -15,6 +15,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "ir/fused.h"
+
 namespace cstorch::compiler {
 
 namespace {
@@ -45,6 +47,7 @@ double node_flops(const ir::Node& n) {
 Program::Program(Graph g, Device device, ProgramStats traced)
     : g_(std::move(g)), device_(device), stats_(traced) {
   plan();
+  plan_groups();
   const char* p = std::getenv("CSTORCH_PROFILE");
   profile_ = p && *p && std::string(p) != "0";
   profile_nodes_ = profile_ && std::string(p) == "nodes";
@@ -71,13 +74,22 @@ Program::~Program() {
     fmt::print(stderr, "  {:<16} {:>5} calls {:>9.1f} us/exec {:>5.1f}%\n", name,
                by_op[name].second, 1e6 * sec / runs_, 100 * sec / total);
   if (!profile_nodes_) return;
-  // CSTORCH_PROFILE=nodes: every kernel call in execution order, with its shapes.
+  // CSTORCH_PROFILE=nodes: every kernel call in execution order, with its shapes. A group run
+  // as one pass has its time on its first node; the others say so.
+  int64_t group_first = -1;
+  size_t group_end = 0;
   for (size_t i = 0; i < steps_.size(); ++i) {
     const ir::Node& n = *steps_[i].node;
+    if (group_at_[i] >= 0) {
+      group_first = n.id;
+      group_end = i + groups_[group_at_[i]].count;
+    }
     std::string ins;
     for (const auto& x : n.inputs) ins += (ins.empty() ? "" : ", ") + shape_str(x->shape);
-    fmt::print(stderr, "  %{:<5} {:<16} {:>9.1f} us/exec  {} <- ({}) {}\n", n.id, n.name(),
-               1e6 * step_seconds_[i] / runs_, shape_str(n.shape), ins, attrs_str(n));
+    const std::string with =
+        i < group_end && group_at_[i] < 0 ? fmt::format(" (one pass with %{})", group_first) : "";
+    fmt::print(stderr, "  %{:<5} {:<16} {:>9.1f} us/exec  {} <- ({}) {}{}\n", n.id, n.name(),
+               1e6 * step_seconds_[i] / runs_, shape_str(n.shape), ins, attrs_str(n), with);
   }
 }
 
@@ -446,6 +458,88 @@ bool Program::same_bindings() const {
   return true;
 }
 
+// Groups: runs of consecutive Fused steps of one output shape, of at least
+// ir::kMinFusedGroupElements elements, on a backend with a group kernel, that write at least one
+// state (the optimizer's updates of one parameter: AdamW's two moments, then the parameter;
+// Adadelta's square average, its step, the delta average and the parameter). Run as one pass,
+// each state is read and written once per step instead of once per node that touches it; a
+// member's arena result (Adadelta's step) is still written, but read back from L1. Whether the
+// buffers allow it (group_safe) is checked at every execution: state and batch buffers are bound
+// then.
+void Program::plan_groups() {
+  group_at_.assign(steps_.size(), -1);
+  const char* env = std::getenv("CSTORCH_FUSED_GROUPS");  // "0": every node on its own
+  if (env && std::string(env) == "0") return;
+  auto member = [&](const Step& st) {
+    const ir::Node& n = *st.node;
+    const Loc loc = places_[st.out].loc;
+    return n.op == ir::OpCode::Fused && n.dtype == DType::f32 &&
+           (loc == Loc::State || loc == Loc::Arena) && n.numel() >= ir::kMinFusedGroupElements;
+  };
+  for (size_t s = 0; s < steps_.size();) {
+    const ir::Node& head = *steps_[s].node;
+    ir::FusedGroupKernel k =
+        member(steps_[s]) ? ir::device_backend(head.device).fused_group_kernel() : nullptr;
+    if (!k) {
+      ++s;
+      continue;
+    }
+    size_t e = s;
+    int regs = 0;
+    bool writes_state = false;
+    while (e < steps_.size() && e - s < static_cast<size_t>(ir::kMaxFusedGroup)) {
+      const ir::Node& n = *steps_[e].node;
+      if (!member(steps_[e]) || n.device != head.device || n.shape != head.shape) break;
+      const int r = static_cast<int>(n.inputs.size() + n.attr<ir::FusedAttrs>().code.size());
+      if (regs + r > ir::kMaxFusedGroupRegs) break;
+      regs += r;
+      writes_state = writes_state || places_[steps_[e].out].loc == Loc::State;
+      ++e;
+    }
+    if (e - s >= 2 && writes_state) {
+      in_scratch_.resize(std::max<size_t>(in_scratch_.size(), ir::kMaxFusedGroupRegs));
+      group_at_[s] = static_cast<int32_t>(groups_.size());
+      groups_.push_back({static_cast<uint32_t>(s), static_cast<uint32_t>(e - s), k});
+      stats_.fused_groups++;
+      stats_.fused_grouped += e - s;
+      s = e;
+    } else {
+      ++s;
+    }
+  }
+}
+
+bool interleave_safe(const GroupAccess* a, size_t n) {
+  for (size_t w = 0; w < n; ++w) {
+    if (!a[w].write) continue;
+    const char* wb = static_cast<const char*>(a[w].begin);
+    for (size_t x = 0; x < n; ++x) {
+      if (x == w) continue;
+      const char* xb = static_cast<const char*>(a[x].begin);
+      if (!(xb < wb + a[w].bytes && wb < xb + a[x].bytes)) continue;
+      if (a[x].write || xb != wb || a[x].bytes != a[w].bytes || !a[x].f32) return false;
+    }
+  }
+  return true;
+}
+
+// The group kernel interleaves the nodes block by block, so a buffer that one member writes
+// may be read by the members only element for element. Any other overlap (two state slots
+// sharing storage, a batch input that is a state's storage) runs the nodes one by one.
+bool Program::group_safe(const Group& g) const {
+  GroupAccess acc[ir::kMaxFusedGroup + ir::kMaxFusedGroupRegs];
+  size_t n = 0;
+  for (uint32_t k = g.first; k < g.first + g.count; ++k) {
+    const Step& st = steps_[k];
+    acc[n++] = {ptrs_[st.out], st.node->nbytes(), true, true};
+    for (uint32_t j = 0; j < st.num_inputs; ++j) {
+      const ir::Node& x = *st.node->inputs[j];
+      acc[n++] = {ptrs_[input_ids_[st.first_input + j]], x.nbytes(), false, x.dtype == DType::f32};
+    }
+  }
+  return interleave_safe(acc, n);
+}
+
 void Program::run(const void* const* batch, void* const* outputs) {
   for (size_t i = 0; i < host_batch_.size(); ++i) {
     host_batch_[i].data = const_cast<void*>(batch[i]);
@@ -525,6 +619,35 @@ void Program::run_steps(size_t begin, size_t end) {
   const void** ins = in_scratch_.data();
   for (size_t si = begin; si < end; ++si) {
     const auto& st = steps_[si];
+    if (group_at_[si] >= 0 && group_safe(groups_[group_at_[si]])) {
+      // One pass over the group's nodes; its time is the first node's in the profile.
+      const Group& gr = groups_[group_at_[si]];
+      const ir::Node* nodes[ir::kMaxFusedGroup];
+      const void* const* gin[ir::kMaxFusedGroup];
+      void* gout[ir::kMaxFusedGroup];
+      uint32_t used = 0;
+      for (uint32_t k = 0; k < gr.count; ++k) {
+        const Step& m = steps_[si + k];
+        nodes[k] = m.node;
+        gin[k] = ins + used;
+        for (uint32_t j = 0; j < m.num_inputs; ++j) ins[used++] = ptrs_[ids[m.first_input + j]];
+        gout[k] = ptrs_[m.out];
+      }
+      try {
+        const auto t0 =
+            profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        gr.kernel(st.ctx, nodes, gin, gout, static_cast<int>(gr.count));
+        if (profile_)
+          step_seconds_[si] +=
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      } catch (const std::exception& e) {
+        fail("op '{}' (node %{} and the {} after it, run as one pass, output {}{}): {}",
+             st.node->name(), st.node->id, gr.count - 1, dtype_name(st.node->dtype),
+             shape_str(st.node->shape), e.what());
+      }
+      si += gr.count - 1;
+      continue;
+    }
     for (uint32_t j = 0; j < st.num_inputs; ++j) ins[j] = ptrs_[ids[st.first_input + j]];
     try {
       if (profile_) {
@@ -566,12 +689,12 @@ std::string Program::summary() const {
   return fmt::format(
       "nodes traced: {}\nkernel calls per step: {}\nFLOPs per step: {:.0f}\n"
       "arena bytes: {} (without reuse: {})\nstate bytes: {}\nstate writes in place: {}, copied: "
-      "{}\nresults written over their input: {}\n"
+      "{}\nresults written over their input: {}\nFused nodes run in one-pass groups: {} in {}\n"
       "batch inputs: {}\noutputs: {}\nops:\n{}",
       stats_.nodes_traced, stats_.nodes_compiled, stats_.flops, stats_.arena_bytes,
       stats_.naive_bytes, stats_.state_bytes, stats_.inplace_state_writes,
-      stats_.copied_state_writes, stats_.inplace_results, g_.batch_inputs.size(), g_.outputs.size(),
-      ops);
+      stats_.copied_state_writes, stats_.inplace_results, stats_.fused_grouped, stats_.fused_groups,
+      g_.batch_inputs.size(), g_.outputs.size(), ops);
 }
 
 }  // namespace cstorch::compiler

@@ -30,7 +30,21 @@ struct ProgramStats {
   size_t copied_state_writes = 0;
   size_t inplace_results = 0;  // results written over their input 0 (ir::kInPlaceInput0)
   double flops = 0;            // per execution (matmul/linear 2*M*N*K, others 1 per element)
+  size_t fused_groups = 0;     // groups of Fused nodes run as one pass (Program::plan_groups)
+  size_t fused_grouped = 0;    // the Fused nodes in them
 };
+
+// One buffer that a member of a one-pass group of Fused nodes reads or writes.
+struct GroupAccess {
+  const void* begin;
+  size_t bytes;
+  bool write;  // the member's output
+  bool f32;
+};
+// Whether the members may run block by block (Program::plan_groups): every written range is
+// disjoint from every other access, or read as exactly the same bytes in f32 (element for
+// element, as the Fused kernel reads a same-shape input in place).
+bool interleave_safe(const GroupAccess* a, size_t n);
 
 // Every node runs on its own device (Node::device) with that device's kernel; values are placed
 // in one arena per device. `device` is the step's device: batch inputs are read there (a batch
@@ -79,11 +93,21 @@ class Program {
   // whose buffers change at every call (a parameter replaced each step) then runs directly.
   static constexpr int64_t kDirectRuns = 2;
   static constexpr int kMaxRecordings = 4;
+  void plan_groups();
 
   Graph g_;
   Device device_;
   ProgramStats stats_;
   std::vector<Step> steps_;
+  // Runs of consecutive Fused steps that the backend runs as one pass (plan_groups).
+  struct Group {
+    uint32_t first, count;
+    ir::FusedGroupKernel kernel;
+  };
+  std::vector<Group> groups_;
+  std::vector<int32_t> group_at_;  // per step: the group that starts there, or -1
+  // Whether group g may run as one pass with this execution's buffers (see plan_groups).
+  bool group_safe(const Group& g) const;
   std::vector<uint32_t> input_ids_;
   std::vector<ValuePlace> places_;       // per value id
   std::vector<void*> ptrs_;              // per value id, filled per execution

@@ -41,6 +41,10 @@ struct KernelContext {
 // A kernel: reads the input buffers, writes the output buffer (all on the backend's device).
 // Shapes, dtypes and attributes come from the node. Errors are cstorch::Error.
 using Kernel = void (*)(const KernelContext& ctx, const Node& n, const void* const* in, void* out);
+// Runs `count` Fused nodes of one output shape as one pass over their elements (see
+// DeviceBackend::fused_group_kernel): in[k] and out[k] are node k's buffers.
+using FusedGroupKernel = void (*)(const KernelContext& ctx, const Node* const* nodes,
+                                  const void* const* const* in, void* const* out, int count);
 
 // Per-thread settings of a backend that runs kernels on host threads (the CPU): applied on the
 // caller's thread and on the executor's.
@@ -74,6 +78,13 @@ class DeviceBackend {
   virtual Kernel kernel(OpCode op) const = 0;
   // Scratch bytes the node's kernel needs (0: none).
   virtual size_t workspace_bytes(const Node& n) const { return 0; }
+  // A kernel that runs consecutive Fused nodes of one output shape block by block, each
+  // node's program in turn on a block, so that every element sees the nodes in program order
+  // (results bitwise those of the nodes one by one) while what one node writes and the next
+  // reads stays in cache: an optimizer's updates of one parameter read and write each state
+  // once. Called only when every buffer a node writes is read by the others in place (element
+  // for element) or not at all. Null: the nodes run one by one.
+  virtual FusedGroupKernel fused_group_kernel() const { return nullptr; }
   // Host-thread settings (threads, denormals); false when they mean nothing here.
   virtual bool apply_thread_settings(const HostThreadSettings&) const { return false; }
   // The team size of the calling thread's parallel kernels (1 where kernels do not run on host

@@ -12,6 +12,14 @@ namespace cstorch::ir {
 // block of every register in per-thread stack scratch.
 inline constexpr int kMaxFusedRegs = 32;
 
+// A group of Fused nodes run block by block as one pass (DeviceBackend::fused_group_kernel): at
+// most this many nodes, and this many registers (inputs + instructions) over all of them.
+inline constexpr int kMaxFusedGroup = 4;
+inline constexpr int kMaxFusedGroupRegs = 64;
+// Groups are formed of nodes of at least this many elements: below it the states of a step
+// stay in cache between its nodes anyway, and the group's per-call setup would not pay.
+inline constexpr int64_t kMinFusedGroupElements = 65536;
+
 // How a Fused input is read: output element i reads input element (i / div) % mod. This covers
 // same-shape inputs (div 1, mod = numel), single elements (mod 1), rows ([D] against [N, D]:
 // div 1, mod D) and columns ([N, 1] against [N, D]: div D, mod N); in general any input whose

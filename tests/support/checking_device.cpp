@@ -145,6 +145,16 @@ void checked_kernel(const ir::KernelContext& ctx, const ir::Node& n, const void*
   k(ctx, n, in, out);
 }
 
+// The CPU's one-pass group of Fused nodes (Program::plan_groups), the same way.
+void checked_group_kernel(const ir::KernelContext& ctx, const ir::Node* const* nodes,
+                          const void* const* const* ins, void* const* outs, int count) {
+  g_kernels.fetch_add(count, std::memory_order_relaxed);
+  g_kernels_by_op[static_cast<int>(ir::OpCode::Fused)].fetch_add(count, std::memory_order_relaxed);
+  const ir::FusedGroupKernel k = cpu().fused_group_kernel();
+  Window w;
+  k(ctx, nodes, ins, outs, count);
+}
+
 class CheckingBackend final : public ir::DeviceBackend {
  public:
   std::string name() const override { return "check"; }
@@ -177,6 +187,9 @@ class CheckingBackend final : public ir::DeviceBackend {
   }
   ir::Kernel kernel(ir::OpCode op) const override {
     return cpu().kernel(op) ? &checked_kernel : nullptr;
+  }
+  ir::FusedGroupKernel fused_group_kernel() const override {
+    return cpu().fused_group_kernel() ? &checked_group_kernel : nullptr;
   }
   size_t workspace_bytes(const ir::Node& n) const override { return cpu().workspace_bytes(n); }
   // The same answers as the CPU, so that programs compile to the same nodes and results are

@@ -12,6 +12,10 @@ namespace cstorch::cpu {
 #include "ir/ops.def"
 #undef OP
 
+// The Fused kernel's group form (ir::FusedGroupKernel; fused.cpp).
+void cpu_fused_group(const ir::KernelContext& ctx, const ir::Node* const* nodes,
+                     const void* const* const* in, void* const* out, int count);
+
 using ir::kMaxDims;
 
 }  // namespace cstorch::cpu

@@ -48,6 +48,7 @@ const KernelVariant kVariant{CSTORCH_CPU_VARIANT_NAME,
                              &bf16_gemm_runs_here,
                              &sgemm_bf16_scratch_floats,
                              &sgemm_bf16,
+                             &cpu_fused_group,
                              &philox4x32_10};
 
 }  // namespace

@@ -39,6 +39,8 @@ struct KernelVariant {
   bool (*sgemm_bf16)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                      int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
                      int threads, const Scratch& ws);
+  // The Fused kernel's group form (ir::FusedGroupKernel).
+  ir::FusedGroupKernel fused_group;
   // The counter-based generator of the random kernels (random.cpp), for its known-answer test.
   void (*philox4x32_10)(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 };

@@ -10,7 +10,8 @@
 // and starts another: that costs one extra write and read of the shared value, but no
 // recomputation, and the state write keeps its in-place placement. Because all consumers of a
 // non-root member are inside the group, no path leaves the group and comes back, so replacing
-// it by one node keeps the graph acyclic.
+// it by one node keeps the graph acyclic. Groups need two ops, except a large state write,
+// which becomes a one-instruction program so that it can run in its optimizer's one-pass group.
 //
 // Fusable ops: f32 arithmetic and math (the instruction set of src/backend/cpu/fused.cpp), and
 // bool-valued comparisons, logical ops and casts inside a group (the root must be f32). External
@@ -105,8 +106,9 @@ class FuseElementwise : public Pass {
     for (size_t i = 0; i < n; ++i)
       for (auto& in : g.nodes[i]->inputs) consumers[pos.at(in.get())].push_back(i);
     for (auto& o : g.outputs) is_root[pos.at(o.get())] = true;
+    std::vector<bool> state_write(n, false);
     for (auto& s : g.state)
-      if (s.write) is_root[pos.at(s.write.get())] = true;
+      if (s.write) is_root[pos.at(s.write.get())] = state_write[pos.at(s.write.get())] = true;
     for (auto& k : g.keep)
       if (auto it = pos.find(k.get()); it != pos.end()) is_root[it->second] = true;
     std::vector<char> ok(n);
@@ -147,8 +149,12 @@ class FuseElementwise : public Pass {
           }
         }
       }
-      if (members.size() < 2) {
-        group[r] = -2;  // stays a plain node
+      // A lone op stays a plain node, except a large state write on a backend that runs groups of
+      // Fused nodes as one pass (Program::plan_groups): as a one-instruction program it can join
+      // its neighbours' pass (Adagrad's sum, amsgrad's maximum, Adadelta's parameter update).
+      if (members.size() < 2 && !(state_write[r] && root.numel() >= ir::kMinFusedGroupElements &&
+                                  ir::device_backend(root.device).fused_group_kernel())) {
+        group[r] = -2;
         continue;
       }
       std::sort(members.begin(), members.end());

@@ -4,7 +4,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
+#include <string>
 
 #include <cstorch/cstorch.h>
 
@@ -343,14 +345,13 @@ TEST(GemmEpilogue, ReluReluGradMomentumAndUpdateJoinTheProductsInPlace) {
   EXPECT_EQ(update, 3u) << g.dump();
   EXPECT_EQ(count(g, OpCode::After), 3u) << g.dump();
   EXPECT_EQ(count(g, OpCode::Addcmul), 6u) << g.dump();  // 3 bias momenta + 3 bias updates
-  // Both hidden layers' input gradients carry the relu mask (the classifier's has K = 10: the
-  // own GEMM takes K >= 8).
+  // Both hidden layers' input gradients carry the relu mask (the classifier's too, K = 10: the
+  // own GEMM takes every K).
   EXPECT_EQ(relu_grad, 2u) << g.dump();
   EXPECT_EQ(count(g, OpCode::ReluGrad), 0u) << g.dump();
   EXPECT_EQ(relu, 2u) << g.dump();    // both hidden layers
   EXPECT_EQ(addend, 3u) << g.dump();  // each weight's momentum (the biases' grads are sums)
-  // The classifier's 10 x 24 weight gradient (M = 10 >= 8) is fused; a batch of 4 would not be
-  // (K = 4 < 8: OpenBLAS runs it, and the epilogue stays a separate addcmul).
+  // The classifier's 10 x 24 weight gradient is fused as well.
   EXPECT_EQ(count(g, OpCode::Relu), 0u) << g.dump();
   cc::Program p(std::move(g), cs::Device{}, {});
   EXPECT_EQ(p.stats().inplace_state_writes, 12u) << p.summary();  // 6 params + 6 buffers
@@ -364,4 +365,177 @@ TEST(GemmEpilogue, FcSgdMomentumStepsAreBitwiseEqualWithFusionOnAndOff) {
 TEST(GemmEpilogue, WeightDecayJoinsTheProductAndStaysBitwiseEqual) {
   // grad + p * weight_decay: the addend is a parameter still read afterwards (not in place).
   expect_fc_sgd_bitwise(1e-2);
+}
+
+// ---- one-pass groups of Fused nodes (Program::plan_groups, the hoist_scalars pass) ---------
+
+namespace {
+
+// A net whose first weight is large enough (259 x 300 = 77700 elements) for its optimizer's
+// Fused updates to run as one pass; 77700 is no multiple of any block size, so every pass ends
+// in a partial block.
+cs::nn::Sequential wide_net() {
+  cs::manual_seed(4);
+  return cs::nn::Sequential(cs::nn::Linear(300, 259), cs::nn::GELU("tanh"), cs::nn::Linear(259, 5));
+}
+Tensor wide_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x, const Tensor& y) {
+  auto loss = cs::cross_entropy(m(x), y);
+  loss.backward();
+  o.step();
+  o.zero_grad();
+  return loss;
+}
+
+// Every optimizer, with the options that give it the most state (torch's names and defaults).
+const std::vector<std::pair<std::string, cs::Config>>& optimizer_configs() {
+  static const std::vector<std::pair<std::string, cs::Config>> configs = {
+      {"SGD", {{"lr", 0.1}, {"momentum", 0.9}, {"dampening", 0.1}}},
+      {"Adam", {{"lr", 0.01}, {"amsgrad", true}}},
+      {"AdamW", {{"lr", 0.01}}},
+      {"Adadelta", cs::Config::object()},
+      {"Adafactor", cs::Config::object()},
+      {"Adagrad", {{"lr", 0.1}}},
+      {"Adamax", cs::Config::object()},
+      {"ASGD", {{"t0", 3}}},
+      {"Lamb", cs::Config::object()},
+      {"Lion", cs::Config::object()},
+      {"NAdam", cs::Config::object()},
+      {"RAdam", cs::Config::object()},
+      {"RMSprop", {{"momentum", 0.5}, {"centered", true}}},
+      {"Rprop", cs::Config::object()},
+  };
+  return configs;
+}
+
+// Traces the step twice, the second compiled with CSTORCH_FUSED_GROUPS=0 (every node on its
+// own): losses and parameters bitwise equal after `steps` steps.
+void expect_groups_bitwise(const std::string& type, const cs::Config& args, int steps) {
+  auto m1 = wide_net();
+  auto m2 = wide_net();
+  auto o1 = cs::optim::configure_optimizer(type, m1->parameters(), args);
+  auto o2 = cs::optim::configure_optimizer(type, m2->parameters(), args);
+  auto grouped =
+      cs::trace([&](const Tensor& x, const Tensor& y) { return wide_step(m1, *o1, x, y); });
+  auto single =
+      cs::trace([&](const Tensor& x, const Tensor& y) { return wide_step(m2, *o2, x, y); });
+  cs::manual_seed(13);
+  Tensor y = cs::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2}, {8});
+  for (int i = 0; i < steps; ++i) {
+    Tensor x = cs::randn({8, 300});
+    Tensor lg = grouped(x, y);
+    setenv("CSTORCH_FUSED_GROUPS", "0", 1);
+    Tensor ls = single(x, y);  // compiled here, at its first call: no groups
+    unsetenv("CSTORCH_FUSED_GROUPS");
+    EXPECT_EQ(lg.item<float>(), ls.item<float>()) << "step " << i;
+  }
+  const auto p1 = m1->parameters(), p2 = m2->parameters();
+  for (size_t i = 0; i < p1.size(); ++i)
+    EXPECT_EQ(p1[i].to_vector<float>(), p2[i].to_vector<float>()) << "param " << i;
+}
+
+// The program of one recorded step of the wide net with optimizer `o`.
+cc::Program wide_program(cs::optim::Optimizer& o, cs::nn::Sequential& m) {
+  cc::Graph g = cs::testing::record_step({8, 300}, [&](const Tensor& x) {
+    return wide_step(m, o, x, cs::from_vector(std::vector<int64_t>(8, 1), {8}));
+  });
+  cc::optimize(g, "groups");
+  return cc::Program(std::move(g), cs::Device{}, {});
+}
+
+}  // namespace
+
+TEST(FusedGroups, AdamWUpdatesOfALargeParameterRunAsOnePass) {
+  // The bias corrections between the moments and the parameter update are hoisted, so the
+  // three Fused updates of the 259 x 300 weight are neighbours and form one group; the small
+  // parameters' updates (below 65536 elements) run one by one.
+  auto m = wide_net();
+  cs::optim::AdamW o(m->parameters(), 1e-3);
+  cc::Program p = wide_program(o, m);
+  EXPECT_EQ(p.stats().fused_groups, 1u) << p.summary();
+  EXPECT_EQ(p.stats().fused_grouped, 3u) << p.summary();
+  // Off by the setting: the same program without groups.
+  auto m2 = wide_net();
+  cs::optim::AdamW o2(m2->parameters(), 1e-3);
+  setenv("CSTORCH_FUSED_GROUPS", "0", 1);
+  cc::Program q = wide_program(o2, m2);
+  unsetenv("CSTORCH_FUSED_GROUPS");
+  EXPECT_EQ(q.stats().fused_groups, 0u) << q.summary();
+}
+
+TEST(FusedGroups, HoistingScalarsKeepsEveryInputBeforeItsUser) {
+  // verify() after the pass checks the order; here, that single-element nodes moved up and the
+  // large nodes kept their relative order.
+  auto m = wide_net();
+  cs::optim::AdamW o(m->parameters(), 1e-3);
+  cc::Graph g = cs::testing::record_step({8, 300}, [&](const Tensor& x) {
+    return wide_step(m, o, x, cs::from_vector(std::vector<int64_t>(8, 1), {8}));
+  });
+  cc::optimize(g, "hoist");
+  std::vector<const cs::ir::Node*> large_before;
+  for (auto& n : g.nodes)
+    if (!has_trait(n->op, cs::ir::kLeaf) && n->numel() > 1) large_before.push_back(n.get());
+  EXPECT_FALSE(cc::make_hoist_scalars_pass()->run(g)) << "a second run moves nothing";
+  cc::verify(g, "hoist_scalars");
+  std::vector<const cs::ir::Node*> large_after;
+  for (auto& n : g.nodes)
+    if (!has_trait(n->op, cs::ir::kLeaf) && n->numel() > 1) large_after.push_back(n.get());
+  EXPECT_EQ(large_before, large_after);
+  // No large computed node lies between a single-element one and its last input.
+  std::unordered_map<const cs::ir::Node*, size_t> pos;
+  for (size_t i = 0; i < g.nodes.size(); ++i) pos[g.nodes[i].get()] = i;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const auto& n = *g.nodes[i];
+    if (has_trait(n.op, cs::ir::kLeaf) || !has_trait(n.op, cs::ir::kElementwise) || n.numel() > 1)
+      continue;
+    size_t last = 0;
+    for (auto& in : n.inputs) last = std::max(last, pos.at(in.get()));
+    for (size_t k = last + 1; k < i; ++k) {
+      if (has_trait(g.nodes[k]->op, cs::ir::kLeaf)) continue;
+      EXPECT_LE(g.nodes[k]->numel(), 1) << "%" << n.id << " waits behind %" << g.nodes[k]->id;
+    }
+  }
+}
+
+TEST(FusedGroups, EveryOptimizersLargeUpdateRunsAsOnePass) {
+  // The Fused nodes that update the 259 x 300 weight and its states, one group each. Single ops
+  // that write a state (Adagrad's sum, amsgrad's maximum) are one-instruction programs so that
+  // they can join; an arena result between two state writes (Adadelta's step) joins as well.
+  // Not grouped: Adafactor's factored moments (row and column reductions) and Lion's sign (no
+  // Fused instruction), which split its update in two.
+  const std::map<std::string, size_t> grouped = {
+      {"SGD", 2},     {"Adam", 4},   {"AdamW", 3},   {"Adadelta", 4}, {"Adafactor", 0},
+      {"Adagrad", 2}, {"Adamax", 3}, {"ASGD", 2},    {"Lamb", 3},     {"Lion", 2},
+      {"NAdam", 3},   {"RAdam", 3},  {"RMSprop", 4}, {"Rprop", 2}};
+  for (const auto& [type, args] : optimizer_configs()) {
+    SCOPED_TRACE(type);
+    auto m = wide_net();
+    auto o = cs::optim::configure_optimizer(type, m->parameters(), args);
+    cc::Program p = wide_program(*o, m);
+    EXPECT_EQ(p.stats().fused_groups, grouped.at(type) ? 1u : 0u) << p.summary();
+    EXPECT_EQ(p.stats().fused_grouped, grouped.at(type)) << p.summary();
+  }
+}
+
+TEST(FusedGroups, OptimizerStepsAreBitwiseEqualWithGroupsOnAndOff) {
+  for (const auto& [type, args] : optimizer_configs()) {
+    SCOPED_TRACE(type);
+    expect_groups_bitwise(type, args, 4);
+  }
+}
+
+TEST(FusedGroups, InterleavingNeedsWrittenBuffersReadOnlyElementForElement) {
+  float a[64], b[64];
+  using A = cc::GroupAccess;
+  auto safe = [](std::vector<A> v) { return cc::interleave_safe(v.data(), v.size()); };
+  // AdamW's shape: each state written in place and read as the same bytes.
+  EXPECT_TRUE(safe({{a, 256, true, true}, {a, 256, false, true}, {b, 256, false, true}}));
+  EXPECT_TRUE(safe({{a, 256, true, true}, {b, 256, true, true}, {a, 256, false, true}}));
+  // A written buffer read at an offset, as a shorter piece, or as another dtype; two members
+  // writing overlapping bytes.
+  EXPECT_FALSE(safe({{a, 256, true, true}, {a + 1, 252, false, true}}));
+  EXPECT_FALSE(safe({{a, 256, true, true}, {a, 128, false, true}}));
+  EXPECT_FALSE(safe({{a, 256, true, true}, {a, 256, false, false}}));
+  EXPECT_FALSE(safe({{a, 256, true, true}, {a + 32, 128, true, true}}));
+  // Reads that overlap each other but no write are fine.
+  EXPECT_TRUE(safe({{a, 256, true, true}, {b, 256, false, true}, {b + 1, 4, false, true}}));
 }
