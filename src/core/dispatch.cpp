@@ -1,5 +1,6 @@
 // The one dispatch path for every op: build the node, infer its shape and dtype, then run the
 // CPU kernel at once (eager) or record the node (inside a trace).
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -383,6 +384,13 @@ int64_t numel(const Shape& s) {
   int64_t n = 1;
   for (auto d : s) n *= d;
   return n;
+}
+
+int64_t numel(const Shape& s, int64_t from, int64_t to) {
+  int64_t p = 1;
+  for (int64_t i = std::max<int64_t>(from, 0); i < to && i < static_cast<int64_t>(s.size()); ++i)
+    p *= s[static_cast<size_t>(i)];
+  return p;
 }
 
 std::string shape_str(const Shape& s) {

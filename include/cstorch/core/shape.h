@@ -9,6 +9,9 @@ namespace cstorch {
 using Shape = std::vector<int64_t>;
 
 int64_t numel(const Shape& s);
+// The product of dims [from, to) of `s` (dims past its rank count as 1): the element count of a
+// run of dims, e.g. the rows before a reduced dim.
+int64_t numel(const Shape& s, int64_t from, int64_t to);
 std::string shape_str(const Shape& s);  // "[2, 3]"
 // Normalises a possibly negative dim against rank `ndim`; error names `op` on out-of-range.
 int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op);

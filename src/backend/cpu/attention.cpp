@@ -26,12 +26,14 @@
 #include "backend/cpu/blas.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
-#include "backend/cpu/philox.h"
 #include "backend/cpu/vec_math.h"
+#include "backend/philox.h"
 #include "cstorch/core/error.h"
 
 namespace cstorch::cpu {
 namespace {
+
+using rng::PhiloxStream;
 
 constexpr int64_t kBq = 64;      // query rows per block
 constexpr int64_t kBkMax = 512;  // keys per tile

@@ -8,7 +8,7 @@
 #include "backend/cpu/dtype_dispatch.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
-#include "backend/cpu/philox.h"
+#include "backend/philox.h"
 
 namespace cstorch::cpu {
 
@@ -17,11 +17,12 @@ namespace {
 // Each element runs 10 Philox rounds, so chunks can be smaller than for plain arithmetic.
 constexpr int64_t kRandomGrain = kElementwiseGrain / 8;
 
-using Block = PhiloxBlock;
-using Stream = PhiloxStream;
+using Block = rng::PhiloxBlock;
+using Stream = rng::PhiloxStream;
+using rng::philox;
 
 Stream stream_of(const void* state) {
-  return PhiloxStream::of(state);
+  return Stream::of(state);
 }
 
 // Mantissa bits of T: a uniform built from that many random bits is exact in T and < 1.

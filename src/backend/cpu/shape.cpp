@@ -125,13 +125,6 @@ int contiguous_strides(const Shape& s, int64_t* st, int64_t* sh) {
   return r;
 }
 
-// Product of s[b:e).
-int64_t prod(const Shape& s, int64_t b, int64_t e) {
-  int64_t p = 1;
-  for (int64_t i = b; i < e; ++i) p *= s[i];
-  return p;
-}
-
 // Raises the op's error for the first index outside [0, size). Checked before any parallel
 // work so kernels never throw from inside a parallel region.
 template <class I>
@@ -352,8 +345,8 @@ void cpu_Expand(const ir::KernelContext& ctx, const ir::Node& n, const void* con
 void cpu_Slice(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const auto& a = n.attr<ir::SliceAttrs>();
   const Shape& is = n.inputs[0]->shape;
-  int64_t outer = prod(is, 0, a.dim), S = is[a.dim], L = n.shape[a.dim];
-  int64_t inner = prod(is, a.dim + 1, static_cast<int64_t>(is.size()));
+  int64_t outer = numel(is, 0, a.dim), S = is[a.dim], L = n.shape[a.dim];
+  int64_t inner = numel(is, a.dim + 1, static_cast<int64_t>(is.size()));
   int64_t isz = static_cast<int64_t>(itemsize(n.dtype)), row = inner * isz;
   const Byte* src = static_cast<const Byte*>(in[0]);
   Byte* dst = static_cast<Byte*>(out);
@@ -382,9 +375,9 @@ void cpu_Slice(const ir::KernelContext& ctx, const ir::Node& n, const void* cons
 void cpu_Cat(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   int64_t dim = n.attr<ir::DimAttrs>().dim;
   const Shape& os = n.shape;
-  int64_t outer = prod(os, 0, dim), D = os[dim];
+  int64_t outer = numel(os, 0, dim), D = os[dim];
   int64_t row =
-      prod(os, dim + 1, static_cast<int64_t>(os.size())) * static_cast<int64_t>(itemsize(n.dtype));
+      numel(os, dim + 1, static_cast<int64_t>(os.size())) * static_cast<int64_t>(itemsize(n.dtype));
   Byte* dst = static_cast<Byte*>(out);
   int64_t off = 0;
   for (size_t k = 0; k < n.inputs.size(); ++k) {
@@ -403,8 +396,8 @@ void cpu_IndexSelect(const ir::KernelContext& ctx, const ir::Node& n, const void
   const ir::Node& index = *n.inputs[1];
   int64_t dim = n.attr<ir::DimAttrs>().dim;
   bool scalar = a.shape.empty();
-  int64_t outer = scalar ? 1 : prod(a.shape, 0, dim), S = scalar ? 1 : a.shape[dim];
-  int64_t inner = scalar ? 1 : prod(a.shape, dim + 1, static_cast<int64_t>(a.shape.size()));
+  int64_t outer = scalar ? 1 : numel(a.shape, 0, dim), S = scalar ? 1 : a.shape[dim];
+  int64_t inner = scalar ? 1 : numel(a.shape, dim + 1, static_cast<int64_t>(a.shape.size()));
   int64_t row = inner * static_cast<int64_t>(itemsize(a.dtype)), m = index.numel();
   const Byte* src = static_cast<const Byte*>(in[0]);
   Byte* dst = static_cast<Byte*>(out);
@@ -424,8 +417,8 @@ void cpu_IndexAdd(const ir::KernelContext& ctx, const ir::Node& n, const void* c
   const ir::Node& index = *n.inputs[1];
   int64_t dim = n.attr<ir::DimAttrs>().dim;
   bool scalar = a.shape.empty();
-  int64_t outer = scalar ? 1 : prod(a.shape, 0, dim), S = scalar ? 1 : a.shape[dim];
-  int64_t inner = scalar ? 1 : prod(a.shape, dim + 1, static_cast<int64_t>(a.shape.size()));
+  int64_t outer = scalar ? 1 : numel(a.shape, 0, dim), S = scalar ? 1 : a.shape[dim];
+  int64_t inner = scalar ? 1 : numel(a.shape, dim + 1, static_cast<int64_t>(a.shape.size()));
   int64_t m = index.numel();
   dispatch_index(index.dtype, [&]<class I>(I*) {
     const I* idx = static_cast<const I*>(in[1]);
@@ -527,7 +520,7 @@ void cpu_Tri(const ir::KernelContext& ctx, const ir::Node& n, const void* const*
   const auto& a = n.attr<ir::TriAttrs>();
   const Shape& s = n.shape;
   int64_t r = static_cast<int64_t>(s.size());
-  int64_t M = s[r - 2], N = s[r - 1], rows = prod(s, 0, r - 1);
+  int64_t M = s[r - 2], N = s[r - 1], rows = numel(s, 0, r - 1);
   int64_t isz = static_cast<int64_t>(itemsize(n.dtype)), row = N * isz;
   if (rows == 0 || N == 0) return;
   const Byte* src = static_cast<const Byte*>(in[0]);

@@ -1,7 +1,7 @@
 // CUDA kernels for fused scaled-dot-product attention (fp32), with the semantics of the CPU
 // kernels (backend/cpu/attention.cpp): the same scores (scale * q.k, plus bias, -inf where the
 // mask or causality hides a key), the same online softmax, the same dropout mask (Philox, see
-// philox.cuh) and the same treatment of rows with no visible key (output 0, gradients 0).
+// backend/philox.h) and the same treatment of rows with no visible key (output 0, gradients 0).
 //
 // No Tq x Tk matrix is ever stored. Every kernel works on tiles of kBq query rows by kBk keys
 // held in shared memory, one block of 128 threads per tile row or column:
@@ -23,9 +23,11 @@
 
 #include "backend/cuda/kernels/attention_launch.h"
 #include "backend/cuda/kernels/common.cuh"
-#include "backend/cuda/kernels/philox.cuh"
+#include "backend/philox.h"
 
 namespace cstorch::cuda::k {
+
+using rng::PhiloxStream;
 
 namespace {
 

@@ -17,10 +17,13 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels/host_device.h"
-#include "backend/cuda/kernels/philox.cuh"
 #include "backend/cuda/kernels/random_fused_launch.h"
+#include "backend/philox.h"
 
 namespace cstorch::cuda::k {
+
+using rng::PhiloxBlock;
+using rng::PhiloxStream;
 
 // ---- IEEE single operations, each rounded once ----
 CS_HD inline float fmul(float a, float b) {
@@ -294,4 +297,3 @@ CS_HD inline bool bernoulli_value(const PhiloxBlock& r, uint32_t threshold) {
 }
 
 }  // namespace cstorch::cuda::k
-

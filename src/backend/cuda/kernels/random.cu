@@ -1,8 +1,9 @@
 // CUDA kernels for random draws: element i is Philox 4x32-10 block {offset, i} under key seed
-// (philox.cuh), with the generator state read from device memory by each thread. The values are
-// elementwise_math.cuh's uniform_value / normal_value / bernoulli_value: the CPU's formulas
-// (src/backend/cpu/random.cpp) operation for operation, so uniform and bernoulli draws equal the
-// CPU's bit for bit and normal draws differ only where logf / cosf do.
+// (backend/philox.h, the CPU's generator), with the generator state read from device memory by
+// each thread. The values are elementwise_math.cuh's uniform_value / normal_value /
+// bernoulli_value: the CPU's formulas (src/backend/cpu/random.cpp) operation for operation, so
+// uniform and bernoulli draws equal the CPU's bit for bit and normal draws differ only where
+// logf / cosf do.
 //
 // Rounding: the CPU's x86-64-v3 and v4 kernels (GCC, -ffp-contract=fast) compute low + range * u
 // and mean + stdev * z as one fused multiply-add each (vfmadd in their code), so these do too,

@@ -135,12 +135,6 @@ void reduce_stat(const KernelContext& ctx, const Node& n, const void* const* in,
   b.check_launch(n.name());
 }
 
-int64_t prod(const Shape& s, size_t from, size_t to) {
-  int64_t p = 1;
-  for (size_t i = from; i < to && i < s.size(); ++i) p *= s[i];
-  return p;
-}
-
 int reduction_code(ir::Reduction r) {
   return r == ir::Reduction::None ? 0 : r == ir::Reduction::Mean ? 1 : 2;
 }
@@ -672,8 +666,8 @@ void cuda_Cat(const KernelContext& ctx, const Node& n, const void* const* in, vo
   if (n.numel() == 0) return;
   const int64_t dim = n.attr<ir::DimAttrs>().dim;
   const Shape& os = n.shape;
-  const int64_t outer = prod(os, 0, dim), D = os[dim];
-  const int64_t row = prod(os, dim + 1, os.size()) * static_cast<int64_t>(itemsize(n.dtype));
+  const int64_t outer = numel(os, 0, dim), D = os[dim];
+  const int64_t row = numel(os, dim + 1, os.size()) * static_cast<int64_t>(itemsize(n.dtype));
   auto* dst = static_cast<char*>(out);
   int64_t off = 0;
   for (size_t k = 0; k < n.inputs.size(); ++k) {
@@ -696,9 +690,9 @@ namespace {
 View index_view(const Shape& s, int64_t dim) {
   View v;
   if (s.empty()) return v;
-  v.outer = prod(s, 0, dim);
+  v.outer = numel(s, 0, dim);
   v.r = s[dim];
-  v.inner = prod(s, dim + 1, s.size());
+  v.inner = numel(s, dim + 1, s.size());
   return v;
 }
 
@@ -728,7 +722,7 @@ k::IndexWalk index_walk(const Shape& index, int64_t dim, const Shape& data, cons
 }
 
 int64_t dim_stride(const Shape& s, int64_t dim) {
-  return prod(s, dim + 1, s.size());
+  return numel(s, dim + 1, s.size());
 }
 
 }  // namespace

@@ -1,10 +1,8 @@
-// Philox 4x32-10 for the CUDA kernels: the same counter-based generator as the CPU's
-// (backend/cpu/philox.h), bit for bit, so a draw or a dropout mask made on the GPU equals the
-// CPU's for the same generator state. Element i of a stream is block philox({offset, i}, seed):
-// a value depends only on (seed, offset, i), never on which thread computes it.
-//
-// Host and device functions (the host side makes the arithmetic testable without a GPU); the
-// file also compiles as plain C++ (no CUDA), where only the device-memory read `of` is absent.
+// Philox 4x32-10 (Salmon et al., SC'11): the counter-based generator behind every random draw
+// and attention dropout, on every backend. Element i of a draw is block philox({offset, i},
+// seed), so a value depends only on (seed, offset, i), never on which thread computes it; one
+// implementation for the CPU's kernels (plain C++) and the CUDA kernels (host and device
+// functions under nvcc) keeps a GPU's draws and dropout masks bitwise the CPU's.
 #pragma once
 #include <cstdint>
 
@@ -14,13 +12,13 @@
 #define CS_PHILOX_HD
 #endif
 
-namespace cstorch::cuda::k {
+namespace cstorch::rng {
 
 struct PhiloxBlock {
   uint32_t w[4];
 };
 
-// The high and low 32 bits of a * b, exactly as the CPU's 64-bit product splits them.
+// The high and low 32 bits of a * b.
 CS_PHILOX_HD inline void philox_mul(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
 #if defined(__CUDA_ARCH__)
   *hi = __umulhi(a, b);
@@ -36,8 +34,11 @@ CS_PHILOX_HD inline PhiloxBlock philox(uint32_t c0, uint32_t c1, uint32_t c2, ui
                                        uint32_t k0, uint32_t k1) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  // Straight-line rounds let the CPU's per-element loops vectorise.
 #if defined(__CUDA_ARCH__)
 #pragma unroll
+#elif defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC unroll 10
 #endif
   for (int r = 0; r < 10; ++r) {
     if (r > 0) {
@@ -70,14 +71,14 @@ struct PhiloxStream {
     return PhiloxStream{static_cast<uint32_t>(s), static_cast<uint32_t>(s >> 32),
                         static_cast<uint32_t>(o), static_cast<uint32_t>(o >> 32)};
   }
-#if defined(__CUDACC__)
-  // The state as it lies in device memory (the generator state input of an op).
-  __device__ static PhiloxStream of(const int64_t* state) {
-    return from(state[0], state[1]);
+  // The state as it lies in the memory of the kernel's device (the generator state input of an
+  // op): host memory for the CPU's kernels, device memory for the CUDA kernels.
+  CS_PHILOX_HD static PhiloxStream of(const void* state) {
+    const int64_t* s = static_cast<const int64_t*>(state);
+    return from(s[0], s[1]);
   }
-#endif
 };
 
-}  // namespace cstorch::cuda::k
+}  // namespace cstorch::rng
 
 #undef CS_PHILOX_HD
