@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
       while (reinterpret_cast<uintptr_t>(base) % 64) ++base;
       const cstorch::cpu::Scratch ws{base, stride, per, threads};
       v.sgemm_bf16(s.ta, s.tb, s.M, s.N, s.K, a16.data(), s.ta ? s.M : s.K, b16.data(),
-                   s.tb ? s.K : s.N, C, s.N, threads, ws);
+                   s.tb ? s.K : s.N, C, s.N, threads, ws, {});
     };
     double bf16_sec = 0;
     nlohmann::json rows = nlohmann::json::array();

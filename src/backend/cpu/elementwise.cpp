@@ -480,12 +480,7 @@ void cast_f32_to_bf16(const float* x, uint16_t* o, int64_t n) {
   parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
     const uint32_t* u = reinterpret_cast<const uint32_t*>(x);
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      const uint32_t v = u[i];
-      const uint32_t rounded = (v + 0x7fffu + ((v >> 16) & 1u)) >> 16;
-      const uint32_t nan = (v >> 16) | 0x40u;
-      o[i] = static_cast<uint16_t>((v & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-    }
+    for (int64_t i = b; i < e; ++i) o[i] = bf16_bits_of(u[i]);
   });
 }
 void cast_bf16_to_f32(const uint16_t* x, float* o, int64_t n) {

@@ -2,11 +2,20 @@
 // kernel (fused.cpp), so a fused chain computes exactly what the separate kernels compute.
 #pragma once
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "backend/cpu/vec_math.h"
 
 namespace cstorch::cpu {
+
+// The bf16 bits of the f32 with bits v, as bf16_t rounds (to nearest even, a NaN kept a quiet
+// NaN), without a branch so that loops of it vectorise.
+inline uint16_t bf16_bits_of(uint32_t v) {
+  const uint32_t rounded = (v + 0x7fffu + ((v >> 16) & 1u)) >> 16;
+  const uint32_t nan = (v >> 16) | 0x40u;
+  return static_cast<uint16_t>((v & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
 
 // maximum/minimum propagate nan like PyTorch.
 template <class C>

@@ -24,6 +24,7 @@
 #include "backend/cpu/isa.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/transpose16.h"
+#include "cstorch/core/dtype.h"
 #include "cstorch/core/error.h"
 
 namespace cstorch::cpu {
@@ -132,17 +133,38 @@ __attribute__((target("avx512f,avx512bw"))) void pack_pairs(const uint16_t* x, i
   }
 }
 
-// C[rows, cols] (+)= A panel (12 x kp words) . B panel (kp x 32 words), f32.
-__attribute__((target("avx512f,avx512bf16"))) void micro_bf16(int64_t kp, const uint32_t* a,
-                                                              const uint32_t* b, float* c,
-                                                              int64_t ldc, int rows, int cols,
-                                                              bool accumulate) {
+// bf16 bits of 16 f32 lanes, as bf16_t rounds: to nearest even, a NaN kept a quiet NaN (bit 6
+// set). Integer arithmetic, not VCVTNEPS2BF16, which flushes denormal inputs to zero.
+__attribute__((target("avx512f,avx512bw"))) inline __m256i to_bf16_bits(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i high = _mm512_srli_epi32(u, 16);
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                         _mm512_and_si512(high, _mm512_set1_epi32(1))),
+                        16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i bits =
+      _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(bits);
+}
+
+// C[rows, cols] (+)= A panel (12 x kp words) . B panel (kp x 32 words), f32. With c16 (the last
+// K block of a bf16 result), the sum plus the bias (if any, f32, one per column) is rounded to
+// bf16 and stored there instead; C is then only read (the earlier K blocks' sums).
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(
+    int64_t kp, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int rows, int cols,
+    bool accumulate, uint16_t* c16 = nullptr, const float* bias = nullptr) {
   __m512 acc[kMr][2];
 #pragma GCC unroll 12
   for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   // The C tile is read (a later K block) and written after the loop: its lines arrive while the
   // loop runs (a vocabulary-wide C leaves the caches between K blocks), as in gemm.cpp.
   for (int r = 0; r < rows; ++r) {
+    if (c16 && !accumulate) {
+      _mm_prefetch(reinterpret_cast<const char*>(c16 + r * ldc), _MM_HINT_T0);
+      continue;
+    }
     _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
   }
@@ -160,12 +182,23 @@ __attribute__((target("avx512f,avx512bf16"))) void micro_bf16(int64_t kp, const 
   const __mmask16 m1 = static_cast<__mmask16>(cols >= 32  ? 0xFFFF
                                               : cols > 16 ? (1u << (cols - 16)) - 1
                                                           : 0);
+  const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
   for (int r = 0; r < rows; ++r) {
     float* cr = c + r * ldc;
     __m512 v0 = acc[r][0], v1 = acc[r][1];
     if (accumulate) {
       v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), v0);
       v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), v1);
+    }
+    if (c16) {
+      if (bias) {
+        v0 = _mm512_add_ps(v0, bias0);
+        v1 = _mm512_add_ps(v1, bias1);
+      }
+      _mm256_mask_storeu_epi16(c16 + r * ldc, m0, to_bf16_bits(v0));
+      _mm256_mask_storeu_epi16(c16 + r * ldc + 16, m1, to_bf16_bits(v1));
+      continue;
     }
     _mm512_mask_storeu_ps(cr, m0, v0);
     _mm512_mask_storeu_ps(cr + 16, m1, v1);
@@ -185,11 +218,18 @@ size_t sgemm_bf16_scratch_floats() {
 
 bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, float* C, int64_t ldc, int threads,
-                const Scratch& ws) {
+                const Scratch& ws, const Bf16Result& out) {
   if (!bf16_gemm_runs_here()) return false;
   if (M <= 0 || N <= 0) return true;
   if (K == 0) {
-    for (int64_t i = 0; i < M; ++i) std::memset(C + i * ldc, 0, sizeof(float) * N);
+    for (int64_t i = 0; i < M; ++i) {
+      if (!out.c16) {
+        std::memset(C + i * ldc, 0, sizeof(float) * N);
+        continue;
+      }
+      for (int64_t j = 0; j < N; ++j)
+        out.c16[i * ldc + j] = bf16_t(0.0f + (out.bias ? out.bias[j] : 0.0f)).bits;
+    }
     return true;
   }
   const int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
@@ -218,8 +258,11 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
         const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - jq * kNr));
         for (int64_t iq = 0; iq < ceil_div(mc, kMr); ++iq) {
           const int rows = static_cast<int>(std::min<int64_t>(kMr, mc - iq * kMr));
-          micro_bf16(kp, apack + iq * kp * kMr, bpack + jq * kp * kNr,
-                     C + (ic + iq * kMr) * ldc + jc + jq * kNr, ldc, rows, cols, kb > 0);
+          const int64_t i = ic + iq * kMr, j = jc + jq * kNr;
+          const bool last = kb == kblocks - 1;
+          micro_bf16(kp, apack + iq * kp * kMr, bpack + jq * kp * kNr, C + i * ldc + j, ldc, rows,
+                     cols, kb > 0, last && out.c16 ? out.c16 + i * ldc + j : nullptr,
+                     last && out.bias ? out.bias + j : nullptr);
         }
       }
     };
@@ -262,7 +305,7 @@ size_t sgemm_bf16_scratch_floats() {
   return 0;
 }
 bool sgemm_bf16(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*,
-                int64_t, float*, int64_t, int, const Scratch&) {
+                int64_t, float*, int64_t, int, const Scratch&, const Bf16Result&) {
   return false;
 }
 

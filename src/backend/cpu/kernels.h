@@ -16,6 +16,11 @@ namespace cstorch::cpu {
 void cpu_fused_group(const ir::KernelContext& ctx, const ir::Node* const* nodes,
                      const void* const* const* in, void* const* out, int count);
 
+// f32 <-> bf16 over whole arrays as vectorised bit operations, parallel: bitwise bf16_t's
+// conversions (round to nearest even, NaNs kept quiet NaNs; elementwise.cpp).
+void cast_f32_to_bf16(const float* x, uint16_t* o, int64_t n);
+void cast_bf16_to_f32(const uint16_t* x, float* o, int64_t n);
+
 using ir::kMaxDims;
 
 }  // namespace cstorch::cpu

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/blas.h"
 #include "backend/cpu/dtype_dispatch.h"
@@ -20,17 +21,27 @@
 namespace cstorch::cpu {
 namespace {
 
+// bf16 goes through the vectorised whole-array casts: bf16_t's per-element conversion has a
+// branch for NaNs that keeps the loop scalar, and a 16-bit product's result passes here.
 template <class T>
 void widen(const T* src, float* dst, int64_t n) {
-  parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) dst[i] = static_cast<float>(src[i]);
-  });
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    cast_bf16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n);
+  } else {
+    parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dst[i] = static_cast<float>(src[i]);
+    });
+  }
 }
 template <class T>
 void narrow(const float* src, T* dst, int64_t n) {
-  parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) dst[i] = T(src[i]);
-  });
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    cast_f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n);
+  } else {
+    parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dst[i] = T(src[i]);
+    });
+  }
 }
 
 // One single-threaded cblas_sgemm. OpenBLAS's OpenMP build threads a call whenever the
@@ -183,12 +194,6 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
   if (ep.addend || ep.relu || ep.gate || ep.update) epilogue_pass(M, N, P, C, ldc, ep);
 }
 
-int64_t prod(const Shape& s, size_t end) {
-  int64_t p = 1;
-  for (size_t i = 0; i < end; ++i) p *= s[i];
-  return p;
-}
-
 struct MatmulGeom {
   int64_t m, n, k;
   bool ta, tb;
@@ -212,9 +217,9 @@ MatmulGeom matmul_geom(const ir::Node& n) {
   g.m = at.trans_a ? sa[ra - 1] : sa[ra - 2];
   g.k = at.trans_a ? sa[ra - 2] : sa[ra - 1];
   g.n = at.trans_b ? sb[rb - 2] : sb[rb - 1];
-  g.nbatch = prod(n.shape, n.shape.size() - 2);
-  g.a_batch = prod(sa, ra - 2);
-  g.b_batch = prod(sb, rb - 2);
+  g.nbatch = numel(n.shape, 0, n.shape.size() - 2);
+  g.a_batch = numel(sa, 0, ra - 2);
+  g.b_batch = numel(sb, 0, rb - 2);
   return g;
 }
 
@@ -271,7 +276,7 @@ Layout matmul_layout(const ir::Node& n, int threads) {
 Layout linear_layout(const ir::Node& n, int threads) {
   const Shape& sx = n.inputs[0]->shape;
   const int64_t N = n.inputs[1]->shape[0], K = n.inputs[1]->shape[1];
-  const int64_t M = prod(sx, sx.size() - 1);
+  const int64_t M = numel(sx, 0, sx.size() - 1);
   if (bf16_direct(n))
     return bf16_layout(n.numel() + (n.inputs.size() > 2 ? N : 0), macs_of(M, N, K), threads);
   const size_t shared = n.dtype == DType::f32 ? 0
@@ -388,9 +393,10 @@ void cpu_Matmul(const ir::KernelContext& ctx, const ir::Node& n, const void* con
   if (bf16_direct(n) && (g.nbatch == 1 || g.folds())) {
     const int64_t M = g.nbatch * g.m;
     float* c = ws.shared;
+    // Rounded to bf16 as the GEMM stores it (c holds the partial sums of a long K).
     sgemm_bf16(g.ta, g.tb, M, g.n, g.k, bits(in[0]), g.ta ? g.m : g.k, bits(in[1]),
-               g.tb ? g.k : g.n, c, g.n, gemm_threads(macs_of(M, g.n, g.k)), ws.ws);
-    narrow(c, static_cast<bf16_t*>(out), n.numel());
+               g.tb ? g.k : g.n, c, g.n, gemm_threads(macs_of(M, g.n, g.k)), ws.ws,
+               {static_cast<uint16_t*>(out), nullptr});
     return;
   }
   dispatch_float(n.dtype, "matmul", [&]<class T>(T*) {
@@ -411,7 +417,7 @@ void cpu_Linear(const ir::KernelContext& ctx, const ir::Node& n, const void* con
   const Shape& sw = n.inputs[1]->shape;
   const int64_t N = sw[0], K = sw[1];
   const Shape& sx = n.inputs[0]->shape;
-  const int64_t M = prod(sx, sx.size() - 1);
+  const int64_t M = numel(sx, 0, sx.size() - 1);
   const bool has_bias = n.inputs.size() > 2;
   const Bound ws = bind_workspace(ctx, n, linear_layout(n, 1));
   if (n.dtype == DType::f32) {
@@ -421,19 +427,14 @@ void cpu_Linear(const ir::KernelContext& ctx, const ir::Node& n, const void* con
     return;
   }
   if (bf16_direct(n)) {
+    // The bias is added in f32 and the sum rounded once, as the GEMM stores the result (y holds
+    // the partial sums of a long K).
     float* y = ws.shared;
     float* b = y + M * N;
+    if (has_bias) widen(static_cast<const bf16_t*>(in[2]), b, N);
     sgemm_bf16(false, true, M, N, K, bits(in[0]), K, bits(in[1]), K, y, N,
-               gemm_threads(macs_of(M, N, K)), ws.ws);
-    if (has_bias) {
-      widen(static_cast<const bf16_t*>(in[2]), b, N);
-      parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(N, 1)),
-                   [&](int64_t r0, int64_t r1) {
-                     for (int64_t i = r0; i < r1; ++i)
-                       for (int64_t j = 0; j < N; ++j) y[i * N + j] += b[j];
-                   });
-    }
-    narrow(y, static_cast<bf16_t*>(out), M * N);
+               gemm_threads(macs_of(M, N, K)), ws.ws,
+               {static_cast<uint16_t*>(out), has_bias ? b : nullptr});
     return;
   }
   dispatch_float(n.dtype, "linear", [&]<class T>(T*) {

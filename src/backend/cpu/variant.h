@@ -38,7 +38,7 @@ struct KernelVariant {
   size_t (*sgemm_bf16_scratch_floats)();
   bool (*sgemm_bf16)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                      int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
-                     int threads, const Scratch& ws);
+                     int threads, const Scratch& ws, const Bf16Result& out);
   // The Fused kernel's group form (ir::FusedGroupKernel).
   ir::FusedGroupKernel fused_group;
   // The counter-based generator of the random kernels (random.cpp), for its known-answer test.

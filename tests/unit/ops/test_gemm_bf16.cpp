@@ -1,6 +1,7 @@
 // The bf16 GEMM (src/backend/cpu/gemm_bf16.cpp, VDPBF16PS) against a double-precision product
 // of the same bf16 values: every transpose, leading dims with padding, odd K, several K blocks
-// and column blocks, 1-3 threads (bitwise the same result), and the scratch guards; then the
+// and column blocks, 1-3 threads (bitwise the same result), the scratch guards, and the result
+// stored as bf16 (with a bias) bitwise the f32 result rounded; then the
 // bf16 Linear and Matmul kernels against their f32 products.
 #include <gtest/gtest.h>
 
@@ -54,7 +55,7 @@ void check(const Case& c, std::mt19937& rng) {
     const cpu::Scratch scratch{base, stride, floats, threads};
     std::vector<float> C(c.M * ldc, 5.f);
     ASSERT_TRUE(cpu::kernels().sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb,
-                                          C.data(), ldc, threads, scratch));
+                                          C.data(), ldc, threads, scratch, {}));
     for (int t = 0; t < threads; ++t)
       for (size_t i = floats; i < stride; ++i)
         ASSERT_EQ(base[t * stride + i], -7.f) << "guard after area " << t << " written";
@@ -79,6 +80,26 @@ void check(const Case& c, std::mt19937& rng) {
         }
     } else {
       EXPECT_EQ(C, first) << threads << " threads differ from 1";
+    }
+    // Stored as bf16, with and without a bias: bitwise the f32 result (plus the bias) rounded,
+    // and nothing written past N.
+    std::vector<float> bias(c.N);
+    for (auto& x : bias) x = u(rng);
+    for (bool with_bias : {false, true}) {
+      std::vector<uint16_t> C16(c.M * ldc, 0xBEEF);
+      std::vector<float> partial(c.M * ldc, 5.f);
+      ASSERT_TRUE(cpu::kernels().sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb,
+                                            partial.data(), ldc, threads, scratch,
+                                            {C16.data(), with_bias ? bias.data() : nullptr}));
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          const float f = first[i * ldc + j];
+          const uint16_t want = j >= c.N ? 0xBEEF : to_bf16(with_bias ? f + bias[j] : f);
+          ASSERT_EQ(C16[i * ldc + j], want)
+              << "bf16 result, bias " << with_bias << ", M" << c.M << " N" << c.N << " K" << c.K
+              << " ta" << c.ta << " tb" << c.tb << ", " << threads << " threads, at (" << i << ", "
+              << j << ")";
+        }
     }
   }
 }
