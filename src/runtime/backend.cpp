@@ -244,6 +244,13 @@ std::string current_artifact_dir() {
   std::lock_guard<std::mutex> l(g_mu);
   return g_backend ? g_backend->options().artifact_dir : BackendOptions{}.artifact_dir;
 }
+void reset_backend_for_tests() {
+  std::lock_guard<std::mutex> l(g_mu);
+  g_backend.reset();
+  g_configured.reset();
+  g_model_dir.clear();
+}
+
 }  // namespace runtime
 
 std::shared_ptr<Backend> backend() {

@@ -24,6 +24,9 @@ std::string current_compile_dir();
 // The device traced steps run on: the current backend's (CSX: the CPU), the CPU without one;
 // inside a StepDeviceScope, that scope's device (on this thread).
 Device step_device();
+// Forgets the process's backend and configure()'s options, as a new process has neither. Only
+// for the unit tests, which run many tests in one process; a program keeps its backend.
+void reset_backend_for_tests();
 // Overrides step_device() on this thread for its lifetime (the tests compare one step on two
 // devices in one process, where the backend is process-wide).
 class StepDeviceScope {
