@@ -84,7 +84,11 @@ class Metric {
   // Also moves the states to `like`'s device (they are made on the CPU; an update with data on
   // another device moves them there once).
   Tensor weights_or_ones(const Tensor& weights, const Tensor& like, const char* like_name) const;
+  // Moves the states to device d, eagerly even inside a trace. Every update() calls it (or
+  // weights_or_ones) before its first in-place add, so the accumulators never mix devices.
   void place_states(Device d) const;
+  // like.numel() as a 0-d f32 tensor on like's device: the weight of an unweighted update.
+  static Tensor count_of(const Tensor& like);
   // Fails when an "invalid ids" state tensor is non-zero.
   void check_no_invalid(const Tensor& invalid, const char* what) const;
 

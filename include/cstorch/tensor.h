@@ -107,8 +107,10 @@ Tensor full(const Shape& s, double value, DType dtype = DType::f32, Device devic
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, double value);
-Tensor arange(double end, DType dtype = DType::i64);
-Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::i64);
+// [start, end) by step, made on `device` (the CPU by default, as PyTorch's arange).
+Tensor arange(double end, DType dtype = DType::i64, Device device = {});
+Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::i64,
+              Device device = {});
 Tensor scalar_tensor(double v, DType dtype = DType::f32);  // 0-d
 // Copies host data; data.size() must equal numel(shape).
 Tensor from_vector(const std::vector<float>& data, const Shape& shape);

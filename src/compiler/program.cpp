@@ -614,6 +614,17 @@ void Program::run(const ir::Buffer* const* batch, void* const* outputs) {
   }
 }
 
+// Seconds one kernel call takes, for the profile. A device that runs kernels asynchronously
+// (CUDA) is synchronised before and after, so the time is the kernel's, not its launch's.
+template <class F>
+static double timed(const ir::KernelContext& ctx, F&& call) {
+  if (ctx.backend) ctx.backend->synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  call();
+  if (ctx.backend) ctx.backend->synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void Program::run_steps(size_t begin, size_t end) {
   const uint32_t* ids = input_ids_.data();
   const void** ins = in_scratch_.data();
@@ -634,12 +645,11 @@ void Program::run_steps(size_t begin, size_t end) {
         gout[k] = ptrs_[m.out];
       }
       try {
-        const auto t0 =
-            profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-        gr.kernel(st.ctx, nodes, gin, gout, static_cast<int>(gr.count));
         if (profile_)
-          step_seconds_[si] +=
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          step_seconds_[si] += timed(
+              st.ctx, [&] { gr.kernel(st.ctx, nodes, gin, gout, static_cast<int>(gr.count)); });
+        else
+          gr.kernel(st.ctx, nodes, gin, gout, static_cast<int>(gr.count));
       } catch (const std::exception& e) {
         fail("op '{}' (node %{} and the {} after it, run as one pass, output {}{}): {}",
              st.node->name(), st.node->id, gr.count - 1, dtype_name(st.node->dtype),
@@ -651,10 +661,8 @@ void Program::run_steps(size_t begin, size_t end) {
     for (uint32_t j = 0; j < st.num_inputs; ++j) ins[j] = ptrs_[ids[st.first_input + j]];
     try {
       if (profile_) {
-        auto t0 = std::chrono::steady_clock::now();
-        st.kernel(st.ctx, *st.node, ins, ptrs_[st.out]);
         step_seconds_[si] +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            timed(st.ctx, [&] { st.kernel(st.ctx, *st.node, ins, ptrs_[st.out]); });
       } else {
         st.kernel(st.ctx, *st.node, ins, ptrs_[st.out]);
       }

@@ -15,6 +15,7 @@ void AccuracyMetric::update(const Tensor& labels, const Tensor& predictions,
   check_integer("labels", labels);
   check_integer("predictions", predictions);
   check_same_shape("labels", labels, "predictions", predictions);
+  place_states(labels.device());
   Tensor correct = cast(eq(labels, predictions), DType::f32);
   if (weights.defined()) {
     Tensor w = weights_or_ones(weights, labels, "labels");
@@ -22,7 +23,7 @@ void AccuracyMetric::update(const Tensor& labels, const Tensor& predictions,
     total_weight_.add_(sum(w));
   } else {
     total_correct_.add_(sum(correct));
-    total_weight_.add_(scalar_tensor(static_cast<double>(labels.numel())));
+    total_weight_.add_(count_of(labels));
   }
 }
 
@@ -44,11 +45,12 @@ void PerplexityMetric::update(const Tensor& labels, const Tensor& loss, const Te
   CS_CHECK(loss.dim() == 0,
            "{}: loss must be a 0-d tensor (the loss summed over the batch's tokens), got shape {}",
            context("update"), shape_str(loss.shape()));
+  place_states(loss.device());
   total_loss_.add_(loss.to(DType::f32));
   if (weights.defined())
     total_tokens_.add_(sum(weights_or_ones(weights, labels, "labels")));
   else
-    total_tokens_.add_(scalar_tensor(static_cast<double>(labels.numel())));
+    total_tokens_.add_(count_of(labels));
 }
 
 Tensor PerplexityMetric::compute_tensor() const {
@@ -65,6 +67,7 @@ MeanMetric::MeanMetric(std::string name) : Metric("MeanMetric", std::move(name))
 void MeanMetric::update(const Tensor& values, const Tensor& weights) {
   check_defined("values", values);
   check_floating("values", values);
+  place_states(values.device());
   Tensor v = values.to(DType::f32);
   if (weights.defined()) {
     Tensor w = weights_or_ones(weights, values, "values");
@@ -72,7 +75,7 @@ void MeanMetric::update(const Tensor& values, const Tensor& weights) {
     weight_.add_(sum(w));
   } else {
     total_.add_(sum(v));
-    weight_.add_(scalar_tensor(static_cast<double>(values.numel())));
+    weight_.add_(count_of(values));
   }
 }
 

@@ -52,7 +52,7 @@ void ConfusionMatrixMetric::update(const Tensor& labels, const Tensor& predictio
   Tensor w = weights_or_ones(weights, labels, "labels").reshape({-1, 1});
   Tensor l = labels.to(DType::i64).reshape({-1, 1});
   Tensor p = pred_ids.to(DType::i64).reshape({-1, 1});
-  Tensor cls = arange(static_cast<double>(C)).reshape({1, C}).to(labels.device());
+  Tensor cls = arange(static_cast<double>(C), DType::i64, labels.device()).reshape({1, C});
   Tensor l_hot = cast(eq(l, cls), DType::f32) * w;  // [M, C], weighted
   Tensor p_hot = cast(eq(p, cls), DType::f32);      // [M, C]
   cm_.add_(matmul(l_hot.t(), p_hot));

@@ -83,6 +83,10 @@ void Metric::place_states(Device d) const {
   for (auto& [n, t] : states_) detail::move_to_device(t, d);
 }
 
+Tensor Metric::count_of(const Tensor& like) {
+  return full({}, static_cast<double>(like.numel()), DType::f32, like.device());
+}
+
 std::string Metric::context(const char* fn) const {
   return fmt::format("{} '{}'.{}", kind_, name_, fn);
 }

@@ -111,7 +111,7 @@ void TopKMetric::update(const Tensor& labels, const Tensor& predictions, const T
   }
   place_states(predictions.device());
   // Top k by repeated argmax: argmax returns the first maximum, so ties go to the lower id.
-  Tensor cls = arange(static_cast<double>(C)).reshape({1, C}).to(predictions.device());
+  Tensor cls = arange(static_cast<double>(C), DType::i64, predictions.device()).reshape({1, C});
   Tensor s = predictions.to(DType::f32);
   Tensor chosen = zeros({N, C}, DType::f32, predictions.device());
   for (int64_t i = 0; i < k_; ++i) {

@@ -50,10 +50,10 @@ Tensor scalar_tensor(double v, DType dtype) {
   return make_full({}, v, dtype);
 }
 
-Tensor arange(double end, DType dtype) {
-  return arange(0, end, 1, dtype);
+Tensor arange(double end, DType dtype, Device device) {
+  return arange(0, end, 1, dtype, device);
 }
-Tensor arange(double start, double end, double step, DType dtype) {
+Tensor arange(double start, double end, double step, DType dtype, Device device) {
   CS_CHECK(step != 0, "arange: step must be nonzero");
   CS_CHECK((end - start) / step >= 0,
            "arange: range [{}, {}) with step {} is empty in the wrong "
@@ -61,7 +61,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
            start, end, step);
   int64_t count = static_cast<int64_t>(std::ceil((end - start) / step));
   return detail::dispatch(ir::OpCode::Arange, ir::ArangeAttrs{start, step}, {},
-                          detail::OutSpec{{count}, dtype});
+                          detail::OutSpec{{count}, dtype, device});
 }
 
 Tensor from_blob(const void* data, const Shape& shape, DType dtype) {

@@ -46,7 +46,8 @@ void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what,
   int bad = 0;
   for (size_t i = 0; i < a.size() && bad < 5; ++i) {
     const bool both_nan = std::isnan(a[i]) && std::isnan(b[i]);
-    if (!both_nan && !(std::abs(a[i] - b[i]) <= rel * std::abs(sc[i]) + 1e-6)) {
+    // Equal values pass first: infinities of one sign are equal, though their difference is NaN.
+    if (!both_nan && a[i] != b[i] && !(std::abs(a[i] - b[i]) <= rel * std::abs(sc[i]) + 1e-6)) {
       ADD_FAILURE() << what << ": element " << i << " GPU " << a[i] << " CPU " << b[i];
       ++bad;
     }
@@ -144,6 +145,12 @@ TEST(CudaOps, ReductionsAgainstTheCpu) {
     check("amin " + d, {x}, [&](const V& v) { return amin(v[0], dims); });
   }
   check("sum long row", {row}, [](const V& v) { return sum(v[0]); });
+  // A bias gradient's shape: few columns, a long reduced run (the split column kernel).
+  Tensor tall = rt({3000, 77}, 11);
+  check("sum of a tall matrix's columns", {tall}, [](const V& v) { return sum(v[0], {0}); });
+  check("amax of a tall matrix's columns", {tall}, [](const V& v) { return amax(v[0], {0}); });
+  check("bf16 sum of a tall matrix's columns", {cast(tall, DType::bf16)},
+        [](const V& v) { return sum(v[0], {0}); });
   check("argmax last", {x}, [](const V& v) { return argmax(v[0], -1); });
   check("argmax middle", {x}, [](const V& v) { return argmax(v[0], 1, true); });
   check("argmax all", {x}, [](const V& v) { return argmax(v[0]); });
@@ -455,7 +462,7 @@ TEST(CudaOps, MoreElementwiseAndReductionsAgainstTheCpu) {
   // arange made on the device inside a traced step.
   runtime::StepDeviceScope scope(kGpu);
   auto step =
-      trace([](const Batch& bt) { return add(bt.at("x"), arange(0, 12, 1.5, DType::f32)); });
+      trace([](const Batch& bt) { return add(bt.at("x"), arange(0, 12, 1.5, DType::f32, kGpu)); });
   Tensor z = rt({8}, 12);
   expect_close(step(Batch{{"x", z.to(kGpu)}}), add(z, arange(0, 12, 1.5, DType::f32)),
                "arange f32");
@@ -484,6 +491,14 @@ TEST(CudaOps, IndexingCatAndTriAgainstTheCpu) {
   };
   Tensor tokens = from_vector(std::vector<int32_t>{3, 3, 0, 9, 3, 1, 9, 0}, {2, 4});
   check("embedding grad", {rt({10, 6}, 4), tokens, rt({2, 4, 6}, 5)}, emb_grad);
+  // A long index over few columns: the destinations are shared out among threads (buckets of
+  // one row, then of four), each destination still summed in index order.
+  for (int64_t rows : {50, 1000}) {
+    std::vector<int64_t> ids(700);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 37) % rows);
+    check("embedding grad, long index over " + std::to_string(rows) + " rows",
+          {rt({rows, 40}, 13), from_vector(ids, {7, 100}), rt({7, 100, 40}, 14)}, emb_grad);
+  }
   std::vector<int64_t> gi(5 * 2 * 3);
   for (size_t i = 0; i < gi.size(); ++i) gi[i] = static_cast<int64_t>((i * 5 + 1) % 7);
   Tensor gidx = from_vector(gi, {5, 2, 3});

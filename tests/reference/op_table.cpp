@@ -78,9 +78,12 @@ std::vector<Row> make_table() {
       {"uniform_range", {}, [](const In& x) { return cs::uniform({3, 7}, -2, 3, D::f32, x.device); }, "",
        kExact, kNoGrad},
       {"randn_bf16", {}, [](const In& x) { return cs::randn({6, 5}, D::bf16, x.device); }, "", kExact, kNoGrad},
+      // Normal draws pass uniform bits through log, sqrt and cos: a device's own versions of
+      // those are within a few ulps of the CPU's (the GPU's differed by 16 ulps of one element
+      // in 9), so f32 normals are held to the default tolerance; bf16 ones round it away.
       {"normal_then_randn", {},
        [](const In& x) { return cs::normal({9}, 1.0, 2.0, D::f32, x.device) - cs::randn({9}, D::f32, x.device); },
-       "", kExact, kNoGrad},
+       "", {}, kNoGrad},
       {"bernoulli", {}, [](const In& x) { return cs::bernoulli({4, 6}, 0.3, D::f32, x.device); }, "", kExact,
        kNoGrad},
       {"dropout_train", {{4, 6}}, [](const In& x) { return cs::dropout(x[0], 0.4, true); }, ""},

@@ -196,9 +196,11 @@ TEST(CudaDeviceTable, ABuildWithoutCudaSaysHowToGetIt) {
 TEST(CudaCapabilities, TheTableNamesOnlyOpsWithKernelsAndAnswersHonestly) {
   using O = ir::OpCode;
   // The 16-bit kernels: what bf16 and f16 autocast's training graphs run in 16-bit (CudaAmp
-  // below proves they need no more).
-  const std::set<O> half = {O::Bernoulli, O::Relu, O::Gelu,   O::Cast,   O::Mul,   O::ReluGrad,
-                            O::GeluGrad,  O::Sum,  O::Matmul, O::Linear, O::Slice, O::Cat};
+  // below proves they need no more), and the data movement ops, which copy elements by size
+  // (an eager transpose of a 16-bit operand needs Permute).
+  const std::set<O> half = {O::Bernoulli, O::Relu,     O::Gelu, O::Cast,    O::Mul,
+                            O::ReluGrad,  O::GeluGrad, O::Sum,  O::Matmul,  O::Linear,
+                            O::Slice,     O::Cat,      O::Copy, O::Permute, O::Expand};
   int listed = 0;
   for (int i = 0; i < ir::kNumOps; ++i) {
     const auto op = static_cast<ir::OpCode>(i);

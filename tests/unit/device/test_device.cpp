@@ -225,6 +225,61 @@ TEST_P(DeviceModels, TracedAdamWStepsAreBitwiseTheCpus) {
                  3);
 }
 
+// A traced evaluation step of every language model on the device: its metrics (perplexity,
+// accuracy; states made on the CPU) move to the device at their first update and accumulate
+// there, bitwise as on the CPU. Before, the first in-place add of an unplaced state mixed
+// devices and the eval step failed with "to(device): this tensor ... was computed inside a
+// traced step".
+TEST_P(DeviceModels, TracedEvalStepsUpdateTheMetricsAsOnTheCpu) {
+  const std::string name = GetParam();
+  const std::string yaml = lm_yaml(name, 0.0);
+  auto run = [&](Device dev) {
+    runtime::StepDeviceScope scope(dev);
+    manual_seed(5);
+    auto model = zoo_model(name, yaml);
+    model->to(dev);
+    model->eval();
+    auto step = trace([&](const Batch& b) { return model->loss(b); });
+    for (int s = 0; s < 2; ++s) step(text_batch(name)).template item<float>();
+    std::vector<std::pair<std::string, double>> values;
+    for (metrics::Metric* m : metrics::live_metrics()) values.emplace_back(m->name(), m->compute());
+    return values;
+  };
+  const auto on_device = run(check());
+  const auto on_cpu = run(Device{});
+  ASSERT_FALSE(on_cpu.empty()) << "the model updated no metric";
+  EXPECT_EQ(on_device, on_cpu);
+}
+
+TEST(Device, UnweightedThenWeightedMetricUpdatesInATracedStepAreTheCpus) {
+  auto run = [](Device dev) {
+    runtime::StepDeviceScope scope(dev);
+    metrics::AccuracyMetric acc("acc");
+    metrics::PerplexityMetric ppl("ppl");
+    metrics::MeanMetric mean("mean");
+    auto step = trace([&](const Batch& b) {
+      Tensor labels = b.at("y").to(dev), logits = b.at("x").to(dev);
+      Tensor pred = cast(argmax(logits, -1), labels.dtype()), w = ones({8}, DType::f32, dev);
+      // Unweighted updates first (their states start on the CPU), then weighted ones.
+      acc.update(labels, pred);
+      acc.update(labels, pred, w);
+      ppl.update(labels, sum(logits));
+      ppl.update(labels, sum(logits), w);
+      mean.update(logits);
+      mean.update(logits, ones({8, 4}, DType::f32, dev));
+      return sum(logits);
+    });
+    for (int s = 0; s < 3; ++s) {
+      std::vector<int64_t> y(8);
+      for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>((i * 3 + s) % 4);
+      step(Batch{{"x", rt({8, 4}, 40 + s)}, {"y", from_vector(y, {8})}}).template item<float>();
+    }
+    return std::vector<double>{acc.compute(), ppl.compute(), mean.compute()};
+  };
+  const auto on_device = run(check());
+  EXPECT_EQ(on_device, run(Device{}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, DeviceModels,
                          ::testing::Values("gpt2", "bert", "transformer", "t5"),
                          [](const auto& info) { return info.param; });

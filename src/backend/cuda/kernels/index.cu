@@ -3,6 +3,7 @@
 // the backend's error word (raised at the next host read) and its element is skipped. Every sum
 // into one destination runs in one thread in index order, the CPU's order: results are the CPU's
 // bits and do not depend on scheduling (no atomics).
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -37,12 +38,19 @@ __global__ void index_select_kernel(const W* __restrict__ x, const void* idx, bo
   }
 }
 
-// One thread per (outer, inner) column, adding src[o, j, i] into y[o, idx[j], i] for j in order.
+// One thread per (outer, inner) column and destination bucket: destinations are shared out in
+// `buckets` ranges of `chunk` rows, and the thread of bucket b adds src[o, j, i] into
+// y[o, idx[j], i] for every j in order whose idx[j] falls in its range. Each destination still
+// has one thread adding in index order (the CPU's bits); the buckets only give a long index
+// with few columns (an embedding's gradient: 768 columns, thousands of tokens) more threads
+// than columns. Every bucket sees a bad index; any of them reports it.
 template <class T>
 __global__ void index_add_kernel(const void* idx, bool idx64, const T* __restrict__ src, T* y,
                                  int64_t outer, int64_t size, int64_t inner, int64_t m,
-                                 int* error) {
-  CS_GRID_STRIDE(c, outer * inner) {
+                                 int64_t buckets, int64_t chunk, int* error) {
+  const int64_t cols = outer * inner;
+  CS_GRID_STRIDE(t, cols * buckets) {
+    const int64_t c = t % cols, lo = (t / cols) * chunk, hi = lo + chunk;
     const int64_t o = c / inner, i = c % inner;
     for (int64_t j = 0; j < m; ++j) {
       const int64_t v = index_at(idx, idx64, j);
@@ -50,6 +58,7 @@ __global__ void index_add_kernel(const void* idx, bool idx64, const T* __restric
         report(error, kErrorIndex);
         continue;
       }
+      if (v < lo || v >= hi) continue;
       T& d = y[(o * size + v) * inner + i];
       d = d + src[(o * m + j) * inner + i];
     }
@@ -143,8 +152,17 @@ void index_add(Ty t, const void* idx, bool idx64, const void* src, void* y, int6
                int64_t size, int64_t inner, int64_t m, int* error, void* stream) {
   with_number(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    index_add_kernel<T><<<blocks_for(outer * inner), kThreads, 0, as_stream(stream)>>>(
-        idx, idx64, static_cast<const T*>(src), static_cast<T*>(y), outer, size, inner, m, error);
+    // About 64K threads where the columns alone are fewer and the index is long enough to
+    // share out; one bucket (the whole range) otherwise.
+    const int64_t cols = outer * inner;
+    int64_t buckets = 1;
+    if (cols < 16384 && m >= 256) buckets = std::min<int64_t>({65536 / cols, size, 256});
+    if (buckets < 1) buckets = 1;
+    const int64_t chunk = (size + buckets - 1) / buckets;
+    buckets = chunk > 0 ? (size + chunk - 1) / chunk : 1;
+    index_add_kernel<T><<<blocks_for(cols * buckets), kThreads, 0, as_stream(stream)>>>(
+        idx, idx64, static_cast<const T*>(src), static_cast<T*>(y), outer, size, inner, m, buckets,
+        chunk > 0 ? chunk : 1, error);
   });
 }
 

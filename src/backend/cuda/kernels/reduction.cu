@@ -4,6 +4,7 @@
 // Sums accumulate in double, as the CPU kernels do, so results agree to float rounding.
 // Sums also read and write bf16 and f16 (autocast's bias gradients), through kernels/half.cuh.
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/half.cuh"
@@ -58,6 +59,52 @@ __global__ void reduce_cols(const T* __restrict__ x, T* y, int64_t outer, int64_
       y[t] = store<T>(m);
     }
   }
+}
+
+// inner > 1 with few outputs and a long reduced run (a bias gradient: [tokens, features] summed
+// over the tokens): one thread per output leaves the device idle and walks r serially, so a
+// block of kColTile columns x kColLanes lanes takes kColTile outputs, lane l reading rows
+// l, l + kColLanes, ... . The lanes' partial results are combined in lane order in shared
+// memory: a fixed order whatever the scheduling, and sums in double, so results are the CPU's
+// to float rounding as before. Grid: (column tiles, outer).
+constexpr int kColTile = 32, kColLanes = 32;
+
+template <Reduce op, class T>
+__global__ void reduce_cols_split(const T* __restrict__ x, T* y, int64_t r, int64_t inner) {
+  using Acc = std::conditional_t<op == Reduce::Sum || op == Reduce::Mean, double, float>;
+  __shared__ Acc part[kColLanes][kColTile + 1];
+  const int tx = threadIdx.x % kColTile, lane = threadIdx.x / kColTile;
+  const int64_t o = blockIdx.y, j = static_cast<int64_t>(blockIdx.x) * kColTile + tx;
+  const T* p = x + o * r * inner + j;
+  Acc a;
+  if (j < inner) {
+    if constexpr (op == Reduce::Sum || op == Reduce::Mean) {
+      a = 0;
+      for (int64_t i = lane; i < r; i += kColLanes) a += load(p[i * inner]);
+    } else {
+      a = load(p[0]);  // r >= 1: every lane starts from row 0, which changes no extremum
+      for (int64_t i = lane; i < r; i += kColLanes)
+        a = op == Reduce::Max ? max_nan(a, load(p[i * inner])) : min_nan(a, load(p[i * inner]));
+    }
+    part[lane][tx] = a;
+  }
+  __syncthreads();
+  if (lane != 0 || j >= inner) return;
+  a = part[0][tx];
+  for (int l = 1; l < kColLanes; ++l) {
+    if constexpr (op == Reduce::Sum || op == Reduce::Mean)
+      a += part[l][tx];
+    else
+      a = op == Reduce::Max ? max_nan(a, part[l][tx]) : min_nan(a, part[l][tx]);
+  }
+  if constexpr (op == Reduce::Mean) a /= static_cast<double>(r);
+  y[o * inner + j] = store<T>(static_cast<float>(a));
+}
+
+// Whether the split kernel serves [outer, r, inner]: few outputs (under ~16K threads' worth) and
+// a reduced run long enough to share out.
+inline bool split_cols(int64_t outer, int64_t r, int64_t inner) {
+  return r >= 4 * kColLanes && outer * inner < 16384 && outer < 65535;
 }
 
 // The per-element terms and finishing steps of var, logsumexp and the p-norm, in double as the
@@ -350,7 +397,7 @@ bool reduce(Reduce op, Ty t, const void* x, void* y, int64_t outer, int64_t r, i
             void* stream) {
   cudaStream_t s = as_stream(stream);
   const int64_t n = outer * inner;
-  auto run = [&](auto* tag, auto rows_kernel, auto cols_kernel) {
+  auto run = [&](auto* tag, auto rows_kernel, auto cols_kernel, auto split_kernel) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* xt = static_cast<const T*>(x);
     T* yt = static_cast<T*>(y);
@@ -358,6 +405,10 @@ bool reduce(Reduce op, Ty t, const void* x, void* y, int64_t outer, int64_t r, i
       fill_value<T><<<blocks_for(n), kThreads, 0, s>>>(yt, n, op == Reduce::Mean ? NAN : 0.0f);
     else if (inner == 1)
       rows_kernel<<<static_cast<unsigned>(outer), row_threads(r), 0, s>>>(xt, yt, r);
+    else if (split_cols(outer, r, inner))
+      split_kernel<<<dim3(static_cast<unsigned>((inner + kColTile - 1) / kColTile),
+                          static_cast<unsigned>(outer)),
+                     kColTile * kColLanes, 0, s>>>(xt, yt, r, inner);
     else
       cols_kernel<<<blocks_for(n), kThreads, 0, s>>>(xt, yt, outer, r, inner);
     return true;
@@ -366,16 +417,16 @@ bool reduce(Reduce op, Ty t, const void* x, void* y, int64_t outer, int64_t r, i
     if (op != Reduce::Sum) return false;
     if (t == Ty::bf16)
       return run(static_cast<bf16*>(nullptr), reduce_rows<Reduce::Sum, bf16>,
-                 reduce_cols<Reduce::Sum, bf16>);
+                 reduce_cols<Reduce::Sum, bf16>, reduce_cols_split<Reduce::Sum, bf16>);
     return run(static_cast<f16*>(nullptr), reduce_rows<Reduce::Sum, f16>,
-               reduce_cols<Reduce::Sum, f16>);
+               reduce_cols<Reduce::Sum, f16>, reduce_cols_split<Reduce::Sum, f16>);
   }
   if (t != Ty::f32) return false;
   switch (op) {
 #define CS_REDUCE(Name)                                                        \
   case Reduce::Name:                                                           \
     return run(static_cast<float*>(nullptr), reduce_rows<Reduce::Name, float>, \
-               reduce_cols<Reduce::Name, float>);
+               reduce_cols<Reduce::Name, float>, reduce_cols_split<Reduce::Name, float>);
     CS_REDUCE(Sum)
     CS_REDUCE(Mean)
     CS_REDUCE(Max)
