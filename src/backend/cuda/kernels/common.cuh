@@ -45,6 +45,16 @@ void with_word(int item_bytes, F&& f) {
 // The offsets of output element i in each of `nin` inputs.
 template <int nin>
 __device__ inline void bcast_offsets(const Bcast& b, int64_t i, int64_t* off) {
+  if (b.small) {
+    uint32_t r = static_cast<uint32_t>(i), o[nin] = {};
+    for (int d = b.rank - 1; d >= 0; --d) {
+      const uint32_t n = static_cast<uint32_t>(b.shape[d]), q = r / n, c = r - q * n;
+      r = q;
+      for (int k = 0; k < nin; ++k) o[k] += c * static_cast<uint32_t>(b.strides[k][d]);
+    }
+    for (int k = 0; k < nin; ++k) off[k] = o[k];
+    return;
+  }
   for (int k = 0; k < nin; ++k) off[k] = 0;
   for (int d = b.rank - 1; d >= 0; --d) {
     const int64_t c = i % b.shape[d];

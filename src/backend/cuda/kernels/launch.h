@@ -19,6 +19,10 @@ enum class Ty : int { f32, i32, i64, b8, bf16, f16 };
 struct Bcast {
   int rank = 0;
   bool contiguous = true;
+  // Every element index of the output (so of the inputs, which broadcast to it) is below 2^31:
+  // the offsets are computed in 32-bit arithmetic, several times cheaper on the GPU than
+  // 64-bit division. False (the 64-bit walk) unless the host sets it.
+  bool small = false;
   int64_t shape[kMaxRank] = {};
   int64_t strides[3][kMaxRank] = {};
 };
@@ -151,6 +155,7 @@ constexpr int kErrorIndex = 2;   // index_select / index_add / gather / scatter_
 // or 8) move by their bit pattern.
 struct Strided {
   int rank = 0;
+  bool small = false;  // every output index and input offset is below 2^31 (see Bcast::small)
   int64_t offset = 0;
   int64_t shape[kMaxRank] = {};
   int64_t strides[kMaxRank] = {};

@@ -13,6 +13,18 @@ namespace {
 template <class W>
 __global__ void gather_strided_kernel(Strided s, const W* __restrict__ x, W* __restrict__ y,
                                       int64_t n) {
+  if (s.small) {  // 32-bit index arithmetic (see Strided::small)
+    CS_GRID_STRIDE(i, n) {
+      uint32_t rest = static_cast<uint32_t>(i), off = static_cast<uint32_t>(s.offset);
+      for (int d = s.rank - 1; d >= 0; --d) {
+        const uint32_t len = static_cast<uint32_t>(s.shape[d]), q = rest / len;
+        off += (rest - q * len) * static_cast<uint32_t>(s.strides[d]);
+        rest = q;
+      }
+      y[i] = x[off];
+    }
+    return;
+  }
   CS_GRID_STRIDE(i, n) {
     int64_t rest = i, off = s.offset;
     for (int d = s.rank - 1; d >= 0; --d) {

@@ -17,6 +17,7 @@ k::Bcast bcast(const Node& n) {
   k::Bcast b;
   b.rank = static_cast<int>(n.shape.size());
   const int64_t total = n.numel();
+  b.small = total <= 0x7fffffff;
   for (int d = 0; d < b.rank; ++d) b.shape[d] = n.shape[d];
   for (size_t i = 0; i < n.inputs.size() && i < 3; ++i) {
     const Shape& s = n.inputs[i]->shape;
@@ -521,6 +522,7 @@ void cuda_Linear(const KernelContext& ctx, const Node& n, const void* const* in,
     k::Bcast bc;
     bc.rank = 2;
     bc.contiguous = false;
+    bc.small = n.numel() <= 0x7fffffff;
     bc.shape[0] = m;
     bc.shape[1] = nn;
     bc.strides[0][0] = nn;
@@ -604,8 +606,12 @@ void contiguous_strides(const Shape& s, int64_t* st) {
   }
 }
 
-void gather(const CudaBackend& b, const Node& n, const k::Strided& s, const void* in, void* out) {
+void gather(const CudaBackend& b, const Node& n, const k::Strided& walk, const void* in,
+            void* out) {
   if (n.numel() == 0) return;
+  k::Strided s = walk;
+  // Offsets stay below the input's size and indices below the output's.
+  s.small = n.numel() <= 0x7fffffff && n.inputs[0]->numel() <= 0x7fffffff;
   k::gather_strided(s, static_cast<int>(itemsize(n.dtype)), in, out, n.numel(), b.stream());
   b.check_launch(n.name());
 }
