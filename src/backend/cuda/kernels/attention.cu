@@ -16,11 +16,14 @@
 //             owned by one block and runs in a fixed order: no atomics, the results do not
 //             depend on scheduling.
 // Register tiles: in a 32 x 32 score tile a thread owns rows ty + 8a (a < 4) and columns
-// tx + 16b (b < 2); in a 32-row accumulator it owns rows ty + 8a and columns tx + 16c
-// (c < kC, so kC * 16 >= the head size). The score-sized tiles' rows have an odd stride, so the
-// threads of a warp reading one column of distinct rows hit distinct banks; the q, k, v and dO
-// tiles' rows are read 16 bytes at a time (see ld_of).
+// tx + 16b (b < 2). In an accumulator (32 rows by the head size) it owns columns kC * tx + c
+// (c < kC, so kC * 16 >= the head size), and rows ty + 8a (forward, dQ) or 4 * ty + a (dK, dV).
+// Every tile's rows are a multiple of 4 floats apart and 16-byte aligned, so the products read
+// 4 consecutive floats with one shared load: along a row of q, k, dO, v, P or dS (the sums'
+// index), or across the accumulator's columns. The q, k, v and dO tiles' strides are also an
+// odd number of 16-byte words (ld_of), so 8 threads reading 8 rows hit distinct banks.
 #include <cmath>
+#include <cstdint>
 
 #include "backend/cuda/kernels/attention_launch.h"
 #include "backend/cuda/kernels/common.cuh"
@@ -36,7 +39,7 @@ constexpr int kTx = 16, kTy = 8;
 constexpr int kAttThreads = kTx * kTy;          // 128
 constexpr int kBq = 4 * kTy;                    // query rows per tile
 constexpr int kBk = 2 * kTx;                    // keys per tile
-constexpr int kLdS = kBk + 1;                   // row stride of the score-sized tiles
+constexpr int kLdS = kBk + 4;                   // row stride of the score-sized tiles (see below)
 constexpr int kRowThreads = kAttThreads / kBq;  // threads sharing a row in the softmax (4)
 static_assert(kRowThreads == 4 && kBk % kRowThreads == 0, "softmax row groups are 4 lanes");
 static_assert(kBq == kAttentionTile && kBk == kAttentionTile, "the tile of attention_launch.h");
@@ -120,24 +123,32 @@ __device__ inline PhiloxStream stream_of(const Attention& a) {
 __device__ inline void load_rows(float* dst, int ld, const float* __restrict__ src, int64_t stride,
                                  int valid, int rows, int64_t width) {
   const int w = static_cast<int>(width);
+  if ((w & 3) == 0 && (stride & 3) == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
+      w / 4 <= kAttThreads) {
+    // 16 bytes at a time (the shared rows are 16-byte aligned, see ld_of): thread t copies
+    // 4-float column t % w4 of rows t / w4, t / w4 + step, ...; one division per thread, not
+    // one per element.
+    const int w4 = w / 4, step = kAttThreads / w4, c4 = threadIdx.x % w4;
+    for (int r = threadIdx.x / w4; r < rows && threadIdx.x < step * w4; r += step) {
+      const float4 v = r < valid ? *reinterpret_cast<const float4*>(src + r * stride + 4 * c4)
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<float4*>(dst + r * ld + 4 * c4) = v;
+    }
+    return;
+  }
   for (int e = threadIdx.x; e < rows * w; e += kAttThreads) {
     const int r = e / w, c = e - r * w;
     dst[r * ld + c] = r < valid ? src[r * stride + c] : 0.f;
   }
 }
 
-// The operands of the register-tile products, as this thread reads them from a shared tile with
-// row stride ld: line i of the fragment is the tile's row (Rows) or column (Cols) numbered
-// first + every * i, and at(i, k) is that line's k-th element. The index expressions stay 32-bit.
+// An operand of the register-tile products whose lines are rows of a shared tile with row
+// stride ld: line i is row first + every * i, and at(i, k) is its k-th element. The index
+// expressions stay 32-bit.
 struct Rows {
   const float* tile;
   int ld, first, every;
   __device__ float at(int i, int k) const { return tile[(first + every * i) * ld + k]; }
-};
-struct Cols {
-  const float* tile;
-  int ld, first, every;
-  __device__ float at(int i, int k) const { return tile[k * ld + first + every * i]; }
 };
 
 // The products below add A(x, k) * B(y, k) into acc[x][y] for k = 0, 1, ..., n - 1 in turn, so
@@ -183,21 +194,76 @@ __device__ inline void tile_product(float (&acc)[kM][kN], const Rows& a, const R
       for (int y = 0; y < kN; ++y) acc[x][y] += a.at(x, k) * b.at(y, k);
   }
 }
-// B's lines are columns, of which only those below width are read (the accumulators, whose
-// columns cover the head size): one column at a time; acc[.][y] of the others stays as it is.
-template <int kM, int kN, class A>
-__device__ inline void tile_product(float (&acc)[kM][kN], const A& a, const Cols& b, int n,
-                                    int width) {
+// acc[x][c] += A(x, k) * b[k * ldb + col0 + c] for k = 0, 1, ..., n - 1 in turn: A's lines are
+// rows (P or dS, along the keys), b's columns col0 + c are the accumulator's (kN a multiple of
+// 4, col0 too; a group of 4 columns from width on is skipped: past the head size).
+template <int kM, int kN>
+__device__ inline void tile_product(float (&acc)[kM][kN], const Rows& a, const float* b, int ldb,
+                                    int col0, int n, int width) {
+  static_assert(kN % 4 == 0, "accumulator columns come 4 at a time");
+  // Adds a(x) * b's row k into the accumulators.
+  auto add_row = [&](const float (&ax)[kM], int k) {
+#pragma unroll
+    for (int g = 0; g < kN / 4; ++g) {
+      if (col0 + 4 * g >= width) continue;
+      const float4 bv = *reinterpret_cast<const float4*>(b + k * ldb + col0 + 4 * g);
+#pragma unroll
+      for (int x = 0; x < kM; ++x) {
+        acc[x][4 * g] += ax[x] * bv.x;
+        acc[x][4 * g + 1] += ax[x] * bv.y;
+        acc[x][4 * g + 2] += ax[x] * bv.z;
+        acc[x][4 * g + 3] += ax[x] * bv.w;
+      }
+    }
+  };
+  const int n4 = n & ~3;
+  for (int k = 0; k < n4; k += 4) {
+    float4 av[kM];
+#pragma unroll
+    for (int x = 0; x < kM; ++x)
+      av[x] = *reinterpret_cast<const float4*>(a.tile + (a.first + a.every * x) * a.ld + k);
+    float ax[kM];
+#pragma unroll
+    for (int x = 0; x < kM; ++x) ax[x] = av[x].x;
+    add_row(ax, k);
+#pragma unroll
+    for (int x = 0; x < kM; ++x) ax[x] = av[x].y;
+    add_row(ax, k + 1);
+#pragma unroll
+    for (int x = 0; x < kM; ++x) ax[x] = av[x].z;
+    add_row(ax, k + 2);
+#pragma unroll
+    for (int x = 0; x < kM; ++x) ax[x] = av[x].w;
+    add_row(ax, k + 3);
+  }
+  for (int k = n4; k < n; ++k) {
+    float ax[kM];
+#pragma unroll
+    for (int x = 0; x < kM; ++x) ax[x] = a.at(x, k);
+    add_row(ax, k);
+  }
+}
+
+// acc[x][c] += a[k * lda + row0 + x] * b[k * ldb + col0 + c] for k = 0, 1, ..., n - 1 in turn:
+// both operands' lines are columns (dV += P^T dO, dK += dS^T q, k over the query rows); the 4
+// accumulator rows row0 .. row0 + 3 and the columns come 4 at a time.
+template <int kN>
+__device__ inline void tile_product(float (&acc)[4][kN], const float* a, int lda, int row0,
+                                    const float* b, int ldb, int col0, int n, int width) {
+  static_assert(kN % 4 == 0, "accumulator columns come 4 at a time");
   for (int k = 0; k < n; ++k) {
-    float av[kM];
+    const float4 av = *reinterpret_cast<const float4*>(a + k * lda + row0);
 #pragma unroll
-    for (int x = 0; x < kM; ++x) av[x] = a.at(x, k);
+    for (int g = 0; g < kN / 4; ++g) {
+      if (col0 + 4 * g >= width) continue;
+      const float4 bv = *reinterpret_cast<const float4*>(b + k * ldb + col0 + 4 * g);
+      const float ax[4] = {av.x, av.y, av.z, av.w};
 #pragma unroll
-    for (int y = 0; y < kN; ++y) {
-      if (b.first + b.every * y < width) {
-        const float bv = b.at(y, k);
-#pragma unroll
-        for (int x = 0; x < kM; ++x) acc[x][y] += av[x] * bv;
+      for (int x = 0; x < 4; ++x) {
+        acc[x][4 * g] += ax[x] * bv.x;
+        acc[x][4 * g + 1] += ax[x] * bv.y;
+        acc[x][4 * g + 2] += ax[x] * bv.z;
+        acc[x][4 * g + 3] += ax[x] * bv.w;
       }
     }
   }
@@ -350,7 +416,7 @@ __global__ void __launch_bounds__(kAttThreads)
 #pragma unroll
         for (int c = 0; c < kC; ++c) acc[x][c] *= al;
       }
-      tile_product(acc, Rows{s.p, kLdS, ty, kTy}, Cols{s.v, s.ldv, tx, kTx}, nc, Dv);
+      tile_product(acc, Rows{s.p, kLdS, ty, kTy}, s.v, s.ldv, kC * tx, nc, Dv);
     }
   }
   __syncthreads();  // m and l of every row are final
@@ -380,7 +446,7 @@ __global__ void __launch_bounds__(kAttThreads)
       const float inv = l > 0 ? 1.f / l : 0.f;
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
-        const int col = tx + kTx * c;
+        const int col = kC * tx + c;
         if (col < Dv) Oh[(i0 + r) * vrow + col] = acc[x][c] * inv;
       }
     }
@@ -492,19 +558,19 @@ __global__ void __launch_bounds__(kAttThreads)
       }
     __syncthreads();
     // dV[j] += sum_r Pd[r, j] dO[r];  dK[j] += sum_r dS[r, j] q[r] (scaled at the end).
-    tile_product(gv, Cols{s.p, kLdS, ty, kTy}, Cols{s.o, s.ldv, tx, kTx}, nr, Dv);
-    tile_product(gk, Cols{s.ds, kLdS, ty, kTy}, Cols{s.q, s.ldq, tx, kTx}, nr, D);
+    tile_product(gv, s.p, kLdS, 4 * ty, s.o, s.ldv, kC * tx, nr, Dv);
+    tile_product(gk, s.ds, kLdS, 4 * ty, s.q, s.ldq, kC * tx, nr, D);
   }
   const int64_t krow = row_stride(a, a.D), vrow = row_stride(a, a.Dv);
   float* dKh = dk + head_of(a, b, h, a.Tk, a.D);
   float* dVh = dv + head_of(a, b, h, a.Tk, a.Dv);
 #pragma unroll
   for (int x = 0; x < 4; ++x) {
-    const int r = ty + kTy * x;
+    const int r = 4 * ty + x;
     if (r >= nc) continue;
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
-      const int col = tx + kTx * c;
+      const int col = kC * tx + c;
       if (col < D) dKh[(j0 + r) * krow + col] = gk[x][c] * a.scale;
       if (col < Dv) dVh[(j0 + r) * vrow + col] = gv[x][c];
     }
@@ -546,7 +612,7 @@ __global__ void __launch_bounds__(kAttThreads)
       for (int y = 0; y < 2; ++y) s.ds[(ty + kTy * x) * kLdS + tx + kTx * y] = ds[x][y];
     __syncthreads();
     // dQ[r] += sum_j dS[r, j] k[j] (scaled at the end).
-    tile_product(gq, Rows{s.ds, kLdS, ty, kTy}, Cols{s.k, s.ldq, tx, kTx}, nc, D);
+    tile_product(gq, Rows{s.ds, kLdS, ty, kTy}, s.k, s.ldq, kC * tx, nc, D);
   }
   const int64_t qrow = row_stride(a, a.D);
   float* dQh = dq + head_of(a, b, h, a.Tq, a.D);
@@ -556,7 +622,7 @@ __global__ void __launch_bounds__(kAttThreads)
     if (r >= nr) continue;
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
-      const int col = tx + kTx * c;
+      const int col = kC * tx + c;
       if (col < D) dQh[(i0 + r) * qrow + col] = gq[x][c] * a.scale;
     }
   }
