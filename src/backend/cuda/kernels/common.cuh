@@ -90,6 +90,7 @@ __device__ inline T block_reduce(T v, Op op, T* scratch) {
       const T other = __shfl_down_sync(0xffffffffu, v, o);
       if (lane + o < warps) v = op(v, other);
     }
+    __syncwarp();  // every lane has read its scratch entry before lane 0 overwrites scratch[0]
     if (lane == 0) scratch[0] = v;
   }
   __syncthreads();
