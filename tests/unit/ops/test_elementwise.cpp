@@ -176,6 +176,37 @@ TEST(ElementwiseUnary, SixteenBitFloats) {
   }
 }
 
+// bf16 gelu and its gradient are the f32 values rounded once, bit for bit, over several chunks
+// and threads' shares of a long tensor with special values (the kernel widens and narrows whole
+// chunks with bit operations).
+TEST(ElementwiseUnary, Bf16GeluAndItsGradientAreTheF32ValuesRoundedOnce) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v = cstorch::testing::rt({5000}, 3, -6.0, 6.0).to_vector<float>();
+  const std::vector<float> special = {0.f, -0.f, inf, -inf, std::nanf(""), 1e30f, -1e30f, 1e-39f};
+  for (size_t i = 0; i < special.size(); ++i) v[i * 611] = special[i];
+  Tensor x = from_vector(v, {5000}).to(DType::bf16);
+  Tensor g = cstorch::testing::rt({5000}, 4).to(DType::bf16);
+  auto same = [](const Tensor& a, const Tensor& b, const std::string& what) {
+    ASSERT_EQ(a.dtype(), DType::bf16) << what;
+    auto p = a.to_vector<float>(), q = b.to_vector<float>();
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (!(std::isnan(p[i]) && std::isnan(q[i]))) {
+        ASSERT_EQ(p[i], q[i]) << what << " element " << i;
+      }
+    }
+  };
+  for (bool tanh_form : {false, true}) {
+    const std::string form = tanh_form ? "tanh form" : "erf form";
+    same(gelu(x, tanh_form), gelu(x.to(DType::f32), tanh_form).to(DType::bf16), "gelu, " + form);
+    Tensor xb = x.detach(), xf = x.to(DType::f32).detach();
+    xb.set_requires_grad();
+    xf.set_requires_grad();
+    gelu(xb, tanh_form).backward(g);
+    gelu(xf, tanh_form).backward(g.to(DType::f32));
+    same(xb.grad(), xf.grad().to(DType::bf16), "gelu's gradient, " + form);
+  }
+}
+
 TEST(ElementwiseUnary, LogicalNotAnyDtype) {
   EXPECT_EQ(bools(logical_not(fv({0.f, 2.f, -1.f}))), (std::vector<uint8_t>{1, 0, 0}));
   EXPECT_EQ(bools(logical_not(iv({0, 3}))), (std::vector<uint8_t>{1, 0}));
