@@ -81,7 +81,8 @@ std::string attrs_str(const ir::Node& n) {
         else if constexpr (std::is_same_v<A, ir::AxesAttrs>)
           return fmt::format("dims={} keepdim={}", dims(a.dims), a.keepdim);
         else if constexpr (std::is_same_v<A, ir::MatmulAttrs>)
-          return fmt::format("trans_a={} trans_b={}", a.trans_a, a.trans_b);
+          return fmt::format("trans_a={} trans_b={}{}", a.trans_a, a.trans_b,
+                             a.f32_out ? " f32_out" : "");
         else if constexpr (std::is_same_v<A, ir::GemmAttrs>)
           return fmt::format(
               "trans_a={} trans_b={} bias={} addend={} relu={} relu_grad={} update={}", a.trans_a,

@@ -94,8 +94,12 @@ struct NormAttrs {
 // C = op(A) @ op(B); trans_x means the last two dims of that input are read transposed.
 struct MatmulAttrs {
   bool trans_a = false, trans_b = false;
+  // bf16 operands, an f32 output holding the bf16 product's value (the product rounded to bf16
+  // as a bf16 matmul stores it, widened back: exact): a bf16 product and its cast to f32 in one
+  // kernel, made by the compiler (fuse_gemm_epilogue) where the backend runs it.
+  bool f32_out = false;
   bool operator==(const MatmulAttrs&) const = default;
-  size_t hash() const { return trans_a * 2 + trans_b; }
+  size_t hash() const { return trans_a * 4 + trans_b * 2 + f32_out; }
 };
 // A Gemm node (made by src/compiler/passes/fuse_gemm_epilogue.cpp): out = op(A) @ op(B)
 // [+ bias] [+ C * s], then [relu], then [zeroed where y <= 0 (relu's gradient)]. Inputs: A, B,

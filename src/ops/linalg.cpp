@@ -62,7 +62,10 @@ void infer_Matmul(ir::Node& n) {
   batch.push_back(m);
   batch.push_back(nn);
   n.shape = std::move(batch);
-  n.dtype = A.dtype;
+  CS_CHECK(!at.f32_out || A.dtype == DType::bf16,
+           "matmul: an f32 result of a bf16 product needs bf16 operands, got {}",
+           dtype_name(A.dtype));
+  n.dtype = at.f32_out ? DType::f32 : A.dtype;
 }
 
 void infer_Linear(ir::Node& n) {

@@ -89,9 +89,13 @@ size_t sgemm_bf16_scratch_floats();
 // even, as bf16_t rounds), after adding out.bias (f32, one per column) if given: bitwise the f32
 // result plus the bias, rounded. C is then only scratch for the partial sums of earlier K blocks
 // (blocks of 256): with K <= 256 it is neither read nor written.
+//
+// With out.round_c (and no c16), C itself receives the result rounded to bf16 and widened back
+// to f32 (exact): a bf16 product and its cast to f32 in one store (a MatmulAttrs::f32_out node).
 struct Bf16Result {
   uint16_t* c16 = nullptr;
   const float* bias = nullptr;
+  bool round_c = false;
 };
 bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, float* C, int64_t ldc, int threads,

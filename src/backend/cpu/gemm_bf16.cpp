@@ -151,10 +151,11 @@ __attribute__((target("avx512f,avx512bw"))) inline __m256i to_bf16_bits(__m512 v
 
 // C[rows, cols] (+)= A panel (12 x kp words) . B panel (kp x 32 words), f32. With c16 (the last
 // K block of a bf16 result), the sum plus the bias (if any, f32, one per column) is rounded to
-// bf16 and stored there instead; C is then only read (the earlier K blocks' sums).
+// bf16 and stored there instead; C is then only read (the earlier K blocks' sums). With round_c
+// (the last K block of an f32_out product), the sum is rounded to bf16 and stored in C as f32.
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(
     int64_t kp, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int rows, int cols,
-    bool accumulate, uint16_t* c16 = nullptr, const float* bias = nullptr) {
+    bool accumulate, uint16_t* c16 = nullptr, const float* bias = nullptr, bool round_c = false) {
   __m512 acc[kMr][2];
 #pragma GCC unroll 12
   for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -199,6 +200,10 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(
       _mm256_mask_storeu_epi16(c16 + r * ldc, m0, to_bf16_bits(v0));
       _mm256_mask_storeu_epi16(c16 + r * ldc + 16, m1, to_bf16_bits(v1));
       continue;
+    }
+    if (round_c) {  // bf16 bits back to f32: the high half of the word
+      v0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(v0)), 16));
+      v1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(v1)), 16));
     }
     _mm512_mask_storeu_ps(cr, m0, v0);
     _mm512_mask_storeu_ps(cr + 16, m1, v1);
@@ -262,7 +267,7 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
           const bool last = kb == kblocks - 1;
           micro_bf16(kp, apack + iq * kp * kMr, bpack + jq * kp * kNr, C + i * ldc + j, ldc, rows,
                      cols, kb > 0, last && out.c16 ? out.c16 + i * ldc + j : nullptr,
-                     last && out.bias ? out.bias + j : nullptr);
+                     last && out.bias ? out.bias + j : nullptr, last && out.round_c);
         }
       }
     };

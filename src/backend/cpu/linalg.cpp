@@ -245,9 +245,19 @@ Layout layout_of(size_t shared, GemmNeed g) {
 
 // bf16 products on VDPBF16PS (gemm_bf16.cpp) where the CPU has it: the f32 result (and a
 // Linear's widened bias) in the shared part, the GEMM's packing areas per thread.
+// A Matmul whose f32 result holds the bf16 product's value (MatmulAttrs::f32_out).
+bool f32_out(const ir::Node& n) {
+  return n.op == ir::OpCode::Matmul && n.attr<ir::MatmulAttrs>().f32_out;
+}
 bool bf16_direct(const ir::Node& n) {
-  return n.dtype == DType::bf16 && n.inputs[0]->dtype == DType::bf16 &&
+  return (n.dtype == DType::bf16 || f32_out(n)) && n.inputs[0]->dtype == DType::bf16 &&
          n.inputs[1]->dtype == DType::bf16 && bf16_gemm_runs_here();
+}
+// x <- x rounded to bf16 (to nearest even, as bf16_t), kept as f32.
+void round_to_bf16(float* x, int64_t n) {
+  uint32_t* u = reinterpret_cast<uint32_t*>(x);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) u[i] = static_cast<uint32_t>(bf16_bits_of(u[i])) << 16;
 }
 Layout bf16_layout(size_t shared, double macs, int threads) {
   const int slots = macs < kParallelMinMacs ? 1 : std::max(1, threads);
@@ -259,10 +269,13 @@ const uint16_t* bits(const void* p) {
 
 Layout matmul_layout(const ir::Node& n, int threads) {
   const MatmulGeom g = matmul_geom(n);
+  // f32_out: the output is the GEMM's f32 C, so no result scratch.
+  const bool fo = f32_out(n);
   if (bf16_direct(n) && (g.nbatch == 1 || g.folds()))
-    return bf16_layout(n.numel(), macs_of(g.nbatch * g.m, g.n, g.k), threads);
-  const size_t shared =
-      n.dtype == DType::f32 ? 0 : n.inputs[0]->numel() + n.inputs[1]->numel() + n.numel();
+    return bf16_layout(fo ? 0 : n.numel(), macs_of(g.nbatch * g.m, g.n, g.k), threads);
+  const size_t shared = n.inputs[0]->dtype == DType::f32
+                            ? 0
+                            : n.inputs[0]->numel() + n.inputs[1]->numel() + (fo ? 0 : n.numel());
   if (g.k == 0) return layout_of(shared, {});
   if (g.folds())
     return layout_of(shared, gemm_need(g.tb, g.nbatch * g.m, g.n, g.k, false, threads));
@@ -385,13 +398,20 @@ void linear_f32(int64_t M, int64_t N, int64_t K, const float* x, const float* w,
 void cpu_Matmul(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const MatmulGeom g = matmul_geom(n);
   const Bound ws = bind_workspace(ctx, n, matmul_layout(n, 1));
-  if (n.dtype == DType::f32) {
+  const bool fo = f32_out(n);
+  if (n.dtype == DType::f32 && !fo) {
     matmul_f32(n, g, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
                static_cast<float*>(out), ws.ws);
     return;
   }
   if (bf16_direct(n) && (g.nbatch == 1 || g.folds())) {
     const int64_t M = g.nbatch * g.m;
+    if (fo) {  // the GEMM's C is the output, rounded in the last K block's store
+      sgemm_bf16(g.ta, g.tb, M, g.n, g.k, bits(in[0]), g.ta ? g.m : g.k, bits(in[1]),
+                 g.tb ? g.k : g.n, static_cast<float*>(out), g.n,
+                 gemm_threads(macs_of(M, g.n, g.k)), ws.ws, {.round_c = true});
+      return;
+    }
     float* c = ws.shared;
     // Rounded to bf16 as the GEMM stores it (c holds the partial sums of a long K).
     sgemm_bf16(g.ta, g.tb, M, g.n, g.k, bits(in[0]), g.ta ? g.m : g.k, bits(in[1]),
@@ -399,16 +419,19 @@ void cpu_Matmul(const ir::KernelContext& ctx, const ir::Node& n, const void* con
                {static_cast<uint16_t*>(out), nullptr});
     return;
   }
-  dispatch_float(n.dtype, "matmul", [&]<class T>(T*) {
+  dispatch_float(n.inputs[0]->dtype, "matmul", [&]<class T>(T*) {
     if constexpr (!std::is_same_v<T, float>) {
       const int64_t na = n.inputs[0]->numel(), nb = n.inputs[1]->numel(), nc = n.numel();
       float* a = ws.shared;
       float* b = a + na;
-      float* c = b + nb;
+      float* c = fo ? static_cast<float*>(out) : b + nb;
       widen(static_cast<const T*>(in[0]), a, na);
       widen(static_cast<const T*>(in[1]), b, nb);
       matmul_f32(n, g, a, b, c, ws.ws);
-      narrow(c, static_cast<T*>(out), nc);
+      if (fo)
+        round_to_bf16(c, nc);
+      else
+        narrow(c, static_cast<T*>(out), nc);
     }
   });
 }

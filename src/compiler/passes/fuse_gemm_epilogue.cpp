@@ -6,6 +6,8 @@
 //   relu_grad(matmul(A, B), y)               -> gemm{trans flags, relu_grad}(A, B, y)
 //   then addcmul(p, that momentum gemm, r)   -> the same gemm also writes p <- p + m * r in
 //                                               place, and p's new value is After(p, gemm)
+// And a bf16 product's cast to f32 becomes the product itself, storing f32 values (MatmulAttrs::
+// f32_out) where the backend runs that (its capability answer, cannot_run): bitwise the cast's.
 // The second is SGD's momentum update, grad + buf * momentum, with the weight gradient as the
 // product: the new momentum comes out of the weight-gradient GEMM, and the gradient itself is
 // never stored. The third is the backward of a hidden layer: the input gradient of the next
@@ -155,6 +157,24 @@ class FuseGemmEpilogue : public Pass {
         std::vector<ir::NodePtr> inputs = {mm.inputs[0], mm.inputs[1], y};
         n->op = OpCode::Gemm;
         n->attrs = ir::GemmAttrs{.trans_a = ma.trans_a, .trans_b = ma.trans_b, .relu_grad = true};
+        n->inputs = std::move(inputs);
+        changed = true;
+      } else if (n->op == OpCode::Cast && n->dtype == DType::f32) {
+        // cast(matmul(A, B) in bf16, f32) -> matmul{f32_out}(A, B): the product stores the f32
+        // value of its bf16 result (autocast's weight gradients, back to the f32 master weights).
+        const auto& mm = *n->inputs[0];
+        if (mm.op != OpCode::Matmul || mm.dtype != DType::bf16 || !sole_use(mm) ||
+            mm.inputs[0]->shape.size() != 2 || mm.inputs[1]->shape.size() != 2)
+          continue;
+        ir::MatmulAttrs ma = mm.attr<ir::MatmulAttrs>();
+        ma.f32_out = true;
+        ir::Node folded = mm;
+        folded.attrs = ma;
+        folded.dtype = DType::f32;
+        if (!ir::device_backend(mm.device).cannot_run(folded).empty()) continue;
+        std::vector<ir::NodePtr> inputs = mm.inputs;
+        n->op = OpCode::Matmul;
+        n->attrs = ma;
         n->inputs = std::move(inputs);
         changed = true;
       } else if (n->op == OpCode::Addcmul && f32(*n)) {

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include <cstorch/amp.h>
 #include <cstorch/cstorch.h>
 
 #include "backend/cpu/variant.h"
@@ -365,6 +366,64 @@ TEST(GemmEpilogue, FcSgdMomentumStepsAreBitwiseEqualWithFusionOnAndOff) {
 TEST(GemmEpilogue, WeightDecayJoinsTheProductAndStaysBitwiseEqual) {
   // grad + p * weight_decay: the addend is a parameter still read afterwards (not in place).
   expect_fc_sgd_bitwise(1e-2);
+}
+
+// ---- a bf16 product's cast to f32 stored by the product (MatmulAttrs::f32_out) ---------------
+
+namespace {
+
+cs::nn::Sequential autocast_net() {
+  cs::manual_seed(4);
+  return cs::nn::Sequential(cs::nn::Linear(40, 48), cs::nn::GELU(), cs::nn::Linear(48, 10));
+}
+Tensor autocast_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x,
+                     const Tensor& y) {
+  Tensor logits;
+  {
+    cs::amp::autocast ac(cs::DType::bf16);
+    logits = m(x);
+  }
+  auto loss = cs::cross_entropy(logits, y);
+  loss.backward();
+  o.step();
+  o.zero_grad();
+  return loss;
+}
+
+}  // namespace
+
+TEST(GemmEpilogue, Bf16WeightGradientsAreStoredAsF32ByTheirProducts) {
+  auto m = autocast_net();
+  cs::optim::AdamW opt(m->parameters(), 1e-2);
+  auto body = [&](const Tensor& x) {
+    return autocast_step(m, opt, x, cs::from_vector(std::vector<int64_t>(16, 1), {16}));
+  };
+  cc::Graph plain = cs::testing::record_step({16, 40}, body);
+  const size_t casts = count(plain, OpCode::Cast);
+  cc::Graph g = cs::testing::record_step({16, 40}, body);
+  cc::optimize(g, "f32_out");
+  size_t folded = 0;
+  for (auto& n : g.nodes) {
+    if (n->op != OpCode::Matmul || !n->attr<cs::ir::MatmulAttrs>().f32_out) continue;
+    ++folded;
+    EXPECT_EQ(n->dtype, cs::DType::f32);
+    EXPECT_EQ(n->inputs[0]->dtype, cs::DType::bf16);
+  }
+  // Both weights' gradients: bf16 products cast back to the f32 master weights' dtype.
+  EXPECT_EQ(folded, 2u) << g.dump();
+  EXPECT_EQ(count(g, OpCode::Cast), casts - 2) << g.dump();
+}
+
+TEST(GemmEpilogue, Bf16AutocastStepsAreBitwiseEqualWithTheCastsFoldedAndNot) {
+  auto m1 = autocast_net();
+  auto m2 = autocast_net();
+  cs::optim::AdamW o1(m1->parameters(), 1e-2);
+  cs::optim::AdamW o2(m2->parameters(), 1e-2);
+  cs::manual_seed(13);
+  expect_training_bitwise(
+      [&](const Tensor& x, const Tensor& y) { return autocast_step(m1, o1, x, y); },
+      [&](const Tensor& x, const Tensor& y) { return autocast_step(m2, o2, x, y); }, {16, 40}, 10,
+      5, m1->parameters(), m2->parameters());
 }
 
 // ---- one-pass groups of Fused nodes (Program::plan_groups, the hoist_scalars pass) ---------

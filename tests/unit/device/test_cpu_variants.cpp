@@ -73,6 +73,55 @@ std::vector<float> run(const cpu::KernelVariant& v, const ir::Node& n,
   return out;
 }
 
+// A bf16 product stored as f32 (MatmulAttrs::f32_out, the compiler's fold of a bf16 product's
+// cast): in every variant this CPU runs, bitwise the variant's bf16 product widened to f32. The
+// AVX-512 variant rounds in the bf16 GEMM's store; the others widen, multiply in f32 and round.
+TEST(CpuVariants, Bf16ProductsStoredAsF32AreTheBf16ProductsWidened) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> d(0.f, 1.f);
+  const int64_t M = 37, N = 45, K = 300;  // K over one 256-long block: partial sums carried
+  auto bf16_vec = [&](int64_t n) {
+    std::vector<uint16_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = cstorch::bf16_t(d(rng)).bits;
+    return v;
+  };
+  const auto a = bf16_vec(K * M), b = bf16_vec(K * N);  // A^T (a weight gradient's layout), B
+  auto bf16_leaf = [](cstorch::Shape s) {
+    auto n = leaf(s);
+    n->dtype = cstorch::DType::bf16;
+    return n;
+  };
+  auto product = [&](bool f32_out) {
+    return op(ir::OpCode::Matmul, ir::MatmulAttrs{.trans_a = true, .f32_out = f32_out},
+              {bf16_leaf({K, M}), bf16_leaf({K, N})});
+  };
+  const ir::NodePtr rounded = product(false), stored = product(true);
+  ASSERT_EQ(rounded->dtype, cstorch::DType::bf16);
+  ASSERT_EQ(stored->dtype, cstorch::DType::f32);
+  auto run_raw = [&](const cpu::KernelVariant& v, const ir::Node& n, void* out) {
+    const size_t bytes = v.workspace_bytes(n, cpu::workspace_threads());
+    std::vector<float> ws(bytes / sizeof(float) + 16);
+    ir::KernelContext ctx;
+    auto p = reinterpret_cast<uintptr_t>(ws.data());
+    ctx.workspace = bytes ? reinterpret_cast<void*>((p + 63) & ~uintptr_t{63}) : nullptr;
+    ctx.workspace_bytes = bytes;
+    const void* in[2] = {a.data(), b.data()};
+    v.kernels[static_cast<int>(ir::OpCode::Matmul)](ctx, n, in, out);
+  };
+  int variants = 0;
+  for (const cpu::KernelVariant* v : cpu::built_variants()) {
+    if (!cpu::runs_here(*v)) continue;
+    std::vector<uint16_t> r(static_cast<size_t>(M * N));
+    std::vector<uint32_t> f(static_cast<size_t>(M * N));
+    run_raw(*v, *rounded, r.data());
+    run_raw(*v, *stored, f.data());
+    for (size_t i = 0; i < r.size(); ++i)
+      ASSERT_EQ(f[i], static_cast<uint32_t>(r[i]) << 16) << v->name << " element " << i;
+    ++variants;
+  }
+  EXPECT_GE(variants, 1);
+}
+
 // Every variant this CPU runs against the running one, on kernels whose code differs between
 // instruction sets: the own AVX-512 GEMM against OpenBLAS (products of K = 784 and 96), the
 // AVX-512 short-row softmax against the generic rows, and vectorised elementwise maths and
