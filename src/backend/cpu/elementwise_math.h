@@ -17,6 +17,26 @@ inline uint16_t bf16_bits_of(uint32_t v) {
   return static_cast<uint16_t>((v & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
+// Runs of n values between bf16 bits and f32 as bit operations that vectorise (bf16_t's element
+// conversions round the same way but stay scalar), on the calling thread: the whole-array casts
+// split them over the team, the 16-bit elementwise chunks and the bf16 products call them as is.
+inline void bf16_bits_to_f32(const uint16_t* x, float* o, int64_t n) {
+  uint32_t* u = reinterpret_cast<uint32_t*>(o);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) u[i] = static_cast<uint32_t>(x[i]) << 16;
+}
+inline void f32_to_bf16_bits(const float* x, uint16_t* o, int64_t n) {
+  const uint32_t* u = reinterpret_cast<const uint32_t*>(x);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = bf16_bits_of(u[i]);
+}
+// x <- x rounded to bf16, kept as f32 (exact).
+inline void round_f32_to_bf16(float* x, int64_t n) {
+  uint32_t* u = reinterpret_cast<uint32_t*>(x);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) u[i] = static_cast<uint32_t>(bf16_bits_of(u[i])) << 16;
+}
+
 // maximum/minimum propagate nan like PyTorch.
 template <class C>
 inline C max_nan(C x, C y) {

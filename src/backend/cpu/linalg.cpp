@@ -253,12 +253,6 @@ bool bf16_direct(const ir::Node& n) {
   return (n.dtype == DType::bf16 || f32_out(n)) && n.inputs[0]->dtype == DType::bf16 &&
          n.inputs[1]->dtype == DType::bf16 && bf16_gemm_runs_here();
 }
-// x <- x rounded to bf16 (to nearest even, as bf16_t), kept as f32.
-void round_to_bf16(float* x, int64_t n) {
-  uint32_t* u = reinterpret_cast<uint32_t*>(x);
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) u[i] = static_cast<uint32_t>(bf16_bits_of(u[i])) << 16;
-}
 Layout bf16_layout(size_t shared, double macs, int threads) {
   const int slots = macs < kParallelMinMacs ? 1 : std::max(1, threads);
   return layout_of(shared, {sgemm_bf16_scratch_floats(), slots});
@@ -429,7 +423,7 @@ void cpu_Matmul(const ir::KernelContext& ctx, const ir::Node& n, const void* con
       widen(static_cast<const T*>(in[1]), b, nb);
       matmul_f32(n, g, a, b, c, ws.ws);
       if (fo)
-        round_to_bf16(c, nc);
+        round_f32_to_bf16(c, nc);
       else
         narrow(c, static_cast<T*>(out), nc);
     }
