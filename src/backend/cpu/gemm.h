@@ -80,15 +80,15 @@ bool bf16_gemm_runs_here();
 size_t sgemm_bf16_scratch_floats();
 // C[M, N] = op(A)[M, K] @ op(B)[K, N] in f32 from bf16 operands (their bits, row-major, op =
 // transpose when ta / tb): exact bf16 products summed in f32 (VDPBF16PS: pairs along K, then
-// blocks of 256 along K, in order; input and output denormals flushed to zero). On a team of
-// `threads` threads (capped at ws.slots and at one per 32 columns), each packing into its own
-// area of ws (sgemm_bf16_scratch_floats). Results do not depend on the team size. Returns false,
-// doing nothing, where bf16_gemm_runs_here() is false.
+// equal blocks of at most 768 along K, in order; input and output denormals flushed to zero). On a
+// team of `threads` threads (capped at ws.slots and at one per 32 columns), each packing into its
+// own area of ws (sgemm_bf16_scratch_floats). Results do not depend on the team size. Returns
+// false, doing nothing, where bf16_gemm_runs_here() is false.
 //
 // With out.c16, the result is stored as bf16 there instead (leading dim ldc; rounded to nearest
 // even, as bf16_t rounds), after adding out.bias (f32, one per column) if given: bitwise the f32
-// result plus the bias, rounded. C is then only scratch for the partial sums of earlier K blocks
-// (blocks of 256): with K <= 256 it is neither read nor written.
+// result plus the bias, rounded. C is then only scratch for the partial sums of earlier K blocks:
+// with K <= 768 it is neither read nor written.
 //
 // With out.round_c (and no c16), C itself receives the result rounded to bf16 and widened back
 // to f32 (exact): a bf16 product and its cast to f32 in one store (a MatmulAttrs::f32_out node).

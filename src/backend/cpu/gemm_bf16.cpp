@@ -6,10 +6,10 @@
 // the micro-kernel keeps a 12 x 32 f32 tile of C in 24 zmm registers and broadcasts one A word
 // per row against two B vectors per pair. An odd K pads the last pair with a zero.
 //
-// Blocking: K in blocks of at most kKp pairs, C columns split over the team in 32-column panels
-// (each thread packs only its own B columns, in blocks of kNcB), rows in blocks of kMc packed by
-// every thread for its columns. Every result sums its K blocks in order and each block's pairs
-// in order, whatever the team size: results do not depend on the thread count.
+// Blocking: K in equal blocks of at most kKp pairs, C columns split over the team in 32-column
+// panels (each thread packs only its own B columns, in blocks of nc_max), rows in blocks of mc_max
+// packed by every thread for its columns. Every result sums its K blocks in order and each block's
+// pairs in order, whatever the team size: results do not depend on the thread count.
 //
 // The instructions exist only on CPUs with avx512_bf16 (Zen 4 and later, Cooper Lake, Sapphire
 // Rapids): the functions using them carry that target themselves and run only after
@@ -40,14 +40,25 @@ namespace cstorch::cpu {
 namespace {
 
 constexpr int kMr = 12, kNr = 32;
-constexpr int64_t kKp = 128, kMc = 384, kNcB = 1024;  // pairs, rows, columns
+// K in equal blocks of at most kKp pairs: K <= 768 in one block, so the products of a
+// transformer's width (and the vocabulary head's forward, whose f32 partial sums would otherwise
+// stream a [rows, vocabulary] C through memory between blocks) store C once. Measured against
+// blocks of 128 pairs (bench_peak --gemm, Zen 5): the head's forward 288 -> 412 GFLOP/s on one
+// core, 602 -> 791 on two; the step's products together 422 -> 443 and 834 -> 856.
+constexpr int64_t kKp = 384;
+// Words of one thread's A block and B block: their rows (mc_max) and columns (nc_max) follow the
+// K block's pairs, so that together they stay within a core's L2 (1 MiB on Zen 5) beside the C
+// tiles they update: 128 rows and 352 columns at 384 pairs, 384 and 1056 at 128.
+constexpr int64_t kAWords = 128 * kKp, kBWords = 352 * kKp;
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// Words of one thread's packed blocks: an A block (kMc rows) and a B block (kNcB columns).
-constexpr size_t kAreaWords = static_cast<size_t>((kMc + kNcB) * kKp);
+// Words of one thread's packed blocks; the B block starts on a 64-byte line (the micro-kernel's
+// aligned loads), and the smallest blocks (kMr rows, kNr columns) fit whatever the pairs.
+constexpr size_t kAreaWords = static_cast<size_t>(kAWords + 16 + kBWords);
+static_assert(kAWords >= kMr * kKp && kBWords >= kNr * kKp);
 
 // Packs X[e][k] = x[e * es + k * ks] (bf16 bits) for elements [e0, e0 + m) of the panel dim
 // (A's rows, B's columns) and pairs [p0, p0 + kp) into panels of P elements: panel q at
@@ -149,13 +160,32 @@ __attribute__((target("avx512f,avx512bw"))) inline __m256i to_bf16_bits(__m512 v
   return _mm512_cvtepi32_epi16(bits);
 }
 
-// C[rows, cols] (+)= A panel (12 x kp words) . B panel (kp x 32 words), f32. With c16 (the last
-// K block of a bf16 result), the sum plus the bias (if any, f32, one per column) is rounded to
-// bf16 and stored there instead; C is then only read (the earlier K blocks' sums). With round_c
-// (the last K block of an f32_out product), the sum is rounded to bf16 and stored in C as f32.
+// A 32-bit word read from any 2-byte boundary (a pair of bf16 values inside a row).
+using UnalignedWord = uint32_t __attribute__((aligned(2), may_alias));
+
+// C[rows, cols] (+)= A panel (12 x kp words) . B panel (kp x 32 words), f32. The A panel is
+// packed (word (p, r) at a[p * 12 + r]) or, kInPlace, A's own rows: pair p of row r at
+// a16 + r * lda + 2p (rows contiguous along an even K; rows past `rows` read the last row again,
+// their sums never stored). With c16 (the last K block of a bf16 result), the sum plus the bias
+// (if any, f32, one per column) is rounded to bf16 and stored there instead; C is then only read
+// (the earlier K blocks' sums). With round_c (the last K block of an f32_out product), the sum is
+// rounded to bf16 and stored in C as f32.
+struct APanel {
+  const uint32_t* packed = nullptr;
+  const uint16_t* rows = nullptr;  // kInPlace: row 0, pair 0 of the panel
+  int64_t lda = 0;
+};
+template <bool kInPlace>
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(
-    int64_t kp, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int rows, int cols,
+    int64_t kp, const APanel& ap, const uint32_t* b, float* c, int64_t ldc, int rows, int cols,
     bool accumulate, uint16_t* c16 = nullptr, const float* bias = nullptr, bool round_c = false) {
+  const uint32_t* a = ap.packed;
+  const char* ar[kMr];
+  if constexpr (kInPlace) {
+#pragma GCC unroll 12
+    for (int r = 0; r < kMr; ++r)
+      ar[r] = reinterpret_cast<const char*>(ap.rows + std::min(r, rows - 1) * ap.lda);
+  }
   __m512 acc[kMr][2];
 #pragma GCC unroll 12
   for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -172,9 +202,15 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(
   for (int64_t p = 0; p < kp; ++p) {
     const __m512i b0 = _mm512_load_si512(b + p * kNr);
     const __m512i b1 = _mm512_load_si512(b + p * kNr + 16);
+    if (kInPlace && (p & 15) == 0) {  // each row's next lines, as gemm.cpp's in-place A
+#pragma GCC unroll 12
+      for (int r = 0; r < kMr; ++r) _mm_prefetch(ar[r] + 4 * p + 128, _MM_HINT_T0);
+    }
 #pragma GCC unroll 12
     for (int r = 0; r < kMr; ++r) {
-      const __m512i av = _mm512_set1_epi32(static_cast<int>(a[p * kMr + r]));
+      const uint32_t word =
+          kInPlace ? *reinterpret_cast<const UnalignedWord*>(ar[r] + 4 * p) : a[p * kMr + r];
+      const __m512i av = _mm512_set1_epi32(static_cast<int>(word));
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)av, (__m512bh)b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)av, (__m512bh)b1);
     }
@@ -240,7 +276,15 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
   const int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
   const int64_t brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
   const int64_t pairs = ceil_div(K, 2), kblocks = ceil_div(pairs, kKp);
+  const int64_t kpb = ceil_div(pairs, kblocks);  // pairs of each K block but the last
+  const int64_t mc_max = std::max<int64_t>(kMr, kAWords / kpb / kMr * kMr);
+  const int64_t nc_max = std::max<int64_t>(kNr, kBWords / kpb / kNr * kNr);
   const int64_t nbp = ceil_div(N, kNr), nmp = ceil_div(M, kMr);
+  // op(A)'s rows contiguous along an even K hold its pairs as they are: the micro-kernel reads
+  // them in place instead of a packed copy (which every thread of a column split would make of
+  // all of A). Measured on GPT-2 124M's bf16 step (Zen 5, 2 threads): packing A by 12-row
+  // transposes was a sixth of the products' time.
+  const bool a_in_place = !ta && K % 2 == 0;
   threads = omp_in_parallel() ? 1 : std::max(1, std::min<int>(threads, ws.slots));
   // Columns split over the team when there are as many panels as threads and the rows are no
   // more than the columns (each thread then packs all of A, the smaller operand); else rows.
@@ -250,45 +294,55 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
   ws.slot(first_slot + threads - 1, kAreaWords);  // checked before any team starts
   auto body = [&](int t, int nt) {
     uint32_t* apack = reinterpret_cast<uint32_t*>(ws.base + (first_slot + t) * ws.stride);
-    uint32_t* bpack = apack + kMc * kKp;
+    uint32_t* bpack = apack + (mc_max * kpb + 15) / 16 * 16;
     const int64_t r0 = split_cols ? 0 : std::min(M, nmp * t / nt * kMr);
     const int64_t r1 = split_cols ? M : std::min(M, nmp * (t + 1) / nt * kMr);
     const int64_t c0 = split_cols ? std::min(N, nbp * t / nt * kNr) : 0;
     const int64_t c1 = split_cols ? std::min(N, nbp * (t + 1) / nt * kNr) : N;
     // Each block of A and of B is packed once per K block when the thread's rows fit one A
     // block or its columns one B block; otherwise A blocks are packed again for each B block.
-    const bool b_outer = r1 - r0 > kMc;
+    const bool b_outer = r1 - r0 > mc_max;
     auto run = [&](int64_t kb, int64_t kp, int64_t ic, int64_t mc, int64_t jc, int64_t nc) {
+      const int64_t p0 = kb * kpb;
       for (int64_t jq = 0; jq < ceil_div(nc, kNr); ++jq) {
         const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - jq * kNr));
         for (int64_t iq = 0; iq < ceil_div(mc, kMr); ++iq) {
           const int rows = static_cast<int>(std::min<int64_t>(kMr, mc - iq * kMr));
           const int64_t i = ic + iq * kMr, j = jc + jq * kNr;
           const bool last = kb == kblocks - 1;
-          micro_bf16(kp, apack + iq * kp * kMr, bpack + jq * kp * kNr, C + i * ldc + j, ldc, rows,
-                     cols, kb > 0, last && out.c16 ? out.c16 + i * ldc + j : nullptr,
-                     last && out.bias ? out.bias + j : nullptr, last && out.round_c);
+          uint16_t* c16 = last && out.c16 ? out.c16 + i * ldc + j : nullptr;
+          const float* bias = last && out.bias ? out.bias + j : nullptr;
+          if (a_in_place)
+            micro_bf16<true>(kp, {nullptr, A + i * lda + 2 * p0, lda}, bpack + jq * kp * kNr,
+                             C + i * ldc + j, ldc, rows, cols, kb > 0, c16, bias,
+                             last && out.round_c);
+          else
+            micro_bf16<false>(kp, {apack + iq * kp * kMr}, bpack + jq * kp * kNr, C + i * ldc + j,
+                              ldc, rows, cols, kb > 0, c16, bias, last && out.round_c);
         }
       }
     };
+    auto pack_a = [&](int64_t ic, int64_t mc, int64_t p0, int64_t kp) {
+      if (!a_in_place) pack_pairs<kMr>(A, ars, acs, ic, mc, K, p0, kp, apack);
+    };
     for (int64_t kb = 0; kb < kblocks; ++kb) {
-      const int64_t p0 = kb * kKp, kp = std::min(kKp, pairs - p0);
+      const int64_t p0 = kb * kpb, kp = std::min(kpb, pairs - p0);
       if (b_outer) {
-        for (int64_t jc = c0; jc < c1; jc += kNcB) {
-          const int64_t nc = std::min(kNcB, c1 - jc);
+        for (int64_t jc = c0; jc < c1; jc += nc_max) {
+          const int64_t nc = std::min(nc_max, c1 - jc);
           pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, bpack);
-          for (int64_t ic = r0; ic < r1; ic += kMc) {
-            const int64_t mc = std::min(kMc, r1 - ic);
-            pack_pairs<kMr>(A, ars, acs, ic, mc, K, p0, kp, apack);
+          for (int64_t ic = r0; ic < r1; ic += mc_max) {
+            const int64_t mc = std::min(mc_max, r1 - ic);
+            pack_a(ic, mc, p0, kp);
             run(kb, kp, ic, mc, jc, nc);
           }
         }
       } else {
         const int64_t mc = r1 - r0;  // one A block
         if (mc <= 0) continue;
-        pack_pairs<kMr>(A, ars, acs, r0, mc, K, p0, kp, apack);
-        for (int64_t jc = c0; jc < c1; jc += kNcB) {
-          const int64_t nc = std::min(kNcB, c1 - jc);
+        pack_a(r0, mc, p0, kp);
+        for (int64_t jc = c0; jc < c1; jc += nc_max) {
+          const int64_t nc = std::min(nc_max, c1 - jc);
           pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, bpack);
           run(kb, kp, r0, mc, jc, nc);
         }

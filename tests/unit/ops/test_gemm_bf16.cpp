@@ -110,9 +110,18 @@ TEST(GemmBf16, MatchesTheDoubleProductOnEveryLayout) {
                     "widened to f32 there (GemmBf16.KernelsAgreeWithF32 checks that path)";
   std::mt19937 rng(11);
   const Case cases[] = {
-      {1, 1, 1, false, false},    {12, 32, 2, false, true},    {13, 33, 3, true, false},
-      {25, 70, 513, false, true}, {40, 100, 1031, true, true}, {7, 600, 64, false, false},
-      {400, 40, 17, true, false}, {64, 1100, 96, false, true}, {390, 530, 520, false, false},
+      {1, 1, 1, false, false},
+      {12, 32, 2, false, true},
+      {13, 33, 3, true, false},
+      {25, 70, 513, false, true},
+      {40, 100, 1031, true, true},
+      {7, 600, 64, false, false},
+      {400, 40, 17, true, false},
+      {64, 1100, 96, false, true},
+      {390, 530, 520, false, false},
+      // Three K blocks of 267 pairs, whose A blocks (180 rows) and B blocks (480 columns) are
+      // each several on one thread.
+      {200, 600, 1600, true, false},
   };
   for (const Case& c : cases) check(c, rng);
 }
