@@ -6,8 +6,9 @@
 //   relu_grad(matmul(A, B), y)               -> gemm{trans flags, relu_grad}(A, B, y)
 //   then addcmul(p, that momentum gemm, r)   -> the same gemm also writes p <- p + m * r in
 //                                               place, and p's new value is After(p, gemm)
-// And a bf16 product's cast to f32 becomes the product itself, storing f32 values (MatmulAttrs::
-// f32_out) where the backend runs that (its capability answer, cannot_run): bitwise the cast's.
+// And a bf16 product's cast to f32 (directly or through a reshape) becomes the product itself,
+// storing f32 values (MatmulAttrs::f32_out) where the backend runs that (its capability answer,
+// cannot_run): bitwise the cast's.
 // The second is SGD's momentum update, grad + buf * momentum, with the weight gradient as the
 // product: the new momentum comes out of the weight-gradient GEMM, and the gradient itself is
 // never stored. The third is the backward of a hidden layer: the input gradient of the next
@@ -162,7 +163,13 @@ class FuseGemmEpilogue : public Pass {
       } else if (n->op == OpCode::Cast && n->dtype == DType::f32) {
         // cast(matmul(A, B) in bf16, f32) -> matmul{f32_out}(A, B): the product stores the f32
         // value of its bf16 result (autocast's weight gradients, back to the f32 master weights).
-        const auto& mm = *n->inputs[0];
+        // Also through a reshape between them, cast(reshape(matmul)) -> reshape(matmul{f32_out})
+        // (autocast's input gradients of a Linear on [batch, tokens, features], whose product
+        // runs on the rows flattened, back to the f32 ops between the products).
+        const ir::NodePtr in = n->inputs[0];
+        const bool through = in->op == OpCode::Reshape && sole_use(*in) && !in->inputs.empty();
+        const ir::NodePtr mmp = through ? in->inputs[0] : in;
+        const auto& mm = *mmp;
         if (mm.op != OpCode::Matmul || mm.dtype != DType::bf16 || !sole_use(mm) ||
             mm.inputs[0]->shape.size() != 2 || mm.inputs[1]->shape.size() != 2)
           continue;
@@ -172,10 +179,19 @@ class FuseGemmEpilogue : public Pass {
         folded.attrs = ma;
         folded.dtype = DType::f32;
         if (!ir::device_backend(mm.device).cannot_run(folded).empty()) continue;
-        std::vector<ir::NodePtr> inputs = mm.inputs;
-        n->op = OpCode::Matmul;
-        n->attrs = ma;
-        n->inputs = std::move(inputs);
+        if (through) {
+          // The product (read by the reshape alone) now stores f32; the cast becomes the reshape.
+          mmp->attrs = ma;
+          mmp->dtype = DType::f32;
+          n->op = OpCode::Reshape;
+          n->attrs = in->attrs;
+          n->inputs = {mmp};
+        } else {
+          std::vector<ir::NodePtr> inputs = mm.inputs;
+          n->op = OpCode::Matmul;
+          n->attrs = ma;
+          n->inputs = std::move(inputs);
+        }
         changed = true;
       } else if (n->op == OpCode::Addcmul && f32(*n)) {
         const auto& mm = *n->inputs[0];

@@ -426,6 +426,71 @@ TEST(GemmEpilogue, Bf16AutocastStepsAreBitwiseEqualWithTheCastsFoldedAndNot) {
       5, m1->parameters(), m2->parameters());
 }
 
+// Through a reshape: a Linear on [batch, tokens, features] multiplies the rows flattened, so its
+// input gradient is reshape(matmul) in bf16, cast to f32 for the layer norm's backward.
+namespace {
+
+cs::nn::Sequential autocast_token_net() {
+  cs::manual_seed(6);
+  return cs::nn::Sequential(cs::nn::Linear(40, 48), cs::nn::LayerNorm(std::vector<int64_t>{48}),
+                            cs::nn::Linear(48, 10));
+}
+Tensor autocast_token_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x,
+                           const Tensor& y) {
+  Tensor logits;
+  {
+    cs::amp::autocast ac(cs::DType::bf16);
+    logits = m(x.reshape({4, 8, 40}));
+  }
+  auto loss = cs::cross_entropy(logits.reshape({32, 10}), y);
+  loss.backward();
+  o.step();
+  o.zero_grad();
+  return loss;
+}
+
+}  // namespace
+
+TEST(GemmEpilogue, Bf16InputGradientsThroughAReshapeAreStoredAsF32ByTheirProducts) {
+  auto m = autocast_token_net();
+  cs::optim::AdamW opt(m->parameters(), 1e-2);
+  auto body = [&](const Tensor& x) {
+    return autocast_token_step(m, opt, x, cs::from_vector(std::vector<int64_t>(32, 1), {32}));
+  };
+  cc::Graph plain = cs::testing::record_step({32, 40}, body);
+  const size_t casts = count(plain, OpCode::Cast);
+  cc::Graph g = cs::testing::record_step({32, 40}, body);
+  cc::optimize(g, "f32_out_reshape");
+  size_t weights = 0, through = 0;
+  for (auto& n : g.nodes) {
+    if (n->op == OpCode::Matmul && n->attr<cs::ir::MatmulAttrs>().f32_out) {
+      EXPECT_EQ(n->dtype, cs::DType::f32);
+      EXPECT_EQ(n->inputs[0]->dtype, cs::DType::bf16);
+      ++weights;
+    }
+    if (n->op == OpCode::Reshape && n->dtype == cs::DType::f32 &&
+        n->inputs[0]->op == OpCode::Matmul && n->inputs[0]->attr<cs::ir::MatmulAttrs>().f32_out)
+      ++through;
+  }
+  // The two weights' gradients, and the second Linear's input gradient (the first's input, the
+  // batch, has none), which reaches the layer norm through the reshape to [4, 8, 48].
+  EXPECT_EQ(weights, 3u) << g.dump();
+  EXPECT_EQ(through, 1u) << g.dump();
+  EXPECT_EQ(count(g, OpCode::Cast), casts - 3) << g.dump();
+}
+
+TEST(GemmEpilogue, Bf16StepsOnTokensAreBitwiseEqualWithTheCastsFoldedAndNot) {
+  auto m1 = autocast_token_net();
+  auto m2 = autocast_token_net();
+  cs::optim::AdamW o1(m1->parameters(), 1e-2);
+  cs::optim::AdamW o2(m2->parameters(), 1e-2);
+  cs::manual_seed(14);
+  expect_training_bitwise(
+      [&](const Tensor& x, const Tensor& y) { return autocast_token_step(m1, o1, x, y); },
+      [&](const Tensor& x, const Tensor& y) { return autocast_token_step(m2, o2, x, y); }, {32, 40},
+      10, 5, m1->parameters(), m2->parameters());
+}
+
 // ---- one-pass groups of Fused nodes (Program::plan_groups, the hoist_scalars pass) ---------
 
 namespace {
