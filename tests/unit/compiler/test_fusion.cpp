@@ -376,13 +376,16 @@ cs::nn::Sequential autocast_net() {
   cs::manual_seed(4);
   return cs::nn::Sequential(cs::nn::Linear(40, 48), cs::nn::GELU(), cs::nn::Linear(48, 10));
 }
+// One AdamW step under bf16 autocast. With `tokens`, the batch goes through the net reshaped to
+// it ([batch, tokens, features]) and the logits come back flattened to one row per label.
 Tensor autocast_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x,
-                     const Tensor& y) {
+                     const Tensor& y, const cs::Shape& tokens = {}) {
   Tensor logits;
   {
     cs::amp::autocast ac(cs::DType::bf16);
-    logits = m(x);
+    logits = m(tokens.empty() ? x : x.reshape(tokens));
   }
+  if (!tokens.empty()) logits = logits.reshape({y.numel(), logits.shape().back()});
   auto loss = cs::cross_entropy(logits, y);
   loss.backward();
   o.step();
@@ -437,16 +440,7 @@ cs::nn::Sequential autocast_token_net() {
 }
 Tensor autocast_token_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x,
                            const Tensor& y) {
-  Tensor logits;
-  {
-    cs::amp::autocast ac(cs::DType::bf16);
-    logits = m(x.reshape({4, 8, 40}));
-  }
-  auto loss = cs::cross_entropy(logits.reshape({32, 10}), y);
-  loss.backward();
-  o.step();
-  o.zero_grad();
-  return loss;
+  return autocast_step(m, o, x, y, {4, 8, 40});
 }
 
 }  // namespace
