@@ -297,7 +297,8 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
   const bool a_in_place = !ta && K % 2 == 0;
   threads = omp_in_parallel() ? 1 : std::max(1, std::min<int>(threads, ws.slots));
   // Columns split over the team when there are as many panels as threads and the rows are no
-  // more than the columns (each thread then packs all of A, the smaller operand); else rows.
+  // more than the columns (each thread then reads all of A, the smaller operand: in place, or
+  // packed by each thread); else rows.
   const bool split_cols = nbp >= threads && M <= N;
   threads = static_cast<int>(std::min<int64_t>(threads, split_cols ? nbp : nmp));
   const int first_slot = threads == 1 ? omp_get_thread_num() : 0;
