@@ -313,8 +313,8 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
     // Each block of A and of B is packed once per K block when the thread's rows fit one A
     // block or its columns one B block; otherwise A blocks are packed again for each B block.
     const bool b_outer = r1 - r0 > mc_max;
-    auto run = [&](int64_t kb, int64_t kp, int64_t ic, int64_t mc, int64_t jc, int64_t nc) {
-      const int64_t p0 = kb * kpb;
+    auto run = [&](int64_t kb, int64_t p0, int64_t kp, int64_t ic, int64_t mc, int64_t jc,
+                   int64_t nc) {
       for (int64_t jq = 0; jq < ceil_div(nc, kNr); ++jq) {
         const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - jq * kNr));
         for (int64_t iq = 0; iq < ceil_div(mc, kMr); ++iq) {
@@ -345,7 +345,7 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
           for (int64_t ic = r0; ic < r1; ic += mc_max) {
             const int64_t mc = std::min(mc_max, r1 - ic);
             pack_a(ic, mc, p0, kp);
-            run(kb, kp, ic, mc, jc, nc);
+            run(kb, p0, kp, ic, mc, jc, nc);
           }
         }
       } else {
@@ -355,7 +355,7 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
         for (int64_t jc = c0; jc < c1; jc += nc_max) {
           const int64_t nc = std::min(nc_max, c1 - jc);
           pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, bpack);
-          run(kb, kp, r0, mc, jc, nc);
+          run(kb, p0, kp, r0, mc, jc, nc);
         }
       }
     }

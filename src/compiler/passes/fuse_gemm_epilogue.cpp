@@ -167,7 +167,7 @@ class FuseGemmEpilogue : public Pass {
         // (autocast's input gradients of a Linear on [batch, tokens, features], whose product
         // runs on the rows flattened, back to the f32 ops between the products).
         const ir::NodePtr in = n->inputs[0];
-        const bool through = in->op == OpCode::Reshape && sole_use(*in) && !in->inputs.empty();
+        const bool through = in->op == OpCode::Reshape && sole_use(*in);
         const ir::NodePtr mmp = through ? in->inputs[0] : in;
         const auto& mm = *mmp;
         if (mm.op != OpCode::Matmul || mm.dtype != DType::bf16 || !sole_use(mm) ||

@@ -393,6 +393,36 @@ Tensor autocast_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tenso
   return loss;
 }
 
+// The step recorded and optimized, and how many casts it had before optimizing.
+struct Optimized {
+  cc::Graph g;
+  size_t casts_before = 0;
+};
+template <class F>
+Optimized optimized_step(const cs::Shape& shape, F body, const char* what) {
+  Optimized o;
+  o.casts_before = count(cs::testing::record_step(shape, body), OpCode::Cast);
+  o.g = cs::testing::record_step(shape, body);
+  cc::optimize(o.g, what);
+  return o;
+}
+
+// Two copies of a net train 5 AdamW steps under bf16 autocast (batches of x_shape, reshaped to
+// `tokens` when given), one compiled with fusion and the casts folded, one without: losses and
+// parameters stay bitwise equal.
+void expect_autocast_steps_bitwise(cs::nn::Sequential (*make)(), const cs::Shape& x_shape,
+                                   const cs::Shape& tokens, uint64_t seed) {
+  auto m1 = make();
+  auto m2 = make();
+  cs::optim::AdamW o1(m1->parameters(), 1e-2);
+  cs::optim::AdamW o2(m2->parameters(), 1e-2);
+  cs::manual_seed(seed);
+  expect_training_bitwise(
+      [&](const Tensor& x, const Tensor& y) { return autocast_step(m1, o1, x, y, tokens); },
+      [&](const Tensor& x, const Tensor& y) { return autocast_step(m2, o2, x, y, tokens); },
+      x_shape, 10, 5, m1->parameters(), m2->parameters());
+}
+
 }  // namespace
 
 TEST(GemmEpilogue, Bf16WeightGradientsAreStoredAsF32ByTheirProducts) {
@@ -401,10 +431,7 @@ TEST(GemmEpilogue, Bf16WeightGradientsAreStoredAsF32ByTheirProducts) {
   auto body = [&](const Tensor& x) {
     return autocast_step(m, opt, x, cs::from_vector(std::vector<int64_t>(16, 1), {16}));
   };
-  cc::Graph plain = cs::testing::record_step({16, 40}, body);
-  const size_t casts = count(plain, OpCode::Cast);
-  cc::Graph g = cs::testing::record_step({16, 40}, body);
-  cc::optimize(g, "f32_out");
+  auto [g, casts] = optimized_step({16, 40}, body, "f32_out");
   size_t folded = 0;
   for (auto& n : g.nodes) {
     if (n->op != OpCode::Matmul || !n->attr<cs::ir::MatmulAttrs>().f32_out) continue;
@@ -418,15 +445,7 @@ TEST(GemmEpilogue, Bf16WeightGradientsAreStoredAsF32ByTheirProducts) {
 }
 
 TEST(GemmEpilogue, Bf16AutocastStepsAreBitwiseEqualWithTheCastsFoldedAndNot) {
-  auto m1 = autocast_net();
-  auto m2 = autocast_net();
-  cs::optim::AdamW o1(m1->parameters(), 1e-2);
-  cs::optim::AdamW o2(m2->parameters(), 1e-2);
-  cs::manual_seed(13);
-  expect_training_bitwise(
-      [&](const Tensor& x, const Tensor& y) { return autocast_step(m1, o1, x, y); },
-      [&](const Tensor& x, const Tensor& y) { return autocast_step(m2, o2, x, y); }, {16, 40}, 10,
-      5, m1->parameters(), m2->parameters());
+  expect_autocast_steps_bitwise(autocast_net, {16, 40}, {}, 13);
 }
 
 // Through a reshape: a Linear on [batch, tokens, features] multiplies the rows flattened, so its
@@ -438,10 +457,6 @@ cs::nn::Sequential autocast_token_net() {
   return cs::nn::Sequential(cs::nn::Linear(40, 48), cs::nn::LayerNorm(std::vector<int64_t>{48}),
                             cs::nn::Linear(48, 10));
 }
-Tensor autocast_token_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x,
-                           const Tensor& y) {
-  return autocast_step(m, o, x, y, {4, 8, 40});
-}
 
 }  // namespace
 
@@ -449,12 +464,9 @@ TEST(GemmEpilogue, Bf16InputGradientsThroughAReshapeAreStoredAsF32ByTheirProduct
   auto m = autocast_token_net();
   cs::optim::AdamW opt(m->parameters(), 1e-2);
   auto body = [&](const Tensor& x) {
-    return autocast_token_step(m, opt, x, cs::from_vector(std::vector<int64_t>(32, 1), {32}));
+    return autocast_step(m, opt, x, cs::from_vector(std::vector<int64_t>(32, 1), {32}), {4, 8, 40});
   };
-  cc::Graph plain = cs::testing::record_step({32, 40}, body);
-  const size_t casts = count(plain, OpCode::Cast);
-  cc::Graph g = cs::testing::record_step({32, 40}, body);
-  cc::optimize(g, "f32_out_reshape");
+  auto [g, casts] = optimized_step({32, 40}, body, "f32_out_reshape");
   size_t weights = 0, through = 0;
   for (auto& n : g.nodes) {
     if (n->op == OpCode::Matmul && n->attr<cs::ir::MatmulAttrs>().f32_out) {
@@ -474,15 +486,7 @@ TEST(GemmEpilogue, Bf16InputGradientsThroughAReshapeAreStoredAsF32ByTheirProduct
 }
 
 TEST(GemmEpilogue, Bf16StepsOnTokensAreBitwiseEqualWithTheCastsFoldedAndNot) {
-  auto m1 = autocast_token_net();
-  auto m2 = autocast_token_net();
-  cs::optim::AdamW o1(m1->parameters(), 1e-2);
-  cs::optim::AdamW o2(m2->parameters(), 1e-2);
-  cs::manual_seed(14);
-  expect_training_bitwise(
-      [&](const Tensor& x, const Tensor& y) { return autocast_token_step(m1, o1, x, y); },
-      [&](const Tensor& x, const Tensor& y) { return autocast_token_step(m2, o2, x, y); }, {32, 40},
-      10, 5, m1->parameters(), m2->parameters());
+  expect_autocast_steps_bitwise(autocast_token_net, {32, 40}, {4, 8, 40}, 14);
 }
 
 // ---- one-pass groups of Fused nodes (Program::plan_groups, the hoist_scalars pass) ---------
