@@ -66,6 +66,7 @@ static std::string fused_program_str(const ir::FusedAttrs& a, size_t num_inputs)
     for (int j = 0; j < i.nargs; ++j) s += fmt::format("{}r{}", j ? "," : "", i.args[j]);
     s += ")";
   }
+  if (a.out != DType::f32) s += fmt::format(" stored as {}", dtype_name(a.out));
   return s;
 }
 

@@ -18,6 +18,12 @@ struct StateSlot {
   Shape shape;
   DType dtype = DType::f32;
   Device device;  // where the persistent buffer lives
+  // A slot the compiler added (passes/cache_state_casts.cpp) to keep a low-precision copy of
+  // slot `cast_of`: the step writes cast(new value of that slot), and the program computes
+  // `refresh` (a Cast of that slot's input) into it before an execution whenever that slot's
+  // buffer was written by anything else since (ir::Buffer::version). -1: a slot of the step.
+  int cast_of = -1;
+  ir::NodePtr refresh;
 };
 
 struct Graph {
@@ -69,6 +75,10 @@ std::unique_ptr<Pass> make_gradient_allreduce_pass(double weight, size_t bucket_
 std::unique_ptr<Pass> make_fuse_elementwise_pass();
 // Folds relu(linear) and addcmul(matmul, C, s) into Gemm nodes (passes/fuse_gemm_epilogue.cpp).
 std::unique_ptr<Pass> make_fuse_gemm_epilogue_pass();
+// Keeps the 16-bit copy that a step casts from a state it also writes (autocast's bf16 weights
+// from the f32 master weights) as a state of its own, written right after the state's update
+// instead of cast again at the next step's start (passes/cache_state_casts.cpp).
+std::unique_ptr<Pass> make_cache_state_casts_pass();
 // Moves single-element elementwise nodes up to just after their inputs, so that the large
 // nodes around them become neighbours (passes/hoist_scalars.cpp).
 std::unique_ptr<Pass> make_hoist_scalars_pass();

@@ -33,13 +33,15 @@ void optimize(Graph& g, const std::string& prefix, std::unique_ptr<Pass> before_
     dump(g, prefix, idx++, before_fusion->name());
     verify(g, before_fusion->name());
   }
-  // Fusion last: the other passes see the plain ops. CSTORCH_FUSION=0 turns both fusions off
-  // (to compare speed, or to see every op in CSTORCH_PROFILE=nodes). GEMM epilogues first, so
-  // a relu or momentum update after a product joins the product rather than an elementwise
-  // group.
+  // Fusion last: the other passes see the plain ops. CSTORCH_FUSION=0 turns these passes off
+  // (to compare speed, or to see every op in CSTORCH_PROFILE=nodes). Cached state casts first,
+  // so that the new casts of updated states can join the updates' elementwise groups; GEMM
+  // epilogues before elementwise fusion, so a relu or momentum update after a product joins the
+  // product rather than an elementwise group.
   const char* fusion = std::getenv("CSTORCH_FUSION");
   if (!(fusion && std::string(fusion) == "0")) {
-    std::unique_ptr<Pass> fusions[] = {make_fuse_gemm_epilogue_pass(),
+    std::unique_ptr<Pass> fusions[] = {make_cache_state_casts_pass(),
+                                       make_fuse_gemm_epilogue_pass(),
                                        make_fuse_elementwise_pass()};
     for (auto& p : fusions) {
       p->run(g);

@@ -427,6 +427,18 @@ void Program::plan() {
       state_copies_.push_back({f.src, static_cast<uint32_t>(f.index)});
   }
   state_ptrs_.assign(g_.state.size(), nullptr);
+  for (size_t s = 0; s < g_.state.size(); ++s) {
+    const auto& slot = g_.state[s];
+    if (slot.cast_of < 0) continue;
+    Derived d{static_cast<uint32_t>(s),
+              static_cast<uint32_t>(slot.cast_of),
+              ir::kernel_for(*slot.refresh),
+              {},
+              0};
+    d.ctx.backend = &ir::device_backend(slot.device);
+    d.ctx.stream = d.ctx.backend->stream();
+    derived_.push_back(d);
+  }
 
   // The values the recorded kernels read and write (a recording is replayed while their
   // pointers are unchanged), and the batch inputs they read: those are always staged, since
@@ -474,7 +486,7 @@ void Program::plan_groups() {
   auto member = [&](const Step& st) {
     const ir::Node& n = *st.node;
     const Loc loc = places_[st.out].loc;
-    return n.op == ir::OpCode::Fused && n.dtype == DType::f32 &&
+    return n.op == ir::OpCode::Fused && (n.dtype == DType::f32 || n.dtype == DType::bf16) &&
            (loc == Loc::State || loc == Loc::Arena) && n.numel() >= ir::kMinFusedGroupElements;
   };
   for (size_t s = 0; s < steps_.size();) {
@@ -532,7 +544,7 @@ bool Program::group_safe(const Group& g) const {
   size_t n = 0;
   for (uint32_t k = g.first; k < g.first + g.count; ++k) {
     const Step& st = steps_[k];
-    acc[n++] = {ptrs_[st.out], st.node->nbytes(), true, true};
+    acc[n++] = {ptrs_[st.out], st.node->nbytes(), true, st.node->dtype == DType::f32};
     for (uint32_t j = 0; j < st.num_inputs; ++j) {
       const ir::Node& x = *st.node->inputs[j];
       acc[n++] = {ptrs_[input_ids_[st.first_input + j]], x.nbytes(), false, x.dtype == DType::f32};
@@ -591,6 +603,8 @@ void Program::run(const ir::Buffer* const* batch, void* const* outputs) {
   for (auto& [v, o] : output_ids_) ptrs_[v] = outputs[o];
   for (auto& [v, src] : alias_ids_) ptrs_[v] = ptrs_[src];
 
+  refresh_derived();
+
   // The profile leaves out the first execution: its kernels pay one-time costs (a library's
   // choice of algorithm per shape, a device's loading of kernel code) that later steps do not.
   if (profile_ && runs_ == 1) std::fill(step_seconds_.begin(), step_seconds_.end(), 0.0);
@@ -616,6 +630,32 @@ void Program::run(const ir::Buffer* const* batch, void* const* outputs) {
       ir::copy_between(g_.state[s].device, state_ptrs_[s], g_.nodes[v]->device, ptrs_[v],
                        g_.nodes[v]->nbytes());
   }
+  note_state_written();
+}
+
+// A derived slot whose source changed since this program last wrote both (or that was never
+// written: versions start at 1) is computed again from the source, before any kernel reads it.
+// The states this execution writes count as changed from here on, so that an execution that
+// fails part way leaves every copy made from them (here and in other programs) to be computed
+// again.
+void Program::refresh_derived() {
+  for (auto& d : derived_) {
+    if (g_.state[d.of].impl->node->buffer->version != d.seen) {
+      const void* in[1] = {state_ptrs_[d.of]};
+      d.kernel(d.ctx, *g_.state[d.slot].refresh, in, state_ptrs_[d.slot]);
+    }
+    d.seen = 0;
+  }
+  for (const auto& slot : g_.state)
+    if (slot.write) slot.impl->node->buffer->mark_written();
+}
+
+// Every state this execution wrote has new contents; the derived slots were written from their
+// sources' new values, so they match those versions.
+void Program::note_state_written() {
+  for (const auto& slot : g_.state)
+    if (slot.write) slot.impl->node->buffer->mark_written();
+  for (auto& d : derived_) d.seen = g_.state[d.of].impl->node->buffer->version;
 }
 
 // Seconds one kernel call takes, for the profile. A device that runs kernels asynchronously

@@ -125,6 +125,18 @@ class Program {
   Pairs alias_ids_;                           // (alias value id, its input's value id)
   Pairs final_outputs_, state_copies_;        // copies after the last kernel
   std::vector<void*> state_ptrs_;
+  // Slots the compiler derived from others (StateSlot::cast_of): recomputed by `kernel` on
+  // slot `of`'s buffer before an execution where that buffer's version is not `seen`, the one
+  // it had after this program's last execution wrote it.
+  struct Derived {
+    uint32_t slot, of;
+    ir::Kernel kernel;
+    ir::KernelContext ctx;
+    uint64_t seen = 0;
+  };
+  std::vector<Derived> derived_;
+  void refresh_derived();
+  void note_state_written();
   bool profile_ = false;
   bool profile_nodes_ = false;        // CSTORCH_PROFILE=nodes
   std::vector<double> step_seconds_;  // per kernel call, summed over executions

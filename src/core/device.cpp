@@ -1,5 +1,6 @@
 // Device names, buffers on devices, and copies between devices. Everything here goes through
 // the device backends' interface (ir/device.h); nothing assumes a buffer is host memory.
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -51,6 +52,14 @@ Device parse_device(const std::string& s) {
 
 namespace ir {
 
+// Versions are unique over all buffers, so a recorded version also names the buffer: memory
+// freed and allocated again at the same address does not look unchanged.
+static std::atomic<uint64_t> g_buffer_versions{0};
+
+void Buffer::mark_written() {
+  version = g_buffer_versions.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 std::shared_ptr<Buffer> Buffer::alloc(size_t nbytes, Device device) {
   const DeviceBackend& b = device_backend(device);
   auto buf = std::make_shared<Buffer>();
@@ -58,6 +67,7 @@ std::shared_ptr<Buffer> Buffer::alloc(size_t nbytes, Device device) {
   buf->data = b.allocate(nbytes);
   buf->nbytes = nbytes;
   buf->owned = true;
+  buf->mark_written();
   return buf;
 }
 
@@ -67,6 +77,7 @@ std::shared_ptr<Buffer> Buffer::wrap(void* data, size_t nbytes, Device device) {
   b->nbytes = nbytes;
   b->owned = false;
   b->device = device;
+  b->mark_written();
   return b;
 }
 

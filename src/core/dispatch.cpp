@@ -139,6 +139,7 @@ void write_host_bytes(const Tensor& t, const void* src, size_t nbytes, const cha
   CS_CHECK(nbytes == n.nbytes(), "{}: {} bytes given for a tensor of {} bytes", what, nbytes,
            n.nbytes());
   ir::device_backend(n.buffer->device).copy_from_host(n.buffer->data, src, nbytes);
+  n.buffer->mark_written();
 }
 
 // Eager collectives: the host-side request of each all_reduce_start (and its host staging
@@ -321,6 +322,7 @@ void assign_inplace(const Tensor& self, const Tensor& value_in, const char* op) 
   const ir::Node& src = value_node(value, op);
   ir::copy_between(impl->node->buffer->device, impl->node->buffer->data, src.buffer->device,
                    src.buffer->data, impl->node->nbytes());
+  impl->node->buffer->mark_written();
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {

@@ -211,8 +211,9 @@ struct RecomputeAttrs {
 // A Fused node's program (built by src/compiler/passes/fuse_elementwise.cpp, run by
 // src/backend/cpu/fused.cpp). Register r < number of inputs holds input r broadcast to `shape`;
 // instruction k writes register (number of inputs + k); the last instruction's register is the
-// node's f32 output. Each instruction is an original elementwise op (its OpCode value) with its
-// argument registers; registers hold f32 values (bool values as 0 / 1).
+// node's output, stored as `out` (f32, or rounded to bf16 where the backend stores that:
+// DeviceBackend::fused_stores_bf16). Each instruction is an original elementwise op (its OpCode
+// value) with its argument registers; registers hold f32 values (bool values as 0 / 1).
 struct FusedInstr {
   uint16_t op = 0;    // ir::OpCode
   uint8_t nargs = 0;  // 1..3
@@ -224,9 +225,10 @@ struct FusedInstr {
 struct FusedAttrs {
   std::vector<FusedInstr> code;
   Dims shape;  // the output shape
+  DType out = DType::f32;
   bool operator==(const FusedAttrs&) const = default;
   size_t hash() const {
-    size_t h = hash_dims(5, shape);
+    size_t h = hash_mix(hash_dims(5, shape), static_cast<size_t>(out));
     for (const auto& i : code) {
       h = hash_mix(h, i.op * 2 + i.flag);
       for (int a = 0; a < i.nargs; ++a) h = hash_mix(h, i.args[a]);

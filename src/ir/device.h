@@ -119,6 +119,9 @@ class DeviceBackend {
   // Whether the backend's Fused kernel runs this op as an instruction (default: the op's
   // kFusable trait).
   virtual bool fuses(OpCode op) const { return has_trait(op, kFusable); }
+  // Whether the Fused kernel stores its result rounded to bf16 (FusedAttrs::out), as the Cast
+  // kernel rounds, so that a cast to bf16 can end a Fused program (default: f32 only).
+  virtual bool fused_stores_bf16() const { return false; }
   // Whether a GEMM of this shape applies an epilogue (bias, addend, relu, relu_grad) for free,
   // so the compiler's epilogue fusion pays off; and whether its addend epilogue is bitwise the
   // separate addcmul (one accumulation block over K).

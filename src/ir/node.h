@@ -59,6 +59,13 @@ struct Buffer {
   Device device;
   // The runtime's bookkeeping of queued work that writes this memory (null: ready now).
   std::shared_ptr<runtime::Event> event;
+  // Which contents the memory holds: a number no other buffer and no other write of this one
+  // has had, taken at allocation and again by mark_written() after every write through the
+  // library (eager in-place ops, host writes, programs' state writes). A program that keeps a
+  // copy derived from a state (a weight's bf16 copy) keeps it only while this is unchanged.
+  // Writes through a pointer kept from outside the library are not seen.
+  uint64_t version = 0;
+  void mark_written();
   // Fails (cstorch::Error naming the device and size) when the device is out of memory, not
   // built, or not registered.
   static std::shared_ptr<Buffer> alloc(size_t nbytes, Device device = {});

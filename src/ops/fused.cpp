@@ -35,8 +35,10 @@ void infer_Fused(ir::Node& n) {
       CS_CHECK(ins.args[j] < ni + k, "fused: instruction {} reads register {} before it is written",
                k, ins.args[j]);
   }
+  CS_CHECK(a.out == DType::f32 || a.out == DType::bf16,
+           "fused: the output is stored as {}; only f32 and bf16 are supported", dtype_name(a.out));
   n.shape = a.shape;
-  n.dtype = DType::f32;
+  n.dtype = a.out;
 }
 
 CS_NO_VJP(Fused)

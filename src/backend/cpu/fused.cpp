@@ -184,7 +184,8 @@ class FusedRunner {
       : fa_(n.attr<ir::FusedAttrs>()),
         ni_(static_cast<int>(n.inputs.size())),
         nc_(static_cast<int>(fa_.code.size())),
-        out_(static_cast<float*>(out)),
+        out_(out),
+        bf16_out_(fa_.out == DType::bf16),
         scratch_(scratch) {
     const int64_t total = n.numel();
     for (int i = 0; i < ni_; ++i) {
@@ -231,17 +232,20 @@ class FusedRunner {
     }
     for (int k = 0; k < nc_; ++k) {
       const auto& ins = fa_.code[k];
-      float* dst = k == nc_ - 1 ? out_ + s : scratch_[ni_ + k];
+      float* dst = k == nc_ - 1 && !bf16_out_ ? static_cast<float*>(out_) + s : scratch_[ni_ + k];
       run_instr(ins, reg_[ins.args[0]], ins.nargs > 1 ? reg_[ins.args[1]] : nullptr,
                 ins.nargs > 2 ? reg_[ins.args[2]] : nullptr, dst, len);
       reg_[ni_ + k] = dst;
     }
+    // Rounded as the Cast kernel rounds (to nearest even; NaNs stay quiet NaNs).
+    if (bf16_out_) f32_to_bf16_bits(reg_[ni_ + nc_ - 1], static_cast<uint16_t*>(out_) + s, len);
   }
 
  private:
   const ir::FusedAttrs& fa_;
   int ni_, nc_;
-  float* out_;
+  void* out_;
+  bool bf16_out_;
   float (*scratch_)[Block];
   Operand ops_[ir::kMaxFusedRegs];
   const float* reg_[ir::kMaxFusedRegs];

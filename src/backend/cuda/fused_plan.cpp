@@ -109,6 +109,9 @@ bool cuda_fuses(ir::OpCode op) {
 bool fused_program_supported(const ir::FusedAttrs& a, int ninputs, std::string* why) {
   const int nc = static_cast<int>(a.code.size());
   if (nc == 0) return refuse(why, "fused: the program is empty");
+  if (a.out != DType::f32)
+    return refuse(why, fmt::format("fused: the CUDA interpreter stores f32 results, not {}",
+                                   dtype_name(a.out)));
   if (ninputs < 0 || ninputs + nc > k::kFusedRegs)
     return refuse(why, fmt::format("fused: {} inputs and {} instructions exceed the CUDA "
                                    "interpreter's {} registers",

@@ -14,7 +14,9 @@
 // which becomes a one-instruction program so that it can run in its optimizer's one-pass group.
 //
 // Fusable ops: f32 arithmetic and math (the instruction set of src/backend/cpu/fused.cpp), and
-// bool-valued comparisons, logical ops and casts inside a group (the root must be f32). External
+// bool-valued comparisons, logical ops and casts inside a group (the root must be f32, or a
+// cast of f32 to bf16 on a backend whose Fused kernel stores bf16: the program then ends in a
+// copy stored rounded, FusedAttrs::out). External
 // inputs may be f32 or bool, of the output's shape or broadcast in the (i / div) % mod form of
 // ir::fused_operand (single elements, rows, columns). The kernel applies the same per-element
 // float operations as the unfused kernels, in the same order, so results are bitwise equal.
@@ -80,6 +82,15 @@ bool fusable(const ir::Node& n) {
   return true;
 }
 
+// A cast of f32 to bf16 that may end a Fused program as its stored result.
+bool narrowing_root(const ir::Node& n) {
+  ir::FusedOperand op;
+  return n.op == OpCode::Cast && n.dtype == DType::bf16 && n.inputs[0]->dtype == DType::f32 &&
+         ir::device_backend(n.device).fused_stores_bf16() &&
+         ir::device_backend(n.device).kernel(OpCode::Fused) &&
+         ir::fused_operand(n.inputs[0]->shape, n.shape, op);
+}
+
 bool instr_flag(const ir::Node& n) {
   switch (n.op) {
     case OpCode::Gelu:
@@ -120,7 +131,9 @@ class FuseElementwise : public Pass {
     int groups = 0;
     for (size_t r = n; r-- > 0;) {
       const ir::Node& root = *g.nodes[r];
-      if (!ok[r] || group[r] >= 0 || root.dtype != DType::f32) continue;
+      const bool narrow = narrowing_root(root);
+      if (!(ok[r] && root.dtype == DType::f32) && !narrow) continue;
+      if (group[r] >= 0) continue;
       const int gid = groups++;
       std::vector<size_t> members{r};
       group[r] = gid;
@@ -170,12 +183,14 @@ class FuseElementwise : public Pass {
         }
       ir::FusedAttrs attrs;
       attrs.shape = root.shape;
+      if (narrow) attrs.out = DType::bf16;
       for (size_t m : members) {
         const ir::Node& node = *g.nodes[m];
         ir::FusedInstr ins;
-        ins.op = static_cast<uint16_t>(node.op);
+        // The narrowing root computes its input's value; the kernel rounds it when storing.
+        ins.op = static_cast<uint16_t>(narrow && m == r ? OpCode::Copy : node.op);
         ins.nargs = static_cast<uint8_t>(node.inputs.size());
-        ins.flag = instr_flag(node);
+        ins.flag = narrow && m == r ? false : instr_flag(node);
         for (size_t a = 0; a < node.inputs.size(); ++a) ins.args[a] = reg.at(node.inputs[a].get());
         reg[&node] = static_cast<uint16_t>(inputs.size() + attrs.code.size());
         attrs.code.push_back(ins);

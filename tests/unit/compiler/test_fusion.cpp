@@ -393,6 +393,16 @@ Tensor autocast_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tenso
   return loss;
 }
 
+// Casts a graph computes: Cast nodes, and Fused programs that end in one (stored as bf16).
+// The cached state casts keep this number: each replaces a cast of a state's old value by one
+// of its new value.
+size_t casts(const cc::Graph& g) {
+  size_t c = count(g, OpCode::Cast);
+  for (auto& n : g.nodes)
+    if (n->op == OpCode::Fused && n->attr<cs::ir::FusedAttrs>().out == cs::DType::bf16) ++c;
+  return c;
+}
+
 // The step recorded and optimized, and how many casts it had before optimizing.
 struct Optimized {
   cc::Graph g;
@@ -431,7 +441,7 @@ TEST(GemmEpilogue, Bf16WeightGradientsAreStoredAsF32ByTheirProducts) {
   auto body = [&](const Tensor& x) {
     return autocast_step(m, opt, x, cs::from_vector(std::vector<int64_t>(16, 1), {16}));
   };
-  auto [g, casts] = optimized_step({16, 40}, body, "f32_out");
+  auto [g, casts_before] = optimized_step({16, 40}, body, "f32_out");
   size_t folded = 0;
   for (auto& n : g.nodes) {
     if (n->op != OpCode::Matmul || !n->attr<cs::ir::MatmulAttrs>().f32_out) continue;
@@ -441,7 +451,7 @@ TEST(GemmEpilogue, Bf16WeightGradientsAreStoredAsF32ByTheirProducts) {
   }
   // Both weights' gradients: bf16 products cast back to the f32 master weights' dtype.
   EXPECT_EQ(folded, 2u) << g.dump();
-  EXPECT_EQ(count(g, OpCode::Cast), casts - 2) << g.dump();
+  EXPECT_EQ(casts(g), casts_before - 2) << g.dump();
 }
 
 TEST(GemmEpilogue, Bf16AutocastStepsAreBitwiseEqualWithTheCastsFoldedAndNot) {
@@ -466,7 +476,7 @@ TEST(GemmEpilogue, Bf16InputGradientsThroughAReshapeAreStoredAsF32ByTheirProduct
   auto body = [&](const Tensor& x) {
     return autocast_step(m, opt, x, cs::from_vector(std::vector<int64_t>(32, 1), {32}), {4, 8, 40});
   };
-  auto [g, casts] = optimized_step({32, 40}, body, "f32_out_reshape");
+  auto [g, casts_before] = optimized_step({32, 40}, body, "f32_out_reshape");
   size_t weights = 0, through = 0;
   for (auto& n : g.nodes) {
     if (n->op == OpCode::Matmul && n->attr<cs::ir::MatmulAttrs>().f32_out) {
@@ -482,7 +492,7 @@ TEST(GemmEpilogue, Bf16InputGradientsThroughAReshapeAreStoredAsF32ByTheirProduct
   // batch, has none), which reaches the layer norm through the reshape to [4, 8, 48].
   EXPECT_EQ(weights, 3u) << g.dump();
   EXPECT_EQ(through, 1u) << g.dump();
-  EXPECT_EQ(count(g, OpCode::Cast), casts - 3) << g.dump();
+  EXPECT_EQ(casts(g), casts_before - 3) << g.dump();
 }
 
 TEST(GemmEpilogue, Bf16StepsOnTokensAreBitwiseEqualWithTheCastsFoldedAndNot) {
@@ -660,4 +670,127 @@ TEST(FusedGroups, InterleavingNeedsWrittenBuffersReadOnlyElementForElement) {
   EXPECT_FALSE(safe({{a, 256, true, true}, {a + 32, 128, true, true}}));
   // Reads that overlap each other but no write are fine.
   EXPECT_TRUE(safe({{a, 256, true, true}, {b, 256, false, true}, {b + 1, 4, false, true}}));
+}
+
+// ---- cached state casts (passes/cache_state_casts.cpp) --------------------------------------
+
+TEST(FusedKernel, Bf16StoreRoundsAsTheCastKernel) {
+  // A chain ending in a cast to bf16 becomes one Fused program stored as bf16: bitwise the
+  // unfused chain and Cast kernel, NaNs included (log of the negative inputs).
+  expect_bitwise_equal(
+      {{{1000}}, {{1000}}},
+      [](auto& in) {
+        return std::vector<Tensor>{(cs::log(in[0]) * in[1] + 0.5).to(cs::DType::bf16)};
+      },
+      1);
+}
+
+namespace {
+
+// The state slots the compiler added as copies of others.
+std::vector<const cc::StateSlot*> cached_casts(const cc::Graph& g) {
+  std::vector<const cc::StateSlot*> r;
+  for (auto& s : g.state)
+    if (s.cast_of >= 0) r.push_back(&s);
+  return r;
+}
+
+}  // namespace
+
+TEST(CachedStateCasts, AutocastWeightsAreKeptAsBf16StateWrittenAfterTheirUpdate) {
+  auto m = autocast_token_net();
+  cs::optim::AdamW opt(m->parameters(), 1e-2);
+  auto body = [&](const Tensor& x) {
+    return autocast_step(m, opt, x, cs::from_vector(std::vector<int64_t>(32, 1), {32}), {4, 8, 40});
+  };
+  auto [g, casts_before] = optimized_step({32, 40}, body, "cached_casts");
+  // Both Linears' weights and biases (the layer norm computes in f32).
+  const auto copies = cached_casts(g);
+  ASSERT_EQ(copies.size(), 4u) << g.dump();
+  for (const auto* c : copies) {
+    const cc::StateSlot& src = g.state[static_cast<size_t>(c->cast_of)];
+    EXPECT_EQ(c->dtype, cs::DType::bf16);
+    EXPECT_EQ(c->shape, src.shape);
+    ASSERT_TRUE(c->refresh && c->write && c->input);
+    EXPECT_EQ(c->refresh->op, OpCode::Cast);
+    EXPECT_EQ(c->refresh->inputs[0], src.input);  // recomputed from the state's current value
+    EXPECT_EQ(c->write->inputs[0], src.write);    // written from its new value
+  }
+  // No cast of a source's old value is left in the step.
+  for (auto& n : g.nodes)
+    for (const auto* c : copies)
+      EXPECT_FALSE(n->op == OpCode::Cast &&
+                   n->inputs[0] == g.state[static_cast<size_t>(c->cast_of)].input)
+          << g.dump();
+}
+
+TEST(CachedStateCasts, ALargeWeightsCopyIsWrittenInItsUpdatesOnePass) {
+  // The 259 x 300 weight's bf16 copy is stored by a Fused program that joins AdamW's group:
+  // first moment, second moment, parameter, copy.
+  auto m = wide_net();
+  cs::optim::AdamW o(m->parameters(), 1e-3);
+  cc::Graph g = cs::testing::record_step({8, 300}, [&](const Tensor& x) {
+    return autocast_step(m, o, x, cs::from_vector(std::vector<int64_t>(8, 1), {8}));
+  });
+  cc::optimize(g, "cached_group");
+  const cc::StateSlot* big = nullptr;
+  for (const auto* c : cached_casts(g))
+    if (cs::numel(c->shape) == 259 * 300) big = c;
+  ASSERT_NE(big, nullptr) << g.dump();
+  ASSERT_EQ(big->write->op, OpCode::Fused) << g.dump();
+  EXPECT_EQ(big->write->attr<cs::ir::FusedAttrs>().out, cs::DType::bf16);
+  cc::Program p(std::move(g), cs::Device{}, {});
+  EXPECT_EQ(p.stats().fused_groups, 1u) << p.summary();
+  EXPECT_EQ(p.stats().fused_grouped, 4u) << p.summary();
+}
+
+TEST(CachedStateCasts, StepsStayBitwiseWhenWeightsAreWrittenBetweenThem) {
+  // Two copies of the wide net train under bf16 autocast, one compiled with the cached casts
+  // (fusion on), one without. Between steps the weights are written outside the step (an eager
+  // in-place op, a copy in, a state_dict load): the cached copies must be computed again from
+  // the new values, so losses and parameters stay bitwise equal.
+  auto m1 = wide_net();
+  auto m2 = wide_net();
+  cs::optim::AdamW o1(m1->parameters(), 1e-2);
+  cs::optim::AdamW o2(m2->parameters(), 1e-2);
+  auto cached =
+      cs::trace([&](const Tensor& x, const Tensor& y) { return autocast_step(m1, o1, x, y); });
+  auto plain =
+      cs::trace([&](const Tensor& x, const Tensor& y) { return autocast_step(m2, o2, x, y); });
+  std::vector<std::vector<float>> initial;
+  for (auto& p : m1->parameters()) initial.push_back(p.to_vector<float>());
+  Tensor y = cs::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2}, {8});
+  cs::manual_seed(21);
+  auto write_both = [&](int step) {
+    cs::NoGradGuard ng;
+    auto p1 = m1->parameters(), p2 = m2->parameters();
+    if (step == 2) {
+      p1[0].mul_(0.5);
+      p2[0].mul_(0.5);
+    } else if (step == 4) {
+      p1[0].copy_(cs::from_vector(initial[0], p1[0].shape()));
+      p2[0].copy_(cs::from_vector(initial[0], p2[0].shape()));
+    } else if (step == 6) {
+      // New tensors, which load_state_dict copies in.
+      auto scaled = [](const cs::nn::StateDict& d) {
+        cs::nn::StateDict r;
+        for (auto& [k, t] : d) r.insert(k, t * 0.25);
+        return r;
+      };
+      m1->load_state_dict(scaled(m1->state_dict()));
+      m2->load_state_dict(scaled(m2->state_dict()));
+    }
+  };
+  for (int i = 0; i < 8; ++i) {
+    write_both(i);
+    Tensor x = cs::randn({8, 300});
+    Tensor lc = cached(x, y);  // compiled at its first call: fusion on
+    setenv("CSTORCH_FUSION", "0", 1);
+    Tensor lp = plain(x, y);  // compiled here: fusion off, no cached casts
+    unsetenv("CSTORCH_FUSION");
+    EXPECT_EQ(lc.item<float>(), lp.item<float>()) << "step " << i;
+  }
+  const auto p1 = m1->parameters(), p2 = m2->parameters();
+  for (size_t i = 0; i < p1.size(); ++i)
+    EXPECT_EQ(p1[i].to_vector<float>(), p2[i].to_vector<float>()) << "param " << i;
 }
