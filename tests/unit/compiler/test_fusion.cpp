@@ -747,8 +747,8 @@ TEST(CachedStateCasts, ALargeWeightsCopyIsWrittenInItsUpdatesOnePass) {
 TEST(CachedStateCasts, StepsStayBitwiseWhenWeightsAreWrittenBetweenThem) {
   // Two copies of the wide net train under bf16 autocast, one compiled with the cached casts
   // (fusion on), one without. Between steps the weights are written outside the step (an eager
-  // in-place op, a copy in, a state_dict load): the cached copies must be computed again from
-  // the new values, so losses and parameters stay bitwise equal.
+  // in-place op, a copy in, another traced step, a state_dict load): the cached copies must be
+  // computed again from the new values, so losses and parameters stay bitwise equal.
   auto m1 = wide_net();
   auto m2 = wide_net();
   cs::optim::AdamW o1(m1->parameters(), 1e-2);
@@ -759,6 +759,15 @@ TEST(CachedStateCasts, StepsStayBitwiseWhenWeightsAreWrittenBetweenThem) {
       cs::trace([&](const Tensor& x, const Tensor& y) { return autocast_step(m2, o2, x, y); });
   std::vector<std::vector<float>> initial;
   for (auto& p : m1->parameters()) initial.push_back(p.to_vector<float>());
+  // A second program that writes the first weight: its execution must count as a write.
+  auto shrink = [](cs::nn::Sequential& m) {
+    return cs::trace([&m](const Tensor& s) {
+      cs::NoGradGuard ng;
+      m->parameters()[0].mul_(s);
+      return s * 2.0;
+    });
+  };
+  auto shrink1 = shrink(m1), shrink2 = shrink(m2);
   Tensor y = cs::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2}, {8});
   cs::manual_seed(21);
   auto write_both = [&](int step) {
@@ -770,6 +779,9 @@ TEST(CachedStateCasts, StepsStayBitwiseWhenWeightsAreWrittenBetweenThem) {
     } else if (step == 4) {
       p1[0].copy_(cs::from_vector(initial[0], p1[0].shape()));
       p2[0].copy_(cs::from_vector(initial[0], p2[0].shape()));
+    } else if (step == 5) {
+      shrink1(cs::scalar_tensor(0.75)).item<float>();
+      shrink2(cs::scalar_tensor(0.75)).item<float>();
     } else if (step == 6) {
       // New tensors, which load_state_dict copies in.
       auto scaled = [](const cs::nn::StateDict& d) {
