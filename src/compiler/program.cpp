@@ -646,6 +646,10 @@ void Program::refresh_derived() {
     }
     d.seen = 0;
   }
+  mark_states_written();
+}
+
+void Program::mark_states_written() {
   for (const auto& slot : g_.state)
     if (slot.write) slot.impl->node->buffer->mark_written();
 }
@@ -653,8 +657,7 @@ void Program::refresh_derived() {
 // Every state this execution wrote has new contents; the derived slots were written from their
 // sources' new values, so they match those versions.
 void Program::note_state_written() {
-  for (const auto& slot : g_.state)
-    if (slot.write) slot.impl->node->buffer->mark_written();
+  mark_states_written();
   for (auto& d : derived_) d.seen = g_.state[d.of].impl->node->buffer->version;
 }
 

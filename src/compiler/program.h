@@ -137,6 +137,7 @@ class Program {
   std::vector<Derived> derived_;
   void refresh_derived();
   void note_state_written();
+  void mark_states_written();  // every state slot this program writes (Buffer::mark_written)
   bool profile_ = false;
   bool profile_nodes_ = false;        // CSTORCH_PROFILE=nodes
   std::vector<double> step_seconds_;  // per kernel call, summed over executions

@@ -468,15 +468,21 @@ cs::nn::Sequential autocast_token_net() {
                             cs::nn::Linear(48, 10));
 }
 
-}  // namespace
-
-TEST(GemmEpilogue, Bf16InputGradientsThroughAReshapeAreStoredAsF32ByTheirProducts) {
+// One AdamW step of the token net under bf16 autocast, recorded and optimized (the graph keeps
+// the net's and the optimizer's tensors alive).
+Optimized optimized_token_step(const char* what) {
   auto m = autocast_token_net();
   cs::optim::AdamW opt(m->parameters(), 1e-2);
   auto body = [&](const Tensor& x) {
     return autocast_step(m, opt, x, cs::from_vector(std::vector<int64_t>(32, 1), {32}), {4, 8, 40});
   };
-  auto [g, casts_before] = optimized_step({32, 40}, body, "f32_out_reshape");
+  return optimized_step({32, 40}, body, what);
+}
+
+}  // namespace
+
+TEST(GemmEpilogue, Bf16InputGradientsThroughAReshapeAreStoredAsF32ByTheirProducts) {
+  auto [g, casts_before] = optimized_token_step("f32_out_reshape");
   size_t weights = 0, through = 0;
   for (auto& n : g.nodes) {
     if (n->op == OpCode::Matmul && n->attr<cs::ir::MatmulAttrs>().f32_out) {
@@ -698,12 +704,7 @@ std::vector<const cc::StateSlot*> cached_casts(const cc::Graph& g) {
 }  // namespace
 
 TEST(CachedStateCasts, AutocastWeightsAreKeptAsBf16StateWrittenAfterTheirUpdate) {
-  auto m = autocast_token_net();
-  cs::optim::AdamW opt(m->parameters(), 1e-2);
-  auto body = [&](const Tensor& x) {
-    return autocast_step(m, opt, x, cs::from_vector(std::vector<int64_t>(32, 1), {32}), {4, 8, 40});
-  };
-  auto [g, casts_before] = optimized_step({32, 40}, body, "cached_casts");
+  const cc::Graph g = optimized_token_step("cached_casts").g;
   // Both Linears' weights and biases (the layer norm computes in f32).
   const auto copies = cached_casts(g);
   ASSERT_EQ(copies.size(), 4u) << g.dump();
