@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 
 #include "cstorch/cstorch.h"
 #include "modelzoo/generation/generation.h"
@@ -15,25 +16,26 @@ namespace gen = modelzoo::generation;
 using modelzoo::gpt2::GPT2Config;
 using modelzoo::gpt2::GPT2Model;
 
-GPT2Model& tiny_model() {
-  static GPT2Model* m = [] {
-    manual_seed(11);
-    auto c = GPT2Config::tiny();
-    c.vocab_size = 97;
-    c.max_position_embeddings = 48;
-    // Sharper distributions than a fresh init so sampling has a real choice structure.
-    auto* m = new GPT2Model(c);
-    NoGradGuard ng;
-    m->wte->weight.mul_(scalar_tensor(8.0));
-    return m;
-  }();
-  return *m;
+// Built anew for each test, as when each test runs in a process of its own: a model kept for
+// the process's life would keep its metrics registered (live_metrics()) into later tests of a
+// whole-binary or sharded run.
+std::unique_ptr<GPT2Model> tiny_model() {
+  manual_seed(11);
+  auto c = GPT2Config::tiny();
+  c.vocab_size = 97;
+  c.max_position_embeddings = 48;
+  // Sharper distributions than a fresh init so sampling has a real choice structure.
+  auto m = std::make_unique<GPT2Model>(c);
+  NoGradGuard ng;
+  m->wte->weight.mul_(scalar_tensor(8.0));
+  return m;
 }
 
 // Every step's next-token logits from the cached path equal the full forward's at that
 // position (1e-5), for greedy and sampled runs.
 TEST(Generation, KvCacheMatchesFullForward) {
-  GPT2Model& m = tiny_model();
+  const auto model = tiny_model();
+  GPT2Model& m = *model;
   const std::vector<int64_t> prompt{3, 14, 15, 92, 65};
   for (bool sample : {false, true}) {
     gen::GenerationOptions o;
@@ -64,7 +66,8 @@ TEST(Generation, KvCacheMatchesFullForward) {
 }
 
 TEST(Generation, GreedyIsDeterministicAndArgmax) {
-  GPT2Model& m = tiny_model();
+  const auto model = tiny_model();
+  GPT2Model& m = *model;
   gen::GenerationOptions o;
   o.max_new_tokens = 10;
   o.keep_logits = true;
@@ -155,7 +158,8 @@ TEST(Generation, TopPRespectsTheNucleus) {
 }
 
 TEST(Generation, SeededSamplingRepeats) {
-  GPT2Model& m = tiny_model();
+  const auto model = tiny_model();
+  GPT2Model& m = *model;
   gen::GenerationOptions o;
   o.max_new_tokens = 16;
   o.do_sample = true;
@@ -172,7 +176,8 @@ TEST(Generation, SeededSamplingRepeats) {
 }
 
 TEST(Generation, Errors) {
-  GPT2Model& m = tiny_model();
+  const auto model = tiny_model();
+  GPT2Model& m = *model;
   gen::GenerationOptions o;
   EXPECT_ERROR(gen::generate(m, {}, o), "prompt is empty");
   EXPECT_ERROR(gen::generate(m, {1, 97}, o), "prompt token 97 (position 1)", "vocabulary [0, 97)");
