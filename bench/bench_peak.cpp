@@ -3,7 +3,8 @@
 //
 //   bench_peak --threads N            the fp32 FMA peak (and the bf16 dot-product peak where
 //                                     the CPU has avx512_bf16) at N threads: a register-only
-//                                     loop of independent multiply-adds, no memory traffic
+//                                     loop of independent multiply-adds, no memory traffic;
+//                                     and the main-memory bandwidth (read, triad) at N threads
 //   bench_peak --threads N --gemm     also each product shape of GPT-2 124M (B=4, T=64): the
 //                                     own AVX-512 GEMM and OpenBLAS, GFLOP/s of each
 //
@@ -122,6 +123,46 @@ double rate(int threads, double flops_per_iter, F f) {
   return best;
 }
 
+// Main-memory bandwidth in GB/s, the roofline's other axis: the best of 5 passes over arrays
+// far larger than the caches, each thread streaming its own contiguous slice (first touched by
+// that thread). "read": a sum over one array (4 bytes an element). "triad": a = b + s c, counted
+// as STREAM counts it (12 bytes an element; the write's read for ownership is not counted).
+struct Bandwidth {
+  double read_gbs, triad_gbs;
+};
+Bandwidth memory_bandwidth(int threads) {
+  const int64_t n = int64_t{48} << 20;  // 192 MiB an array
+  std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)),
+      c(static_cast<size_t>(n));
+  float* pa = a.data();
+  float* pb = b.data();
+  float* pc = c.data();
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    pa[i] = 0.0f;
+    pb[i] = static_cast<float>(i & 255);
+    pc[i] = 1.0f;
+  }
+  Bandwidth best{0, 0};
+  volatile float sink = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t = Clock::now();
+    float sum = 0;
+#pragma omp parallel for simd num_threads(threads) schedule(static) reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i) sum += pb[i];
+    double sec = seconds_since(t);
+    sink = sink + sum;
+    best.read_gbs = std::max(best.read_gbs, 4.0 * static_cast<double>(n) / sec / 1e9);
+    t = Clock::now();
+#pragma omp parallel for simd num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + 0.5f * pc[i];
+    sec = seconds_since(t);
+    sink = sink + pa[rep];
+    best.triad_gbs = std::max(best.triad_gbs, 12.0 * static_cast<double>(n) / sec / 1e9);
+  }
+  return best;
+}
+
 struct Shape {
   const char* what;
   int64_t M, N, K;
@@ -176,6 +217,10 @@ int main(int argc, char** argv) {
   } else {
     j["bf16_peak_gflops"] = nullptr;
   }
+
+  const Bandwidth bw = memory_bandwidth(threads);
+  j["memory_read_gbs"] = bw.read_gbs;
+  j["memory_triad_gbs"] = bw.triad_gbs;
 
   if (gemm) {
     // GPT-2 124M, B=4, T=64: 256 token rows, width 768, MLP 3072, vocab 50304. Forward
