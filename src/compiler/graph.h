@@ -75,6 +75,9 @@ std::unique_ptr<Pass> make_gradient_allreduce_pass(double weight, size_t bucket_
 std::unique_ptr<Pass> make_fuse_elementwise_pass();
 // Folds relu(linear) and addcmul(matmul, C, s) into Gemm nodes (passes/fuse_gemm_epilogue.cpp).
 std::unique_ptr<Pass> make_fuse_gemm_epilogue_pass();
+// After elementwise fusion: a bf16 product stored as f32 (MatmulAttrs::f32_out) and read only by
+// Fused programs whose kernel widens bf16 stores bf16 again (passes/fused_bf16_operands.cpp).
+std::unique_ptr<Pass> make_fused_bf16_operands_pass();
 // Keeps the 16-bit copy that a step casts from a state it also writes (autocast's bf16 weights
 // from the f32 master weights) as a state of its own, written right after the state's update
 // instead of cast again at the next step's start (passes/cache_state_casts.cpp).
@@ -84,10 +87,10 @@ std::unique_ptr<Pass> make_cache_state_casts_pass();
 std::unique_ptr<Pass> make_hoist_scalars_pass();
 
 // Runs the standard pipeline: verify, dce, cse, fold, simplify, cse, dce, then `before_fusion`
-// when given (the gradient all-reduce of data-parallel steps), then fuse_gemm_epilogue and
-// fuse_elementwise unless the CSTORCH_FUSION environment variable is "0", verifying after each. If
-// the CSTORCH_DUMP_GRAPHS environment variable names a directory, the graph is written there before
-// and after every pass
+// when given (the gradient all-reduce of data-parallel steps), then cache_state_casts,
+// fuse_gemm_epilogue, fuse_elementwise and fused_bf16_operands unless the CSTORCH_FUSION
+// environment variable is "0", verifying after each. If the CSTORCH_DUMP_GRAPHS environment
+// variable names a directory, the graph is written there before and after every pass
 // (`<prefix>-NN-<pass>.txt` and `.dot`).
 void optimize(Graph& g, const std::string& prefix, std::unique_ptr<Pass> before_fusion = nullptr);
 // A node's attributes as the graph dumps print them ("trans_a=true trans_b=false").

@@ -122,6 +122,10 @@ class DeviceBackend {
   // Whether the Fused kernel stores its result rounded to bf16 (FusedAttrs::out), as the Cast
   // kernel rounds, so that a cast to bf16 can end a Fused program (default: f32 only).
   virtual bool fused_stores_bf16() const { return false; }
+  // Whether the Fused kernel reads bf16 inputs, widened exactly (as the Cast kernel widens), so
+  // that a cast of bf16 to f32 can join a Fused program and a bf16 product read only by Fused
+  // programs need not be stored as f32 (default: f32 and bool inputs only).
+  virtual bool fused_reads_bf16() const { return false; }
   // Whether a GEMM of this shape applies an epilogue (bias, addend, relu, relu_grad) for free,
   // so the compiler's epilogue fusion pays off; and whether its addend epilogue is bitwise the
   // separate addcmul (one accumulation block over K).

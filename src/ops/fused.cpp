@@ -16,8 +16,8 @@ void infer_Fused(ir::Node& n) {
            a.code.size(), ir::kMaxFusedRegs);
   for (size_t i = 0; i < ni; ++i) {
     const auto& in = *n.inputs[i];
-    CS_CHECK(in.dtype == DType::f32 || in.dtype == DType::boolean,
-             "fused: input {} is {}; only f32 and bool inputs are supported", i,
+    CS_CHECK(in.dtype == DType::f32 || in.dtype == DType::bf16 || in.dtype == DType::boolean,
+             "fused: input {} is {}; only f32, bf16 and bool inputs are supported", i,
              dtype_name(in.dtype));
     ir::FusedOperand op;
     CS_CHECK(ir::fused_operand(in.shape, a.shape, op),

@@ -96,6 +96,7 @@ class CpuBackend final : public ir::DeviceBackend {
   void release_idle_host_threads() const override { release_thread_pool(); }
   ir::FusedGroupKernel fused_group_kernel() const override { return kernels().fused_group; }
   bool fused_stores_bf16() const override { return true; }
+  bool fused_reads_bf16() const override { return true; }
   bool gemm_epilogue_applies(int64_t m, int64_t n, int64_t k, bool trans_b) const override {
     return kernels().own_gemm_applies(m, n, k, trans_b);
   }

@@ -1,6 +1,7 @@
 // The Fused kernel: runs a FusedAttrs program over blocks of kBlock elements. Every register
 // has one block of per-thread stack scratch; same-shape f32 inputs are read in place, other
-// inputs (bool, single elements, rows, columns) are expanded into their block first, and the
+// inputs (bool, bf16, single elements, rows, columns) are expanded into their block first (bf16
+// widened exactly, as the Cast kernel widens it), and the
 // last instruction writes straight into the output. Each instruction is one vectorisable loop
 // with the same per-element formula as the op's own kernel (elementwise.cpp and
 // elementwise_math.h), so the result is bitwise equal to running the ops one by one.
@@ -138,13 +139,27 @@ void run_instr(const ir::FusedInstr& ins, const float* a, const float* b, const 
 }
 
 // How one input is read: in place (same shape, f32), or expanded into its register's block.
+enum class Elem : uint8_t { F32, Bool, Bf16 };
 struct Operand {
   const void* data;
-  bool is_bool;
+  Elem elem;
   bool direct;    // f32 of the output's shape: read in place
   bool constant;  // a single element: its block is filled once per chunk
+  bool same_shape;
   int64_t div, mod;
 };
+
+float element(const Operand& op, int64_t k) {
+  switch (op.elem) {
+    case Elem::Bool:
+      return as_bool(static_cast<const uint8_t*>(op.data)[k] != 0);
+    case Elem::Bf16:
+      return static_cast<float>(static_cast<const bf16_t*>(op.data)[k]);
+    case Elem::F32:
+      break;
+  }
+  return static_cast<const float*>(op.data)[k];
+}
 
 // Fills dst[0, len) with the input elements (i / div) % mod for output i = start...
 template <class T>
@@ -194,11 +209,14 @@ class FusedRunner {
       ir::fused_operand(x.shape, n.shape, fo);  // checked by the shape rule
       Operand& op = ops_[i];
       op.data = in[i];
-      op.is_bool = x.dtype == DType::boolean;
+      op.elem = x.dtype == DType::boolean ? Elem::Bool
+                : x.dtype == DType::bf16  ? Elem::Bf16
+                                          : Elem::F32;
       op.div = fo.div;
       op.mod = fo.mod;
       op.constant = fo.mod == 1;
-      op.direct = !op.is_bool && fo.mod == total && fo.div == 1;
+      op.same_shape = fo.mod == total && fo.div == 1;
+      op.direct = op.elem == Elem::F32 && op.same_shape;
     }
   }
   int registers() const { return ni_ + nc_; }
@@ -208,8 +226,7 @@ class FusedRunner {
   void start_chunk(int64_t len) {
     for (int i = 0; i < ni_; ++i)
       if (ops_[i].constant) {
-        const float v = ops_[i].is_bool ? as_bool(*static_cast<const uint8_t*>(ops_[i].data) != 0)
-                                        : *static_cast<const float*>(ops_[i].data);
+        const float v = element(ops_[i], 0);
         const int64_t fill = std::min(Block, len);
         for (int64_t j = 0; j < fill; ++j) scratch_[i][j] = v;
       }
@@ -225,8 +242,12 @@ class FusedRunner {
       }
       reg_[i] = scratch_[i];
       if (op.constant) continue;
-      if (op.is_bool)
+      if (op.elem == Elem::Bool)
         expand(static_cast<const uint8_t*>(op.data), op, s, len, scratch_[i]);
+      else if (op.elem == Elem::Bf16 && op.same_shape)  // vectorised: a product read by an update
+        bf16_bits_to_f32(static_cast<const uint16_t*>(op.data) + s, scratch_[i], len);
+      else if (op.elem == Elem::Bf16)
+        expand(static_cast<const bf16_t*>(op.data), op, s, len, scratch_[i]);
       else
         expand(static_cast<const float*>(op.data), op, s, len, scratch_[i]);
     }

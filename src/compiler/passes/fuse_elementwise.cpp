@@ -16,9 +16,10 @@
 // Fusable ops: f32 arithmetic and math (the instruction set of src/backend/cpu/fused.cpp), and
 // bool-valued comparisons, logical ops and casts inside a group (the root must be f32, or a
 // cast of f32 to bf16 on a backend whose Fused kernel stores bf16: the program then ends in a
-// copy stored rounded, FusedAttrs::out). External
-// inputs may be f32 or bool, of the output's shape or broadcast in the (i / div) % mod form of
-// ir::fused_operand (single elements, rows, columns). The kernel applies the same per-element
+// copy stored rounded, FusedAttrs::out), and casts of bf16 to f32 on a backend whose Fused
+// kernel reads bf16 (the cast's bf16 input is then an external input). External
+// inputs may be f32, bool or bf16, of the output's shape or broadcast in the (i / div) % mod form
+// of ir::fused_operand (single elements, rows, columns). The kernel applies the same per-element
 // float operations as the unfused kernels, in the same order, so results are bitwise equal.
 #include <algorithm>
 #include <unordered_map>
@@ -54,8 +55,10 @@ bool fusable_op(const ir::Node& n) {
       return f32 && n.inputs[0]->dtype == DType::boolean && n.inputs[1]->dtype == DType::f32 &&
              n.inputs[2]->dtype == DType::f32;
     case OpCode::Cast:
+      // A bf16 input is always external (members compute f32 or bool): the kernel widens it.
       return (f32 || bool_out) &&
-             (n.inputs[0]->dtype == DType::f32 || n.inputs[0]->dtype == DType::boolean);
+             (n.inputs[0]->dtype == DType::f32 || n.inputs[0]->dtype == DType::boolean ||
+              (f32 && n.inputs[0]->dtype == DType::bf16 && backend.fused_reads_bf16()));
     case OpCode::Eq:
     case OpCode::Ne:
     case OpCode::Lt:

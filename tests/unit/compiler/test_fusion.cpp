@@ -14,6 +14,7 @@
 #include "backend/cpu/variant.h"
 #include "compiler/graph.h"
 #include "compiler/program.h"
+#include "ir/device.h"
 #include "ir/fused.h"
 #include "runtime/trace_context.h"
 #include "unit/compiler/record_step.h"
@@ -61,6 +62,8 @@ void expect_bitwise_equal(const std::vector<In>& ins, F body, size_t min_fused, 
     for (int64_t i = 0; i < n; ++i) {
       if (s.dtype == cs::DType::boolean)
         d[i] = rng() & 1;
+      else if (s.dtype == cs::DType::bf16)
+        reinterpret_cast<cs::bf16_t*>(d.data())[i] = cs::bf16_t(normal(rng));
       else
         reinterpret_cast<float*>(d.data())[i] = normal(rng);
     }
@@ -211,6 +214,76 @@ TEST(FusedKernel, BitwiseEqualWithBoolOperandsAndComparisons) {
         return std::vector<Tensor>{w * in[2].to(cs::DType::f32)};
       },
       1);
+}
+
+TEST(FusedKernel, BitwiseEqualWithBf16OperandsWidenedInTheProgram) {
+  // Casts of bf16 to f32 join the program; the kernel widens the bf16 inputs itself, of every
+  // broadcast form it reads: same shape (70001 elements: ragged last block, several chunks),
+  // rows, columns and a single element. Bitwise the Cast kernel and the ops one by one.
+  const auto bf16 = cs::DType::bf16;
+  auto f32 = [](const Tensor& t) { return t.to(cs::DType::f32); };
+  expect_bitwise_equal(
+      {{{70001}, bf16}, {{70001}}},
+      [&](auto& in) { return std::vector<Tensor>{cs::exp(f32(in[0]) * 0.5) * in[1] - f32(in[0])}; },
+      1);
+  // Rows, columns and single elements of bf16 (as a product narrowed by fused_bf16_operands may
+  // be read): the program on the bf16 inputs against the same program on their f32 values.
+  const std::vector<cs::Shape> shapes = {{37, 700}, {700}, {37, 1}, {}};
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<std::vector<cs::bf16_t>> h(shapes.size());
+  std::vector<std::vector<float>> w(shapes.size());
+  std::vector<cs::ir::NodePtr> in16, in32;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    for (int64_t k = 0; k < cs::numel(shapes[i]); ++k) {
+      h[i].push_back(cs::bf16_t(normal(rng)));
+      w[i].push_back(static_cast<float>(h[i].back()));
+    }
+    for (auto [v, t] : {std::pair{&in16, bf16}, std::pair{&in32, cs::DType::f32}}) {
+      auto x = cs::ir::Node::make(OpCode::Constant, cs::ir::NoAttrs{}, {});
+      x->shape = shapes[i];
+      x->dtype = t;
+      v->push_back(x);
+    }
+  }
+  cs::ir::FusedAttrs a;
+  a.shape = {37, 700};
+  auto instr = [&](OpCode op, std::vector<uint16_t> args) {
+    cs::ir::FusedInstr ins;
+    ins.op = static_cast<uint16_t>(op);
+    ins.nargs = static_cast<uint8_t>(args.size());
+    for (size_t k = 0; k < args.size(); ++k) ins.args[k] = args[k];
+    a.code.push_back(ins);
+  };
+  instr(OpCode::Sub, {0, 2});  // r4 = x - column
+  instr(OpCode::Mul, {4, 1});  // r5 = r4 * row
+  instr(OpCode::Add, {5, 3});  // r6 = r5 + scalar
+  instr(OpCode::Tanh, {6});    // r7
+  auto f16 = cs::ir::Node::make(OpCode::Fused, a, in16);
+  auto f32n = cs::ir::Node::make(OpCode::Fused, a, in32);
+  for (auto& f : {f16, f32n}) {
+    f->device = cs::Device{};
+    cs::ir::op_info(OpCode::Fused).infer(*f);
+  }
+  std::vector<float> o16(37 * 700), o32(37 * 700);
+  const void* p16[] = {h[0].data(), h[1].data(), h[2].data(), h[3].data()};
+  const void* p32[] = {w[0].data(), w[1].data(), w[2].data(), w[3].data()};
+  cs::ir::KernelContext ctx;
+  const cs::ir::Kernel fused_kernel = cs::ir::kernel_for(*f16);
+  fused_kernel(ctx, *f16, p16, o16.data());
+  fused_kernel(ctx, *f32n, p32, o32.data());
+  EXPECT_EQ(std::memcmp(o16.data(), o32.data(), o16.size() * sizeof(float)), 0);
+  EXPECT_NE(o32[0], 0.0f);
+  // The casts are gone: the Fused program reads the bf16 tensors. (A cast joins a program of its
+  // own shape only: a row's cast would stay, and the program read its f32 result.)
+  auto g = record({{{37, 700}, bf16}, {{37, 700}, bf16}, {{37, 700}}},
+                  [&](auto& in) { return std::vector<Tensor>{(f32(in[0]) + f32(in[1])) * in[2]}; });
+  cc::optimize(g, "bf16_operands");
+  EXPECT_EQ(count(g, OpCode::Cast), 0u) << g.dump();
+  const auto* f = first(g, OpCode::Fused);
+  ASSERT_NE(f, nullptr) << g.dump();
+  EXPECT_EQ(f->inputs[0]->dtype, bf16);
+  EXPECT_EQ(f->inputs[1]->dtype, bf16);
 }
 
 TEST(FusedKernel, MalformedProgramIsRejected) {
@@ -435,23 +508,56 @@ void expect_autocast_steps_bitwise(cs::nn::Sequential (*make)(), const cs::Shape
 
 }  // namespace
 
-TEST(GemmEpilogue, Bf16WeightGradientsAreStoredAsF32ByTheirProducts) {
+// Every reader of `v` is a Fused program.
+bool read_by_fused_only(const cc::Graph& g, const cs::ir::Node* v) {
+  size_t readers = 0;
+  for (auto& n : g.nodes)
+    for (auto& in : n->inputs)
+      if (in.get() == v) {
+        if (n->op != OpCode::Fused) return false;
+        ++readers;
+      }
+  return readers > 0;
+}
+
+TEST(GemmEpilogue, Bf16WeightGradientsReachTheirUpdatesWithoutACast) {
+  // Epilogue fusion stores each weight gradient's cast to f32 in its bf16 product
+  // (MatmulAttrs::f32_out); as AdamW's Fused updates are its only readers, and the CPU's Fused
+  // kernel widens bf16 itself, the fused_bf16_operands pass then stores the product as bf16.
   auto m = autocast_net();
   cs::optim::AdamW opt(m->parameters(), 1e-2);
   auto body = [&](const Tensor& x) {
     return autocast_step(m, opt, x, cs::from_vector(std::vector<int64_t>(16, 1), {16}));
   };
-  auto [g, casts_before] = optimized_step({16, 40}, body, "f32_out");
-  size_t folded = 0;
+  auto [g, casts_before] = optimized_step({16, 40}, body, "bf16_products");
+  size_t f32_out = 0, narrowed = 0;
   for (auto& n : g.nodes) {
-    if (n->op != OpCode::Matmul || !n->attr<cs::ir::MatmulAttrs>().f32_out) continue;
-    ++folded;
-    EXPECT_EQ(n->dtype, cs::DType::f32);
-    EXPECT_EQ(n->inputs[0]->dtype, cs::DType::bf16);
+    if (n->op != OpCode::Matmul || n->inputs[0]->dtype != cs::DType::bf16) continue;
+    f32_out += n->attr<cs::ir::MatmulAttrs>().f32_out;
+    if (n->dtype == cs::DType::bf16 && read_by_fused_only(g, n.get())) ++narrowed;
   }
-  // Both weights' gradients: bf16 products cast back to the f32 master weights' dtype.
-  EXPECT_EQ(folded, 2u) << g.dump();
+  // Both weights' gradients: bf16 products, cast back to the f32 master weights' dtype by the
+  // updates that read them.
+  EXPECT_EQ(f32_out, 0u) << g.dump();
+  EXPECT_EQ(narrowed, 2u) << g.dump();
   EXPECT_EQ(casts(g), casts_before - 2) << g.dump();
+  // Without the last pass, the same products are stored as f32 by themselves.
+  auto g2 = cs::testing::record_step({16, 40}, body);
+  std::unique_ptr<cc::Pass> before[] = {
+      cc::make_dce_pass(), cc::make_cse_pass(), cc::make_cache_state_casts_pass(),
+      cc::make_fuse_gemm_epilogue_pass(), cc::make_fuse_elementwise_pass()};
+  for (auto& p : before) p->run(g2);
+  f32_out = 0;
+  for (auto& n : g2.nodes)
+    if (n->op == OpCode::Matmul && n->attr<cs::ir::MatmulAttrs>().f32_out) {
+      EXPECT_EQ(n->dtype, cs::DType::f32);
+      EXPECT_TRUE(read_by_fused_only(g2, n.get())) << g2.dump();
+      ++f32_out;
+    }
+  EXPECT_EQ(f32_out, 2u) << g2.dump();
+  EXPECT_TRUE(cc::make_fused_bf16_operands_pass()->run(g2));
+  cc::verify(g2, "fused_bf16_operands");
+  EXPECT_FALSE(cc::make_fused_bf16_operands_pass()->run(g2));  // nothing left to narrow
 }
 
 TEST(GemmEpilogue, Bf16AutocastStepsAreBitwiseEqualWithTheCastsFoldedAndNot) {
@@ -483,21 +589,26 @@ Optimized optimized_token_step(const char* what) {
 
 TEST(GemmEpilogue, Bf16InputGradientsThroughAReshapeAreStoredAsF32ByTheirProducts) {
   auto [g, casts_before] = optimized_token_step("f32_out_reshape");
-  size_t weights = 0, through = 0;
+  size_t f32_out = 0, through = 0, narrowed = 0;
   for (auto& n : g.nodes) {
     if (n->op == OpCode::Matmul && n->attr<cs::ir::MatmulAttrs>().f32_out) {
       EXPECT_EQ(n->dtype, cs::DType::f32);
       EXPECT_EQ(n->inputs[0]->dtype, cs::DType::bf16);
-      ++weights;
+      ++f32_out;
     }
+    if (n->op == OpCode::Matmul && n->dtype == cs::DType::bf16 &&
+        n->inputs[0]->dtype == cs::DType::bf16 && read_by_fused_only(g, n.get()))
+      ++narrowed;
     if (n->op == OpCode::Reshape && n->dtype == cs::DType::f32 &&
         n->inputs[0]->op == OpCode::Matmul && n->inputs[0]->attr<cs::ir::MatmulAttrs>().f32_out)
       ++through;
   }
-  // The two weights' gradients, and the second Linear's input gradient (the first's input, the
-  // batch, has none), which reaches the layer norm through the reshape to [4, 8, 48].
-  EXPECT_EQ(weights, 3u) << g.dump();
+  // The second Linear's input gradient (the first's input, the batch, has none) reaches the
+  // layer norm's backward through the reshape to [4, 8, 48]: the norm's reductions read it, so
+  // it stays stored as f32. The two weights' gradients, read by their updates alone, are bf16.
+  EXPECT_EQ(f32_out, 1u) << g.dump();
   EXPECT_EQ(through, 1u) << g.dump();
+  EXPECT_EQ(narrowed, 2u) << g.dump();
   EXPECT_EQ(casts(g), casts_before - 3) << g.dump();
 }
 
