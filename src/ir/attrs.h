@@ -213,7 +213,8 @@ struct RecomputeAttrs {
 // instruction k writes register (number of inputs + k); the last instruction's register is the
 // node's output, stored as `out` (f32, or rounded to bf16 where the backend stores that:
 // DeviceBackend::fused_stores_bf16). Each instruction is an original elementwise op (its OpCode
-// value) with its argument registers; registers hold f32 values (bool values as 0 / 1).
+// value) with its argument registers; registers hold f32 values (bool values as 0 / 1, bf16
+// inputs widened, where the backend reads them: DeviceBackend::fused_reads_bf16).
 struct FusedInstr {
   uint16_t op = 0;    // ir::OpCode
   uint8_t nargs = 0;  // 1..3
