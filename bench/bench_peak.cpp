@@ -7,6 +7,7 @@
 //                                     and the main-memory bandwidth (read, triad) at N threads
 //   bench_peak --threads N --gemm     also each product shape of GPT-2 124M (B=4, T=64): the
 //                                     own AVX-512 GEMM and OpenBLAS, GFLOP/s of each
+//   bench_peak --shape M N K ta tb    also one product of that shape (alone, or beside --gemm's)
 //
 // Prints one JSON line. The probe's instruction set is picked at run time (AVX-512, else
 // AVX2 + FMA, else SSE2), whatever the build targets.
@@ -222,7 +223,7 @@ int main(int argc, char** argv) {
   j["memory_read_gbs"] = bw.read_gbs;
   j["memory_triad_gbs"] = bw.triad_gbs;
 
-  if (gemm) {
+  if (gemm || !one.empty()) {
     // GPT-2 124M, B=4, T=64: 256 token rows, width 768, MLP 3072, vocab 50304. Forward
     // x @ W^T (Linear), the input gradient dy @ W, the weight gradient dy^T @ x.
     // The total weighs each shape by the FLOPs it has in one step: 12 layers of qkv, proj, fc and
@@ -230,24 +231,28 @@ int main(int argc, char** argv) {
     const int64_t T = 256, E = 768;
     const int L = 12;
     std::vector<Shape> shapes;
-    for (auto [name, N] : {std::pair<const char*, int64_t>{"qkv", 3 * E},
-                           {"proj", E},
-                           {"fc", 4 * E},
-                           {"head", 50304}}) {
-      const int64_t K = E;
-      const int n = N == 50304 ? 1 : L;
-      shapes.push_back({name, T, N, K, false, true, n});   // forward
-      shapes.push_back({name, T, K, N, false, false, n});  // input gradient
-      shapes.push_back({name, N, K, T, true, false, n});   // weight gradient
+    if (gemm) {
+      for (auto [name, N] : {std::pair<const char*, int64_t>{"qkv", 3 * E},
+                             {"proj", E},
+                             {"fc", 4 * E},
+                             {"head", 50304}}) {
+        const int64_t K = E;
+        const int n = N == 50304 ? 1 : L;
+        shapes.push_back({name, T, N, K, false, true, n});   // forward
+        shapes.push_back({name, T, K, N, false, false, n});  // input gradient
+        shapes.push_back({name, N, K, T, true, false, n});   // weight gradient
+      }
+      shapes.push_back({"fc2", T, E, 4 * E, false, true, L});
+      shapes.push_back({"fc2", T, 4 * E, E, false, false, L});
+      shapes.push_back({"fc2", E, 4 * E, T, true, false, L});
     }
-    shapes.push_back({"fc2", T, E, 4 * E, false, true, L});
-    shapes.push_back({"fc2", T, 4 * E, E, false, false, L});
-    shapes.push_back({"fc2", E, 4 * E, T, true, false, L});
-    // Square products, for comparison with published SGEMM figures (not in the GPT-2 total).
     if (!one.empty())
       shapes.push_back({"shape", one[0], one[1], one[2], one[3] != 0, one[4] != 0, 0});
-    shapes.push_back({"square", 1024, 1024, 1024, false, false, 0});
-    shapes.push_back({"square", 2048, 2048, 2048, false, false, 0});
+    if (gemm) {
+      // Square products, for comparison with published SGEMM figures (not in the GPT-2 total).
+      shapes.push_back({"square", 1024, 1024, 1024, false, false, 0});
+      shapes.push_back({"square", 2048, 2048, 2048, false, false, 0});
+    }
     const cstorch::cpu::KernelVariant& v = cstorch::cpu::kernels();
     auto blas = [&](const Shape& s, const float* A, const float* B, float* C) {
       cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
@@ -316,10 +321,12 @@ int main(int argc, char** argv) {
       }
       rows.push_back(r);
     }
-    if (bf16_sec > 0) j["gemm_own_bf16_gflops"] = total_flops / bf16_sec / 1e9;
     j["gemms"] = rows;
-    j["gemm_openblas_gflops"] = total_flops / blas_sec / 1e9;
-    if (own_sec > 0) j["gemm_own_gflops"] = total_flops / own_sec / 1e9;
+    if (total_flops > 0) {  // the GPT-2 total (--gemm): FLOP-weighted over its shapes
+      if (bf16_sec > 0) j["gemm_own_bf16_gflops"] = total_flops / bf16_sec / 1e9;
+      j["gemm_openblas_gflops"] = total_flops / blas_sec / 1e9;
+      if (own_sec > 0) j["gemm_own_gflops"] = total_flops / own_sec / 1e9;
+    }
   }
   std::printf("%s\n", j.dump().c_str());
   return 0;
