@@ -138,14 +138,15 @@ void run_instr(const ir::FusedInstr& ins, const float* a, const float* b, const 
 #undef CS_LOOP
 }
 
-// How one input is read: in place (same shape, f32), or expanded into its register's block.
+// How one input is read, decided once per node: in place (f32 of the output's shape), from its
+// register's block filled once per chunk (a single element), widened into its block (bf16 of
+// the output's shape: vectorised, as a product read by an update is), or expanded into it.
 enum class Elem : uint8_t { F32, Bool, Bf16 };
+enum class Read : uint8_t { InPlace, Constant, Widen, Expand };
 struct Operand {
   const void* data;
   Elem elem;
-  bool direct;    // f32 of the output's shape: read in place
-  bool constant;  // a single element: its block is filled once per chunk
-  bool same_shape;
+  Read read;
   int64_t div, mod;
 };
 
@@ -214,9 +215,11 @@ class FusedRunner {
                                           : Elem::F32;
       op.div = fo.div;
       op.mod = fo.mod;
-      op.constant = fo.mod == 1;
-      op.same_shape = fo.mod == total && fo.div == 1;
-      op.direct = op.elem == Elem::F32 && op.same_shape;
+      const bool same_shape = fo.mod == total && fo.div == 1;
+      op.read = fo.mod == 1                           ? Read::Constant
+                : same_shape && op.elem == Elem::F32  ? Read::InPlace
+                : same_shape && op.elem == Elem::Bf16 ? Read::Widen
+                                                      : Read::Expand;
     }
   }
   int registers() const { return ni_ + nc_; }
@@ -225,7 +228,7 @@ class FusedRunner {
   // (only as much as the chunk's blocks read: small tensors are common, biases and norms).
   void start_chunk(int64_t len) {
     for (int i = 0; i < ni_; ++i)
-      if (ops_[i].constant) {
+      if (ops_[i].read == Read::Constant) {
         const float v = element(ops_[i], 0);
         const int64_t fill = std::min(Block, len);
         for (int64_t j = 0; j < fill; ++j) scratch_[i][j] = v;
@@ -236,20 +239,25 @@ class FusedRunner {
   void run_block(int64_t s, int64_t len) {
     for (int i = 0; i < ni_; ++i) {
       const Operand& op = ops_[i];
-      if (op.direct) {
-        reg_[i] = static_cast<const float*>(op.data) + s;
-        continue;
-      }
       reg_[i] = scratch_[i];
-      if (op.constant) continue;
-      if (op.elem == Elem::Bool)
-        expand(static_cast<const uint8_t*>(op.data), op, s, len, scratch_[i]);
-      else if (op.elem == Elem::Bf16 && op.same_shape)  // vectorised: a product read by an update
-        bf16_bits_to_f32(static_cast<const uint16_t*>(op.data) + s, scratch_[i], len);
-      else if (op.elem == Elem::Bf16)
-        expand(static_cast<const bf16_t*>(op.data), op, s, len, scratch_[i]);
-      else
-        expand(static_cast<const float*>(op.data), op, s, len, scratch_[i]);
+      switch (op.read) {
+        case Read::InPlace:
+          reg_[i] = static_cast<const float*>(op.data) + s;
+          break;
+        case Read::Constant:
+          break;
+        case Read::Widen:
+          bf16_bits_to_f32(static_cast<const uint16_t*>(op.data) + s, scratch_[i], len);
+          break;
+        case Read::Expand:
+          if (op.elem == Elem::Bool)
+            expand(static_cast<const uint8_t*>(op.data), op, s, len, scratch_[i]);
+          else if (op.elem == Elem::Bf16)
+            expand(static_cast<const bf16_t*>(op.data), op, s, len, scratch_[i]);
+          else
+            expand(static_cast<const float*>(op.data), op, s, len, scratch_[i]);
+          break;
+      }
     }
     for (int k = 0; k < nc_; ++k) {
       const auto& ins = fa_.code[k];

@@ -10,6 +10,7 @@
 // Runs after elementwise fusion, which decides what is a Fused program; a product with any other
 // consumer, or that is a step output, state write or kept value, stays f32.
 #include <unordered_map>
+#include <unordered_set>
 
 #include "compiler/graph.h"
 #include "ir/device.h"
@@ -26,16 +27,15 @@ class FusedBf16Operands : public Pass {
     std::unordered_map<const ir::Node*, std::vector<ir::Node*>> readers;
     for (auto& n : g.nodes)
       for (auto& in : n->inputs) readers[in.get()].push_back(n.get());
-    std::unordered_map<const ir::Node*, bool> root;
-    for (auto& o : g.outputs) root[o.get()] = true;
+    std::unordered_set<const ir::Node*> root;
+    for (auto& o : g.outputs) root.insert(o.get());
     for (auto& s : g.state)
-      if (s.write) root[s.write.get()] = true;
-    for (auto& k : g.keep) root[k.get()] = true;
+      if (s.write) root.insert(s.write.get());
+    for (auto& k : g.keep) root.insert(k.get());
     // Read by Fused programs only (at least one), and by nothing outside the graph.
     auto fused_only = [&](const ir::Node& v) {
-      if (root.count(&v)) return false;
       auto it = readers.find(&v);
-      if (it == readers.end() || it->second.empty()) return false;
+      if (root.count(&v) || it == readers.end()) return false;
       for (const ir::Node* r : it->second)
         if (r->op != OpCode::Fused) return false;
       return true;
@@ -43,23 +43,19 @@ class FusedBf16Operands : public Pass {
     bool changed = false;
     for (auto& n : g.nodes) {
       if (n->op != OpCode::Matmul || !n->attr<ir::MatmulAttrs>().f32_out) continue;
-      if (!ir::device_backend(n->device).fused_reads_bf16() || root.count(n.get())) continue;
-      // Directly, or through a reshape that is the product's only reader.
-      ir::Node* reshape = nullptr;
+      const auto& backend = ir::device_backend(n->device);
+      if (!backend.fused_reads_bf16() || root.count(n.get())) continue;
+      // Directly, or through a reshape (an alias on the product's device) that is its only
+      // reader.
       const auto& rd = readers[n.get()];
-      if (rd.size() == 1 && rd[0]->op == OpCode::Reshape) {
-        reshape = rd[0];
-        if (!fused_only(*reshape) || !ir::device_backend(reshape->device).fused_reads_bf16())
-          continue;
-      } else if (!fused_only(*n)) {
-        continue;
-      }
+      ir::Node* reshape = rd.size() == 1 && rd[0]->op == OpCode::Reshape ? rd[0] : nullptr;
+      if (!fused_only(reshape ? *reshape : *n)) continue;
       ir::MatmulAttrs ma = n->attr<ir::MatmulAttrs>();
       ma.f32_out = false;
       ir::Node narrowed = *n;
       narrowed.attrs = ma;
       narrowed.dtype = DType::bf16;
-      if (!ir::device_backend(n->device).cannot_run(narrowed).empty()) continue;
+      if (!backend.cannot_run(narrowed).empty()) continue;
       n->attrs = ma;
       n->dtype = DType::bf16;
       if (reshape) reshape->dtype = DType::bf16;
