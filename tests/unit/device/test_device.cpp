@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 
 #include <cstorch/amp.h>
 #include <cstorch/checkpoint.h>
@@ -332,6 +333,42 @@ TEST(Device, AMissingKernelIsAnErrorNamingTheOpAndTheDevice) {
   runtime::StepDeviceScope scope(gpu);
   auto step = trace([&](const Batch& b) { return mul(b.at("x"), b.at("x")); });
   EXPECT_ERROR(step(Batch{{"x", rt({2, 3})}}), "op 'mul' has no kernel for device GPU:0");
+}
+
+// The CPU's allocator staggers large blocks within their first page (cache colouring, see
+// src/backend/cpu/device.cpp): consecutive large blocks start at different offsets, all on a
+// cache line; every byte is usable; freeing returns the libc block (the sanitizer leg checks
+// that nothing leaks or is freed twice), also past the cache of freed blocks.
+TEST(Device, CpuLargeBlocksStartAtStaggeredLineAlignedOffsets) {
+  const ir::DeviceBackend& cpu = ir::device_backend(Device{});
+  // Odd sizes (rounded up inside) so that no freed block of the same size is in the cache.
+  const size_t sizes[] = {(size_t{1} << 20) + 4 * 4096 + 12, (size_t{1} << 20) + 5 * 4096 + 12,
+                          (size_t{1} << 20) + 6 * 4096 + 12, (size_t{1} << 20) + 7 * 4096 + 12};
+  std::vector<void*> blocks;
+  std::set<uintptr_t> offsets;
+  for (size_t n : sizes) {
+    void* p = cpu.allocate(n);
+    ASSERT_NE(p, nullptr);
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    EXPECT_EQ(a % 64, 0u) << n;
+    offsets.insert(a % 4096);
+    std::memset(p, 0xab, n);  // every byte of the block is usable
+    EXPECT_EQ(static_cast<unsigned char*>(p)[n - 1], 0xab);
+    blocks.push_back(p);
+  }
+  EXPECT_EQ(offsets.size(), std::size(sizes)) << "consecutive large blocks share a page offset";
+  // Small blocks are not staggered: 64-byte aligned as before.
+  void* small = cpu.allocate(1000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 64, 0u);
+  cpu.deallocate(small, 1000);
+  for (size_t i = 0; i < blocks.size(); ++i) cpu.deallocate(blocks[i], sizes[i]);
+  // A block larger than the cache of freed blocks (256 MiB) goes back to libc at once.
+  const size_t huge = (size_t{300} << 20) + 12;
+  void* h = cpu.allocate(huge);
+  ASSERT_NE(h, nullptr);
+  static_cast<char*>(h)[0] = 1;
+  static_cast<char*>(h)[huge - 1] = 1;
+  cpu.deallocate(h, huge);
 }
 
 }  // namespace
