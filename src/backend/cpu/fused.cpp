@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "backend/cpu/elementwise_math.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 #include "ir/fused.h"
@@ -191,6 +192,114 @@ void expand(const T* src, const Operand& op, int64_t start, int64_t len, float* 
 
 namespace {
 
+// Straight-line loops for the instruction sequences of AdamW's one-pass update (and of any
+// program that has exactly their shape): the interpreter stores every instruction's block to
+// scratch and the next instruction reads it back, which makes a long update program bound by
+// those stores rather than by memory; these keep the intermediate values in vector registers.
+// Each computes every element with the same IEEE operations, in the same order, as the
+// interpreter's loops in this variant of the kernels (mul, sqrt, div and add each rounded once;
+// addcmul a + b * c as one FMA, as its loop is contracted), so the results are bitwise the
+// interpreter's (FusedKernel.StraightLine* checks it, special values included). Only in the
+// AVX-512 variant; elsewhere, and for any other program, the interpreter runs.
+enum class Line : uint8_t {
+  None,
+  Moment1,     // r = addcmul(mul(x, y), z, w)            (AdamW's first moment)
+  Moment2,     // r = addcmul(mul(x1, y1), z, mul(x0, y0)) (AdamW's second moment)
+  AdamParam,   // r = addcmul(mul(x, y), f / (sqrt(s) / d + e), g)
+  CopyToBf16,  // r = x, stored as bf16: narrowed straight from its input
+};
+
+// The line that computes `code` over `ni` inputs (registers 0..ni-1; instruction k writes
+// register ni + k), if any: every argument named below is checked, so a program that differs in
+// any way runs on the interpreter.
+Line straight_line(const std::vector<ir::FusedInstr>& code, int ni, bool bf16_out) {
+  auto is = [](const ir::FusedInstr& i, OpCode op, int nargs) {
+    return i.op == static_cast<uint16_t>(op) && i.nargs == nargs && !i.flag;
+  };
+  auto input = [&](uint16_t r) { return r < ni; };
+  if (bf16_out)
+    return code.size() == 1 && is(code[0], OpCode::Copy, 1) && input(code[0].args[0])
+               ? Line::CopyToBf16
+               : Line::None;
+#if CSTORCH_AVX512_KERNELS
+  const auto t = [&](int k) { return static_cast<uint16_t>(ni + k); };
+  const size_t n = code.size();
+  if (n == 2 && is(code[0], OpCode::Mul, 2) && is(code[1], OpCode::Addcmul, 3) &&
+      input(code[0].args[0]) && input(code[0].args[1]) && code[1].args[0] == t(0) &&
+      input(code[1].args[1]) && input(code[1].args[2]))
+    return Line::Moment1;
+  if (n == 3 && is(code[0], OpCode::Mul, 2) && is(code[1], OpCode::Mul, 2) &&
+      is(code[2], OpCode::Addcmul, 3) && input(code[0].args[0]) && input(code[0].args[1]) &&
+      input(code[1].args[0]) && input(code[1].args[1]) && code[2].args[0] == t(1) &&
+      input(code[2].args[1]) && code[2].args[2] == t(0))
+    return Line::Moment2;
+  if (n == 6 && is(code[0], OpCode::Mul, 2) && is(code[1], OpCode::Sqrt, 1) &&
+      is(code[2], OpCode::Div, 2) && is(code[3], OpCode::Add, 2) && is(code[4], OpCode::Div, 2) &&
+      is(code[5], OpCode::Addcmul, 3) && input(code[0].args[0]) && input(code[0].args[1]) &&
+      input(code[1].args[0]) && code[2].args[0] == t(1) && input(code[2].args[1]) &&
+      code[3].args[0] == t(2) && input(code[3].args[1]) && input(code[4].args[0]) &&
+      code[4].args[1] == t(3) && code[5].args[0] == t(0) && code[5].args[1] == t(4) &&
+      input(code[5].args[2]))
+    return Line::AdamParam;
+#endif
+  return Line::None;
+}
+
+#if CSTORCH_AVX512_KERNELS
+// GCC 12's masked-load intrinsics start from an undefined vector, which its
+// -Wmaybe-uninitialized reports once inlined (a false positive, as in gemm.cpp).
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// o[0, len) for the arithmetic lines; r holds the input registers' blocks.
+void run_line(Line line, const std::vector<ir::FusedInstr>& code, const float* const* r, float* o,
+              int64_t len) {
+  // The argument registers, in the order each line's formula names them.
+  const float *a0 = r[code[0].args[0]], *a1 = nullptr, *a2 = nullptr, *a3 = nullptr, *a4 = nullptr,
+              *a5 = nullptr, *a6 = nullptr;
+  switch (line) {
+    case Line::Moment1:  // x = a0, y = a1, z = a2, w = a3
+      a1 = r[code[0].args[1]];
+      a2 = r[code[1].args[1]];
+      a3 = r[code[1].args[2]];
+      break;
+    case Line::Moment2:  // x0 = a0, y0 = a1, x1 = a2, y1 = a3, z = a4
+      a1 = r[code[0].args[1]];
+      a2 = r[code[1].args[0]];
+      a3 = r[code[1].args[1]];
+      a4 = r[code[2].args[1]];
+      break;
+    case Line::AdamParam:  // x = a0, y = a1, s = a2, d = a3, e = a4, f = a5, g = a6
+      a1 = r[code[0].args[1]];
+      a2 = r[code[1].args[0]];
+      a3 = r[code[2].args[1]];
+      a4 = r[code[3].args[1]];
+      a5 = r[code[4].args[0]];
+      a6 = r[code[5].args[2]];
+      break;
+    default:
+      return;
+  }
+  for (int64_t j = 0; j < len; j += 16) {
+    const __mmask16 m = static_cast<__mmask16>(len - j >= 16 ? 0xffff : (1u << (len - j)) - 1);
+    auto ld = [&](const float* p) { return _mm512_maskz_loadu_ps(m, p + j); };
+    const __m512 xy = _mm512_mul_ps(ld(a0), ld(a1));
+    __m512 v;
+    if (line == Line::Moment1) {
+      v = _mm512_fmadd_ps(ld(a2), ld(a3), xy);
+    } else if (line == Line::Moment2) {
+      v = _mm512_fmadd_ps(ld(a4), xy, _mm512_mul_ps(ld(a2), ld(a3)));
+    } else {  // AdamParam
+      const __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(ld(a2)), ld(a3)), ld(a4));
+      v = _mm512_fmadd_ps(_mm512_div_ps(ld(a5), den), ld(a6), xy);
+    }
+    _mm512_mask_storeu_ps(o + j, m, v);
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
 // One Fused node's program over blocks of its output, with its registers in caller-given
 // scratch (Block floats per register: inputs first, then one per instruction).
 template <int64_t Block>
@@ -221,8 +330,10 @@ class FusedRunner {
                 : same_shape && op.elem == Elem::Bf16 ? Read::Widen
                                                       : Read::Expand;
     }
+    line_ = straight_line(fa_.code, ni_, bf16_out_);
   }
   int registers() const { return ni_ + nc_; }
+  Line line() const { return line_; }
 
   // Asks for the cache lines of elements [s, s + len) of every input read in place or widened
   // (the streams that come from memory), so that they arrive while earlier blocks compute.
@@ -271,6 +382,16 @@ class FusedRunner {
           break;
       }
     }
+    if (line_ == Line::CopyToBf16) {
+      f32_to_bf16_bits(reg_[fa_.code[0].args[0]], static_cast<uint16_t*>(out_) + s, len);
+      return;
+    }
+#if CSTORCH_AVX512_KERNELS
+    if (line_ != Line::None) {
+      run_line(line_, fa_.code, reg_, static_cast<float*>(out_) + s, len);
+      return;
+    }
+#endif
     for (int k = 0; k < nc_; ++k) {
       const auto& ins = fa_.code[k];
       float* dst = k == nc_ - 1 && !bf16_out_ ? static_cast<float*>(out_) + s : scratch_[ni_ + k];
@@ -287,12 +408,30 @@ class FusedRunner {
   int ni_, nc_;
   void* out_;
   bool bf16_out_;
+  Line line_ = Line::None;
   float (*scratch_)[Block];
   Operand ops_[ir::kMaxFusedRegs];
   const float* reg_[ir::kMaxFusedRegs];
 };
 
 }  // namespace
+
+const char* cpu_fused_line(const ir::Node& n) {
+  const auto& fa = n.attr<ir::FusedAttrs>();
+  switch (straight_line(fa.code, static_cast<int>(n.inputs.size()), fa.out == DType::bf16)) {
+    case Line::Moment1:
+      return "moment1";
+    case Line::Moment2:
+      return "moment2";
+    case Line::AdamParam:
+      return "adam_param";
+    case Line::CopyToBf16:
+      return "copy_to_bf16";
+    case Line::None:
+      break;
+  }
+  return nullptr;
+}
 
 void cpu_Fused(const ir::KernelContext&, const ir::Node& n, const void* const* in, void* out) {
   const int64_t total = n.numel();

@@ -15,6 +15,9 @@ namespace cstorch::cpu {
 // The Fused kernel's group form (ir::FusedGroupKernel; fused.cpp).
 void cpu_fused_group(const ir::KernelContext& ctx, const ir::Node* const* nodes,
                      const void* const* const* in, void* const* out, int count);
+// The straight-line loop the Fused kernel runs for node n instead of interpreting its program
+// ("moment1", "moment2", "adam_param", "copy_to_bf16"), or null: the interpreter runs it.
+const char* cpu_fused_line(const ir::Node& n);
 
 // f32 <-> bf16 over whole arrays as vectorised bit operations, parallel: bitwise bf16_t's
 // conversions (round to nearest even, NaNs kept quiet NaNs; elementwise.cpp).

@@ -49,6 +49,7 @@ const KernelVariant kVariant{CSTORCH_CPU_VARIANT_NAME,
                              &sgemm_bf16_scratch_floats,
                              &sgemm_bf16,
                              &cpu_fused_group,
+                             &cpu_fused_line,
                              &philox4x32_10};
 
 }  // namespace

@@ -41,6 +41,8 @@ struct KernelVariant {
                      int threads, const Scratch& ws, const Bf16Result& out);
   // The Fused kernel's group form (ir::FusedGroupKernel).
   ir::FusedGroupKernel fused_group;
+  // Which straight-line loop the Fused kernel runs for a node (null: its interpreter).
+  const char* (*fused_line)(const ir::Node& n);
   // The counter-based generator of the random kernels (random.cpp), for its known-answer test.
   void (*philox4x32_10)(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 };

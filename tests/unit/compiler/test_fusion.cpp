@@ -2,6 +2,7 @@
 // results are bitwise equal to the unfused kernels', for every broadcast form it reads).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -709,6 +710,31 @@ TEST(FusedGroups, AdamWUpdatesOfALargeParameterRunAsOnePass) {
   cc::Program q = wide_program(o2, m2);
   unsetenv("CSTORCH_FUSED_GROUPS");
   EXPECT_EQ(q.stats().fused_groups, 0u) << q.summary();
+}
+
+TEST(FusedGroups, AdamWsUpdateProgramsRunAsStraightLinesInTheAvx512Kernels) {
+  // The three Fused updates of the 259 x 300 weight are the programs the CPU kernel runs as
+  // straight-line loops (fused.cpp) instead of interpreting them: a change to AdamW's ops that
+  // moved them off those loops would be correct but slower, and fail here. Other variants
+  // interpret them.
+  auto m = wide_net();
+  cs::optim::AdamW o(m->parameters(), 1e-3);
+  cc::Graph g = cs::testing::record_step({8, 300}, [&](const Tensor& x) {
+    return wide_step(m, o, x, cs::from_vector(std::vector<int64_t>(8, 1), {8}));
+  });
+  cc::optimize(g, "groups");
+  const auto& v = cs::cpu::kernels();
+  std::vector<std::string> lines;
+  for (auto& n : g.nodes)
+    if (n->op == OpCode::Fused && n->numel() == 259 * 300) {
+      const char* l = v.fused_line(*n);
+      lines.push_back(l ? l : "interpreted");
+    }
+  std::sort(lines.begin(), lines.end());
+  if (std::string(v.name) == "avx512")
+    EXPECT_EQ(lines, (std::vector<std::string>{"adam_param", "moment1", "moment2"})) << g.dump();
+  else
+    EXPECT_EQ(lines, std::vector<std::string>(3, "interpreted")) << g.dump();
 }
 
 TEST(FusedGroups, HoistingScalarsKeepsEveryInputBeforeItsUser) {

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -115,6 +117,108 @@ TEST(CpuVariants, Bf16ProductsStoredAsF32AreTheBf16ProductsWidened) {
     ++variants;
   }
   EXPECT_GE(variants, 1);
+}
+
+// The Fused kernel's straight-line loops (fused.cpp: AdamW's first and second moments, its
+// parameter update, a copy stored as bf16) against its interpreter, in every variant this CPU
+// runs: the same program with one more instruction (a trailing copy, which changes no value)
+// is interpreted. Bitwise, on 70001 elements (ragged last block, several chunks and threads)
+// holding normal values and special ones (NaN, infinities, signed zeros, denormals, huge and
+// negative values: sqrt of a negative, 0 / 0, inf - inf); scalars as one-element registers.
+TEST(CpuVariants, FusedStraightLinesAreBitwiseTheInterpreter) {
+  const int64_t n = 70001;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0.f, 1.f);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            0.0f,
+                            -0.0f,
+                            1e-40f,
+                            -3e-39f,
+                            3e38f,
+                            -1.0f};
+  auto vec = [&](int64_t k) {
+    std::vector<float> v(static_cast<size_t>(k));
+    for (auto& x : v) x = d(rng) * std::exp2(static_cast<float>(static_cast<int>(d(rng) * 8)));
+    for (size_t i = 0; i + 97 < v.size(); i += 97) v[i + rng() % 97] = specials[rng() % 9];
+    return v;
+  };
+  struct Program {
+    const char* line;
+    std::vector<bool> scalar;                 // per input
+    std::vector<std::vector<uint16_t>> code;  // op, then args
+    bool bf16 = false;
+  };
+  const auto Mul = static_cast<uint16_t>(ir::OpCode::Mul);
+  const auto Add = static_cast<uint16_t>(ir::OpCode::Add);
+  const auto Div = static_cast<uint16_t>(ir::OpCode::Div);
+  const auto Sqrt = static_cast<uint16_t>(ir::OpCode::Sqrt);
+  const auto Addcmul = static_cast<uint16_t>(ir::OpCode::Addcmul);
+  const auto Copy = static_cast<uint16_t>(ir::OpCode::Copy);
+  // AdamW's programs as the optimizer emits them (state, gradient and scalars), and the same
+  // shapes with other argument positions.
+  const std::vector<Program> programs = {
+      {"moment1", {false, true, false, true}, {{Mul, 0, 1}, {Addcmul, 4, 2, 3}}},
+      {"moment1", {false, false, false, false}, {{Mul, 2, 0}, {Addcmul, 4, 1, 3}}},
+      {"moment2", {false, true, false, true}, {{Mul, 0, 1}, {Mul, 2, 3}, {Addcmul, 5, 0, 4}}},
+      {"adam_param",
+       {false, true, false, true, true, true, false},
+       {{Mul, 0, 1}, {Sqrt, 2}, {Div, 8, 3}, {Add, 9, 4}, {Div, 5, 10}, {Addcmul, 7, 11, 6}}},
+      {"adam_param",
+       {false, false, false, false, false, false, false},
+       {{Mul, 6, 1}, {Sqrt, 2}, {Div, 8, 0}, {Add, 9, 4}, {Div, 5, 10}, {Addcmul, 7, 11, 3}}},
+      {"copy_to_bf16", {false}, {{Copy, 0}}, true},
+  };
+  int compared = 0;
+  for (const Program& pr : programs) {
+    std::vector<ir::NodePtr> in;
+    std::vector<std::vector<float>> data;
+    for (bool sc : pr.scalar) {
+      in.push_back(leaf(sc ? cstorch::Shape{} : cstorch::Shape{n}));
+      data.push_back(vec(sc ? 1 : n));
+    }
+    auto fused = [&](bool plus_copy) {
+      ir::FusedAttrs a;
+      a.shape = {n};
+      a.out = pr.bf16 ? cstorch::DType::bf16 : cstorch::DType::f32;
+      for (const auto& c : pr.code) {
+        ir::FusedInstr ins;
+        ins.op = c[0];
+        ins.nargs = static_cast<uint8_t>(c.size() - 1);
+        for (size_t k = 1; k < c.size(); ++k) ins.args[k - 1] = c[k];
+        a.code.push_back(ins);
+      }
+      if (plus_copy) {
+        ir::FusedInstr ins;
+        ins.op = Copy;
+        ins.nargs = 1;
+        ins.args[0] = static_cast<uint16_t>(in.size() + a.code.size() - 1);
+        a.code.push_back(ins);
+      }
+      auto f = op(ir::OpCode::Fused, a, in);
+      f->device = cstorch::Device{};
+      return f;
+    };
+    const ir::NodePtr line = fused(false), interpreted = fused(true);
+    std::vector<const void*> ptrs;
+    for (const auto& v : data) ptrs.push_back(v.data());
+    const size_t bytes = static_cast<size_t>(n) * (pr.bf16 ? 2 : 4);
+    for (const cpu::KernelVariant* v : cpu::built_variants()) {
+      if (!cpu::runs_here(*v)) continue;
+      const char* name = v->fused_line(*line);
+      // The AVX-512 variant runs every line; the others only the bf16 copy.
+      const bool has_line = std::string(v->name) == "avx512" || pr.bf16;
+      EXPECT_STREQ(name, has_line ? pr.line : nullptr) << v->name;
+      EXPECT_EQ(v->fused_line(*interpreted), nullptr) << v->name << " " << pr.line;
+      std::vector<char> a(bytes), b(bytes);
+      run_kernel(*v, *line, ptrs.data(), a.data());
+      run_kernel(*v, *interpreted, ptrs.data(), b.data());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), bytes), 0) << v->name << " " << pr.line;
+      if (name) ++compared;
+    }
+  }
+  EXPECT_GE(compared, 1);
 }
 
 // Every variant this CPU runs against the running one, on kernels whose code differs between
