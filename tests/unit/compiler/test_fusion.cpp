@@ -683,13 +683,18 @@ void expect_groups_bitwise(const std::string& type, const cs::Config& args, int 
     EXPECT_EQ(p1[i].to_vector<float>(), p2[i].to_vector<float>()) << "param " << i;
 }
 
-// The program of one recorded step of the wide net with optimizer `o`.
-cc::Program wide_program(cs::optim::Optimizer& o, cs::nn::Sequential& m) {
+// One recorded step of the wide net with optimizer `o`, optimized (`what` names the run).
+cc::Graph wide_graph(cs::optim::Optimizer& o, cs::nn::Sequential& m, const char* what) {
   cc::Graph g = cs::testing::record_step({8, 300}, [&](const Tensor& x) {
     return wide_step(m, o, x, cs::from_vector(std::vector<int64_t>(8, 1), {8}));
   });
-  cc::optimize(g, "groups");
-  return cc::Program(std::move(g), cs::Device{}, {});
+  cc::optimize(g, what);
+  return g;
+}
+
+// The program of one recorded step of the wide net with optimizer `o`.
+cc::Program wide_program(cs::optim::Optimizer& o, cs::nn::Sequential& m) {
+  return cc::Program(wide_graph(o, m, "groups"), cs::Device{}, {});
 }
 
 }  // namespace
@@ -719,10 +724,7 @@ TEST(FusedGroups, AdamWsUpdateProgramsRunAsStraightLinesInTheAvx512Kernels) {
   // interpret them.
   auto m = wide_net();
   cs::optim::AdamW o(m->parameters(), 1e-3);
-  cc::Graph g = cs::testing::record_step({8, 300}, [&](const Tensor& x) {
-    return wide_step(m, o, x, cs::from_vector(std::vector<int64_t>(8, 1), {8}));
-  });
-  cc::optimize(g, "groups");
+  const cc::Graph g = wide_graph(o, m, "groups");
   const auto& v = cs::cpu::kernels();
   std::vector<std::string> lines;
   for (auto& n : g.nodes)
@@ -742,10 +744,7 @@ TEST(FusedGroups, HoistingScalarsKeepsEveryInputBeforeItsUser) {
   // large nodes kept their relative order.
   auto m = wide_net();
   cs::optim::AdamW o(m->parameters(), 1e-3);
-  cc::Graph g = cs::testing::record_step({8, 300}, [&](const Tensor& x) {
-    return wide_step(m, o, x, cs::from_vector(std::vector<int64_t>(8, 1), {8}));
-  });
-  cc::optimize(g, "hoist");
+  cc::Graph g = wide_graph(o, m, "hoist");
   std::vector<const cs::ir::Node*> large_before;
   for (auto& n : g.nodes)
     if (!has_trait(n->op, cs::ir::kLeaf) && n->numel() > 1) large_before.push_back(n.get());
