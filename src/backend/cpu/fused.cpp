@@ -199,7 +199,7 @@ namespace {
 // Each computes every element with the same IEEE operations, in the same order, as the
 // interpreter's loops in this variant of the kernels (mul, sqrt, div and add each rounded once;
 // addcmul a + b * c as one FMA, as its loop is contracted), so the results are bitwise the
-// interpreter's (FusedKernel.StraightLine* checks it, special values included). Only in the
+// interpreter's (CpuVariants.FusedStraightLines* checks it, special values included). Only in the
 // AVX-512 variant; elsewhere, and for any other program, the interpreter runs.
 enum class Line : uint8_t {
   None,
@@ -333,7 +333,6 @@ class FusedRunner {
     line_ = straight_line(fa_.code, ni_, bf16_out_);
   }
   int registers() const { return ni_ + nc_; }
-  Line line() const { return line_; }
 
   // Asks for the cache lines of elements [s, s + len) of every input read in place or widened
   // (the streams that come from memory), so that they arrive while earlier blocks compute.
