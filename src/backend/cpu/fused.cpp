@@ -209,30 +209,39 @@ enum class Line : uint8_t {
   CopyToBf16,  // r = x, stored as bf16: narrowed straight from its input
 };
 
+// A line and its argument registers, in the order its formula above names them (x, y, z, w;
+// x0, y0, x1, y1, z; x, y, s, d, e, f, g), resolved once per node.
+struct LineProgram {
+  Line line = Line::None;
+  uint16_t args[7] = {};
+};
+
 // The line that computes `code` over `ni` inputs (registers 0..ni-1; instruction k writes
 // register ni + k), if any: every argument named below is checked, so a program that differs in
 // any way runs on the interpreter.
-Line straight_line(const std::vector<ir::FusedInstr>& code, int ni, bool bf16_out) {
+LineProgram straight_line(const std::vector<ir::FusedInstr>& code, int ni, bool bf16_out) {
   auto is = [](const ir::FusedInstr& i, OpCode op, int nargs) {
     return i.op == static_cast<uint16_t>(op) && i.nargs == nargs && !i.flag;
   };
   auto input = [&](uint16_t r) { return r < ni; };
-  if (bf16_out)
-    return code.size() == 1 && is(code[0], OpCode::Copy, 1) && input(code[0].args[0])
-               ? Line::CopyToBf16
-               : Line::None;
+  if (bf16_out) {
+    if (code.size() == 1 && is(code[0], OpCode::Copy, 1) && input(code[0].args[0]))
+      return {Line::CopyToBf16, {code[0].args[0]}};
+    return {};
+  }
 #if CSTORCH_AVX512_KERNELS
   const auto t = [&](int k) { return static_cast<uint16_t>(ni + k); };
   const size_t n = code.size();
   if (n == 2 && is(code[0], OpCode::Mul, 2) && is(code[1], OpCode::Addcmul, 3) &&
       input(code[0].args[0]) && input(code[0].args[1]) && code[1].args[0] == t(0) &&
       input(code[1].args[1]) && input(code[1].args[2]))
-    return Line::Moment1;
+    return {Line::Moment1, {code[0].args[0], code[0].args[1], code[1].args[1], code[1].args[2]}};
   if (n == 3 && is(code[0], OpCode::Mul, 2) && is(code[1], OpCode::Mul, 2) &&
       is(code[2], OpCode::Addcmul, 3) && input(code[0].args[0]) && input(code[0].args[1]) &&
       input(code[1].args[0]) && input(code[1].args[1]) && code[2].args[0] == t(1) &&
       input(code[2].args[1]) && code[2].args[2] == t(0))
-    return Line::Moment2;
+    return {Line::Moment2,
+            {code[0].args[0], code[0].args[1], code[1].args[0], code[1].args[1], code[2].args[1]}};
   if (n == 6 && is(code[0], OpCode::Mul, 2) && is(code[1], OpCode::Sqrt, 1) &&
       is(code[2], OpCode::Div, 2) && is(code[3], OpCode::Add, 2) && is(code[4], OpCode::Div, 2) &&
       is(code[5], OpCode::Addcmul, 3) && input(code[0].args[0]) && input(code[0].args[1]) &&
@@ -240,9 +249,11 @@ Line straight_line(const std::vector<ir::FusedInstr>& code, int ni, bool bf16_ou
       code[3].args[0] == t(2) && input(code[3].args[1]) && input(code[4].args[0]) &&
       code[4].args[1] == t(3) && code[5].args[0] == t(0) && code[5].args[1] == t(4) &&
       input(code[5].args[2]))
-    return Line::AdamParam;
+    return {Line::AdamParam,
+            {code[0].args[0], code[0].args[1], code[1].args[0], code[2].args[1], code[3].args[1],
+             code[4].args[0], code[5].args[2]}};
 #endif
-  return Line::None;
+  return {};
 }
 
 #if CSTORCH_AVX512_KERNELS
@@ -252,47 +263,23 @@ Line straight_line(const std::vector<ir::FusedInstr>& code, int ni, bool bf16_ou
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// o[0, len) for the arithmetic lines; r holds the input registers' blocks.
-void run_line(Line line, const std::vector<ir::FusedInstr>& code, const float* const* r, float* o,
-              int64_t len) {
-  // The argument registers, in the order each line's formula names them.
-  const float *a0 = r[code[0].args[0]], *a1 = nullptr, *a2 = nullptr, *a3 = nullptr, *a4 = nullptr,
-              *a5 = nullptr, *a6 = nullptr;
-  switch (line) {
-    case Line::Moment1:  // x = a0, y = a1, z = a2, w = a3
-      a1 = r[code[0].args[1]];
-      a2 = r[code[1].args[1]];
-      a3 = r[code[1].args[2]];
-      break;
-    case Line::Moment2:  // x0 = a0, y0 = a1, x1 = a2, y1 = a3, z = a4
-      a1 = r[code[0].args[1]];
-      a2 = r[code[1].args[0]];
-      a3 = r[code[1].args[1]];
-      a4 = r[code[2].args[1]];
-      break;
-    case Line::AdamParam:  // x = a0, y = a1, s = a2, d = a3, e = a4, f = a5, g = a6
-      a1 = r[code[0].args[1]];
-      a2 = r[code[1].args[0]];
-      a3 = r[code[2].args[1]];
-      a4 = r[code[3].args[1]];
-      a5 = r[code[4].args[0]];
-      a6 = r[code[5].args[2]];
-      break;
-    default:
-      return;
-  }
+// o[0, len) for arithmetic line L; r holds the registers' blocks, a names the arguments. One
+// instantiation per line, so the element loop carries no choice between them.
+template <Line L>
+void run_line(const float* const* r, const uint16_t* a, float* o, int64_t len) {
   for (int64_t j = 0; j < len; j += 16) {
     const __mmask16 m = static_cast<__mmask16>(len - j >= 16 ? 0xffff : (1u << (len - j)) - 1);
-    auto ld = [&](const float* p) { return _mm512_maskz_loadu_ps(m, p + j); };
-    const __m512 xy = _mm512_mul_ps(ld(a0), ld(a1));
+    auto ld = [&](int k) { return _mm512_maskz_loadu_ps(m, r[a[k]] + j); };
+    const __m512 xy = _mm512_mul_ps(ld(0), ld(1));
     __m512 v;
-    if (line == Line::Moment1) {
-      v = _mm512_fmadd_ps(ld(a2), ld(a3), xy);
-    } else if (line == Line::Moment2) {
-      v = _mm512_fmadd_ps(ld(a4), xy, _mm512_mul_ps(ld(a2), ld(a3)));
-    } else {  // AdamParam
-      const __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(ld(a2)), ld(a3)), ld(a4));
-      v = _mm512_fmadd_ps(_mm512_div_ps(ld(a5), den), ld(a6), xy);
+    if constexpr (L == Line::Moment1) {
+      v = _mm512_fmadd_ps(ld(2), ld(3), xy);
+    } else if constexpr (L == Line::Moment2) {
+      v = _mm512_fmadd_ps(ld(4), xy, _mm512_mul_ps(ld(2), ld(3)));
+    } else {
+      static_assert(L == Line::AdamParam);
+      const __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(ld(2)), ld(3)), ld(4));
+      v = _mm512_fmadd_ps(_mm512_div_ps(ld(5), den), ld(6), xy);
     }
     _mm512_mask_storeu_ps(o + j, m, v);
   }
@@ -381,16 +368,24 @@ class FusedRunner {
           break;
       }
     }
-    if (line_ == Line::CopyToBf16) {
-      f32_to_bf16_bits(reg_[fa_.code[0].args[0]], static_cast<uint16_t*>(out_) + s, len);
-      return;
-    }
+    switch (line_.line) {
+      case Line::None:
+        break;
+      case Line::CopyToBf16:
+        f32_to_bf16_bits(reg_[line_.args[0]], static_cast<uint16_t*>(out_) + s, len);
+        return;
 #if CSTORCH_AVX512_KERNELS
-    if (line_ != Line::None) {
-      run_line(line_, fa_.code, reg_, static_cast<float*>(out_) + s, len);
-      return;
-    }
+      case Line::Moment1:
+        return run_line<Line::Moment1>(reg_, line_.args, static_cast<float*>(out_) + s, len);
+      case Line::Moment2:
+        return run_line<Line::Moment2>(reg_, line_.args, static_cast<float*>(out_) + s, len);
+      case Line::AdamParam:
+        return run_line<Line::AdamParam>(reg_, line_.args, static_cast<float*>(out_) + s, len);
+#else
+      default:
+        break;
 #endif
+    }
     for (int k = 0; k < nc_; ++k) {
       const auto& ins = fa_.code[k];
       float* dst = k == nc_ - 1 && !bf16_out_ ? static_cast<float*>(out_) + s : scratch_[ni_ + k];
@@ -407,7 +402,7 @@ class FusedRunner {
   int ni_, nc_;
   void* out_;
   bool bf16_out_;
-  Line line_ = Line::None;
+  LineProgram line_;
   float (*scratch_)[Block];
   Operand ops_[ir::kMaxFusedRegs];
   const float* reg_[ir::kMaxFusedRegs];
@@ -417,7 +412,7 @@ class FusedRunner {
 
 const char* cpu_fused_line(const ir::Node& n) {
   const auto& fa = n.attr<ir::FusedAttrs>();
-  switch (straight_line(fa.code, static_cast<int>(n.inputs.size()), fa.out == DType::bf16)) {
+  switch (straight_line(fa.code, static_cast<int>(n.inputs.size()), fa.out == DType::bf16).line) {
     case Line::Moment1:
       return "moment1";
     case Line::Moment2:
