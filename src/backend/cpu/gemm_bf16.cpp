@@ -184,10 +184,56 @@ struct APanel {
   const uint16_t* rows = nullptr;  // kInPlace: row 0, pair 0 of the panel
   int64_t lda = 0;
 };
+// Where a tile's results go. Tile element (r, j) is C[r][j] (c + r * ldc + j), or, with
+// `transposed`, C[j][r] (c + j * ldc + r; the bias then one per tile row): the product computed
+// as C^T = op(B)^T op(A)^T (sgemm_bf16's swapped operands).
+struct TileOut {
+  float* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;  // add C's partial sums of the earlier K blocks
+  uint16_t* c16 = nullptr;
+  const float* bias = nullptr;
+  bool round_c = false;
+  bool transposed = false;
+};
+
+// Stores a tile held as t[r][j] (r < rows, j < cols; 32 floats a row) at its transposed place
+// C[j][r]: two 16 x 16 transposes, then each C row's `rows` results through the same steps as
+// micro_bf16's own stores (partial sums, bias, bf16 rounding).
+__attribute__((target("avx512f,avx512bw"))) void store_transposed(const float (*t)[kNr], int rows,
+                                                                  int cols, const TileOut& o) {
+  alignas(64) float u[kNr][16];  // u[j][r] = t[r][j]
+  transpose16<false>(&t[0][0], kNr, rows, std::min(cols, 16), &u[0][0], 16, 16);
+  if (cols > 16) transpose16<false>(&t[0][16], kNr, rows, cols - 16, &u[16][0], 16, 16);
+  const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
+  const __m512 bias = o.bias ? _mm512_maskz_loadu_ps(m, o.bias) : _mm512_setzero_ps();
+  for (int j = 0; j < cols; ++j) {
+    float* cr = o.c + j * o.ldc;
+    __m512 v = _mm512_load_ps(u[j]);
+    if (o.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr), v);
+    if (o.c16) {
+      if (o.bias) v = _mm512_add_ps(v, bias);
+      _mm256_mask_storeu_epi16(o.c16 + j * o.ldc, m, to_bf16_bits(v));
+      continue;
+    }
+    if (o.round_c)
+      v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(v)), 16));
+    _mm512_mask_storeu_ps(cr, m, v);
+  }
+}
+
 template <bool kInPlace>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(
-    int64_t kp, const APanel& ap, const uint32_t* b, float* c, int64_t ldc, int rows, int cols,
-    bool accumulate, uint16_t* c16 = nullptr, const float* bias = nullptr, bool round_c = false) {
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(int64_t kp,
+                                                                        const APanel& ap,
+                                                                        const uint32_t* b,
+                                                                        int rows, int cols,
+                                                                        const TileOut& o) {
+  float* c = o.c;
+  const int64_t ldc = o.ldc;
+  const bool accumulate = o.accumulate;
+  uint16_t* c16 = o.c16;
+  const float* bias = o.bias;
+  const bool round_c = o.round_c;
   const uint32_t* a = ap.packed;
   const char* ar[kMr];
   if constexpr (kInPlace) {
@@ -200,13 +246,20 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(
   for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   // The C tile is read (a later K block) and written after the loop: its lines arrive while the
   // loop runs (a vocabulary-wide C leaves the caches between K blocks), as in gemm.cpp.
-  for (int r = 0; r < rows; ++r) {
-    if (c16 && !accumulate) {
-      _mm_prefetch(reinterpret_cast<const char*>(c16 + r * ldc), _MM_HINT_T0);
-      continue;
+  if (o.transposed) {
+    for (int j = 0; j < cols; ++j)
+      _mm_prefetch(c16 && !accumulate ? reinterpret_cast<const char*>(c16 + j * ldc)
+                                      : reinterpret_cast<const char*>(c + j * ldc),
+                   _MM_HINT_T0);
+  } else {
+    for (int r = 0; r < rows; ++r) {
+      if (c16 && !accumulate) {
+        _mm_prefetch(reinterpret_cast<const char*>(c16 + r * ldc), _MM_HINT_T0);
+        continue;
+      }
+      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
     }
-    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
   }
   if (kInPlace && rows == kMr) {
     // A full tile in place: rows 4q + {0, 1, 2, 3} at g[q] + {0, L, 2L, 3L} bytes, three row
@@ -262,6 +315,16 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(
       }
     }
   }
+  if (o.transposed) {
+    alignas(64) float t[kMr][kNr];
+#pragma GCC unroll 12
+    for (int r = 0; r < kMr; ++r) {
+      _mm512_store_ps(t[r], acc[r][0]);
+      _mm512_store_ps(t[r] + 16, acc[r][1]);
+    }
+    store_transposed(t, rows, cols, o);
+    return;
+  }
   const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
   const __mmask16 m1 = static_cast<__mmask16>(cols >= 32  ? 0xFFFF
                                               : cols > 16 ? (1u << (cols - 16)) - 1
@@ -304,6 +367,12 @@ size_t sgemm_bf16_scratch_floats() {
   return bf16_gemm_runs_here() ? kAreaWords : 0;
 }
 
+namespace {
+bool sgemm_bf16_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                    int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
+                    int threads, const Scratch& ws, const Bf16Result& out, bool transposed);
+}  // namespace
+
 bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, float* C, int64_t ldc, int threads,
                 const Scratch& ws, const Bf16Result& out) {
@@ -320,6 +389,28 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
     }
     return true;
   }
+  // A product with B^T (a linear layer's forward: A the activations [M, K], B the weight [N, K])
+  // and more columns than rows is computed as C^T = B A^T: the weight, the larger operand, is
+  // then read in place as the broadcast operand (its rows hold their pairs along K as they are)
+  // and only the activations are packed, instead of every weight element being transposed into
+  // panels; the tiles are transposed once on their way to C. The same products summed in the
+  // same order (VDPBF16PS is symmetric in its operands), so the same bits (tested). Measured on
+  // Zen 4, one core (bench_peak --shape, three runs each): GPT-2 124M's forward products, M =
+  // 256 rows, 190.6 -> 214.5 GFLOP/s (N = 3072), 195.6 -> 218.6 (K = 3072), 195.3 -> 211.8 (N
+  // = 2304), 183.3 -> 207.4 (the vocabulary head), run as the swapped shapes. Few rows (M < 64)
+  // would fill few of a vector's 16 lanes: those keep the direct form.
+  const bool swap = !ta && tb && K % 2 == 0 && M >= 64 && N > M;
+  if (swap) return sgemm_bf16_run(false, true, N, M, K, B, ldb, A, lda, C, ldc, threads, ws, out,
+                                  true);
+  return sgemm_bf16_run(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, threads, ws, out, false);
+}
+
+namespace {
+// sgemm_bf16 on a product with K >= 1; with `transposed`, the result of tile (i, j) is stored at
+// C[j][i] (and the bias is one per row of this product).
+bool sgemm_bf16_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                    int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
+                    int threads, const Scratch& ws, const Bf16Result& out, bool transposed) {
   const int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
   const int64_t brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
   const int64_t pairs = ceil_div(K, 2), kblocks = ceil_div(pairs, kKp);
@@ -359,15 +450,20 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
           const int rows = static_cast<int>(std::min<int64_t>(kMr, mc - iq * kMr));
           const int64_t i = ic + iq * kMr, j = jc + jq * kNr;
           const bool last = kb == kblocks - 1;
-          uint16_t* c16 = last && out.c16 ? out.c16 + i * ldc + j : nullptr;
-          const float* bias = last && out.bias ? out.bias + j : nullptr;
+          const int64_t at = transposed ? j * ldc + i : i * ldc + j;  // the tile's C element
+          TileOut o;
+          o.c = C + at;
+          o.ldc = ldc;
+          o.accumulate = kb > 0;
+          o.c16 = last && out.c16 ? out.c16 + at : nullptr;
+          o.bias = last && out.bias ? out.bias + (transposed ? i : j) : nullptr;
+          o.round_c = last && out.round_c;
+          o.transposed = transposed;
           if (a_in_place)
             micro_bf16<true>(kp, {nullptr, A + i * lda + 2 * p0, lda}, bpack + jq * kp * kNr,
-                             C + i * ldc + j, ldc, rows, cols, kb > 0, c16, bias,
-                             last && out.round_c);
+                             rows, cols, o);
           else
-            micro_bf16<false>(kp, {apack + iq * kp * kMr}, bpack + jq * kp * kNr, C + i * ldc + j,
-                              ldc, rows, cols, kb > 0, c16, bias, last && out.round_c);
+            micro_bf16<false>(kp, {apack + iq * kp * kMr}, bpack + jq * kp * kNr, rows, cols, o);
         }
       }
     };
@@ -401,6 +497,7 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
   run_on_team(threads, body);
   return true;
 }
+}  // namespace
 
 #pragma GCC diagnostic pop
 
