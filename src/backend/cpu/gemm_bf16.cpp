@@ -223,11 +223,9 @@ __attribute__((target("avx512f,avx512bw"))) void store_transposed(const float (*
 }
 
 template <bool kInPlace>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(int64_t kp,
-                                                                        const APanel& ap,
-                                                                        const uint32_t* b,
-                                                                        int rows, int cols,
-                                                                        const TileOut& o) {
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(int64_t kp, const APanel& ap,
+                                                                       const uint32_t* b, int rows,
+                                                                       int cols, const TileOut& o) {
   float* c = o.c;
   const int64_t ldc = o.ldc;
   const bool accumulate = o.accumulate;
@@ -369,8 +367,8 @@ size_t sgemm_bf16_scratch_floats() {
 
 namespace {
 bool sgemm_bf16_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A,
-                    int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
-                    int threads, const Scratch& ws, const Bf16Result& out, bool transposed);
+                    int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc, int threads,
+                    const Scratch& ws, const Bf16Result& out, bool transposed);
 }  // namespace
 
 bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
@@ -400,8 +398,8 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
   // = 2304), 183.3 -> 207.4 (the vocabulary head), run as the swapped shapes. Few rows (M < 64)
   // would fill few of a vector's 16 lanes: those keep the direct form.
   const bool swap = !ta && tb && K % 2 == 0 && M >= 64 && N > M;
-  if (swap) return sgemm_bf16_run(false, true, N, M, K, B, ldb, A, lda, C, ldc, threads, ws, out,
-                                  true);
+  if (swap)
+    return sgemm_bf16_run(false, true, N, M, K, B, ldb, A, lda, C, ldc, threads, ws, out, true);
   return sgemm_bf16_run(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, threads, ws, out, false);
 }
 
@@ -409,8 +407,8 @@ namespace {
 // sgemm_bf16 on a product with K >= 1; with `transposed`, the result of tile (i, j) is stored at
 // C[j][i] (and the bias is one per row of this product).
 bool sgemm_bf16_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A,
-                    int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
-                    int threads, const Scratch& ws, const Bf16Result& out, bool transposed) {
+                    int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc, int threads,
+                    const Scratch& ws, const Bf16Result& out, bool transposed) {
   const int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
   const int64_t brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
   const int64_t pairs = ceil_div(K, 2), kblocks = ceil_div(pairs, kKp);
@@ -460,8 +458,8 @@ bool sgemm_bf16_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uin
           o.round_c = last && out.round_c;
           o.transposed = transposed;
           if (a_in_place)
-            micro_bf16<true>(kp, {nullptr, A + i * lda + 2 * p0, lda}, bpack + jq * kp * kNr,
-                             rows, cols, o);
+            micro_bf16<true>(kp, {nullptr, A + i * lda + 2 * p0, lda}, bpack + jq * kp * kNr, rows,
+                             cols, o);
           else
             micro_bf16<false>(kp, {apack + iq * kp * kMr}, bpack + jq * kp * kNr, rows, cols, o);
         }

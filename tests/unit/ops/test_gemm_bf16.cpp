@@ -143,10 +143,9 @@ TEST(GemmBf16, SwappedFormIsBitwiseTheDirectForm) {
   struct Shape {
     int64_t M, N, K;
   };
-  for (const Shape sh : {Shape{64, 65, 2}, Shape{77, 500, 768}, Shape{96, 1234, 1602},
-                         Shape{256, 3072, 768}}) {
-    const int64_t M = sh.M, N = sh.N, K = sh.K, lda = K + 1, ldbt = K + 3, ldb = N + 5,
-                  ldc = N + 2;
+  for (const Shape sh :
+       {Shape{64, 65, 2}, Shape{77, 500, 768}, Shape{96, 1234, 1602}, Shape{256, 3072, 768}}) {
+    const int64_t M = sh.M, N = sh.N, K = sh.K, lda = K + 1, ldbt = K + 3, ldb = N + 5, ldc = N + 2;
     std::vector<uint16_t> A(M * lda), Bt(N * ldbt), B(K * ldb);
     for (auto& x : A) x = to_bf16(u(rng));
     for (auto& x : Bt) x = to_bf16(u(rng));
@@ -169,8 +168,8 @@ TEST(GemmBf16, SwappedFormIsBitwiseTheDirectForm) {
           dout = {d16.data(), bias.data()};
         }
         so.round_c = dout.round_c = form == 2;
-        ASSERT_TRUE(cpu::kernels().sgemm_bf16(false, true, M, N, K, A.data(), lda, Bt.data(),
-                                              ldbt, swapped.data(), ldc, threads, scratch, so));
+        ASSERT_TRUE(cpu::kernels().sgemm_bf16(false, true, M, N, K, A.data(), lda, Bt.data(), ldbt,
+                                              swapped.data(), ldc, threads, scratch, so));
         ASSERT_TRUE(cpu::kernels().sgemm_bf16(false, false, M, N, K, A.data(), lda, B.data(), ldb,
                                               direct.data(), ldc, threads, scratch, dout));
         const std::string what = "M" + std::to_string(M) + " N" + std::to_string(N) + " K" +
