@@ -81,9 +81,11 @@ size_t sgemm_bf16_scratch_floats();
 // C[M, N] = op(A)[M, K] @ op(B)[K, N] in f32 from bf16 operands (their bits, row-major, op =
 // transpose when ta / tb): exact bf16 products summed in f32 (VDPBF16PS: pairs along K, then
 // equal blocks of at most 768 along K, in order; input and output denormals flushed to zero). On a
-// team of `threads` threads (capped at ws.slots and at one per 32 columns), each packing into its
-// own area of ws (sgemm_bf16_scratch_floats). Results do not depend on the team size. Returns
-// false, doing nothing, where bf16_gemm_runs_here() is false.
+// team of `threads` threads (capped at ws.slots and at one per panel of the split dimension),
+// each packing into its own area of ws (sgemm_bf16_scratch_floats). Results do not depend on the
+// team size, nor on whether an A B^T product is computed as its transpose B A^T (which it is
+// when N > M >= 64 and K is even: the larger operand then needs no packing). Returns false,
+// doing nothing, where bf16_gemm_runs_here() is false.
 //
 // With out.c16, the result is stored as bf16 there instead (leading dim ldc; rounded to nearest
 // even, as bf16_t rounds), after adding out.bias (f32, one per column) if given: bitwise the f32
