@@ -29,6 +29,7 @@
 
 #include "backend/cpu/isa.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/tile_rows.h"
 #include "backend/cpu/transpose16.h"
 
 namespace cstorch::cpu {
@@ -192,13 +193,6 @@ inline void store_result(__m512 acc, __mmask16 mask, float* c, int64_t ldc, int 
   }
 }
 
-// Row r of an in-place A panel held as group pointers (see micro_kernel).
-template <int G>
-inline const float* row_of(const float* const (&g)[G], int r, int64_t L, int64_t L3) {
-  const float* q = g[r / 4];
-  return r % 4 == 0 ? q : r % 4 == 1 ? q + L : r % 4 == 2 ? q + 2 * L : q + L3;
-}
-
 template <int R, int V, bool kcontig>
 void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const float* __restrict b,
                   int64_t bks, float* c, int64_t ldc, int cols, float alpha, float beta,
@@ -221,20 +215,10 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
     if constexpr (V == 2)
       _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
   }
-  // Rows contiguous along k: row 4q + {0, 1, 2, 3} at g[q] + {0, L, 2L, 3L}, three group
-  // pointers and two strides (base + index * scale addressing). With a pointer per row, twelve
-  // pointers do not fit the general registers beside the loop's own, and GCC kept two counters
-  // on the stack, updated on every k (as in gemm_bf16.cpp; measured on Zen 4, bench_peak
-  // --gemm, one core: the step's products 97.2 -> 98.9 GFLOP/s, three alternations).
-  constexpr int kGroups = (R + 3) / 4;
-  const float* g[kGroups];
-#pragma GCC unroll 3
-  for (int q = 0; q < kGroups; ++q) g[q] = a + 4 * q * astride;
-  int64_t L = astride, L3 = 3 * astride;
+  // Rows contiguous along k: addressed as TileRows (tile_rows.h).
+  TileRows<float, R> rows(a, astride);
   for (int64_t k = 0; k < kc; ++k) {
-    // Opaque strides: without this, GCC makes each row's address its own induction variable
-    // again.
-    if constexpr (kcontig) asm("" : "+r"(L), "+r"(L3));
+    if constexpr (kcontig) rows.hide_strides();
     // Software prefetch: B rows kPfB ahead, and each A row's next cache lines once per 16 k
     // (in-place operands are often cold after the previous op; measured 10-20% on those).
     _mm_prefetch(reinterpret_cast<const char*>(b + (k + kPfB) * bks), _MM_HINT_T0);
@@ -243,7 +227,7 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
     if (kcontig && (k & 15) == 0) {
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(row_of(g, r, L, L3) + 64), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rows.row(r) + 64), _MM_HINT_T0);
     }
     // A transposed (each k a row of a wide matrix, often a different page): the next micro-panels'
     // piece of row k, which no hardware prefetcher tracks over hundreds of rows.
@@ -254,14 +238,11 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
     for (int v = 0; v < V; ++v) bv[v] = _mm512_maskz_loadu_ps(mask[v], b + k * bks + 16 * v);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(kcontig ? *row_of(g, r, L, L3) : a[k * astride + r]);
+      const __m512 av = _mm512_set1_ps(kcontig ? *rows.row(r) : a[k * astride + r]);
 #pragma GCC unroll 2
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
-    if constexpr (kcontig) {
-#pragma GCC unroll 3
-      for (int q = 0; q < kGroups; ++q) ++g[q];
-    }
+    if constexpr (kcontig) rows.advance(1);
   }
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {

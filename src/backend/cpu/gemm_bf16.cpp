@@ -23,6 +23,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/tile_rows.h"
 #include "backend/cpu/transpose16.h"
 #include "cstorch/core/dtype.h"
 #include "cstorch/core/error.h"
@@ -197,9 +198,24 @@ struct TileOut {
   bool transposed = false;
 };
 
+// Stores one vector of results (lanes under m) at element `at` of the tile's C (and C16): plus
+// C's partial sums of the earlier K blocks, then as bf16 with the bias added, or as f32 (rounded
+// to bf16 with round_c).
+__attribute__((target("avx512f,avx512bw"))) inline void store_vec(__m512 v, __mmask16 m, int64_t at,
+                                                                  __m512 bias, const TileOut& o) {
+  if (o.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o.c + at), v);
+  if (o.c16) {
+    if (o.bias) v = _mm512_add_ps(v, bias);
+    _mm256_mask_storeu_epi16(o.c16 + at, m, to_bf16_bits(v));
+    return;
+  }
+  if (o.round_c)  // bf16 bits back to f32: the high half of the word
+    v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(v)), 16));
+  _mm512_mask_storeu_ps(o.c + at, m, v);
+}
+
 // Stores a tile held as t[r][j] (r < rows, j < cols; 32 floats a row) at its transposed place
-// C[j][r]: two 16 x 16 transposes, then each C row's `rows` results through the same steps as
-// micro_bf16's own stores (partial sums, bias, bf16 rounding).
+// C[j][r]: two 16 x 16 transposes, then each C row's `rows` results (the bias one per r).
 __attribute__((target("avx512f,avx512bw"))) void store_transposed(const float (*t)[kNr], int rows,
                                                                   int cols, const TileOut& o) {
   alignas(64) float u[kNr][16];  // u[j][r] = t[r][j]
@@ -207,32 +223,15 @@ __attribute__((target("avx512f,avx512bw"))) void store_transposed(const float (*
   if (cols > 16) transpose16<false>(&t[0][16], kNr, rows, cols - 16, &u[16][0], 16, 16);
   const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
   const __m512 bias = o.bias ? _mm512_maskz_loadu_ps(m, o.bias) : _mm512_setzero_ps();
-  for (int j = 0; j < cols; ++j) {
-    float* cr = o.c + j * o.ldc;
-    __m512 v = _mm512_load_ps(u[j]);
-    if (o.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr), v);
-    if (o.c16) {
-      if (o.bias) v = _mm512_add_ps(v, bias);
-      _mm256_mask_storeu_epi16(o.c16 + j * o.ldc, m, to_bf16_bits(v));
-      continue;
-    }
-    if (o.round_c)
-      v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(v)), 16));
-    _mm512_mask_storeu_ps(cr, m, v);
-  }
+  for (int j = 0; j < cols; ++j) store_vec(_mm512_load_ps(u[j]), m, j * o.ldc, bias, o);
 }
 
 template <bool kInPlace>
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(int64_t kp, const APanel& ap,
                                                                        const uint32_t* b, int rows,
                                                                        int cols, const TileOut& o) {
-  float* c = o.c;
-  const int64_t ldc = o.ldc;
-  const bool accumulate = o.accumulate;
-  uint16_t* c16 = o.c16;
-  const float* bias = o.bias;
-  const bool round_c = o.round_c;
   const uint32_t* a = ap.packed;
+  const int64_t ldc = o.ldc;
   const char* ar[kMr];
   if constexpr (kInPlace) {
 #pragma GCC unroll 12
@@ -246,54 +245,40 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(int64_t k
   // loop runs (a vocabulary-wide C leaves the caches between K blocks), as in gemm.cpp.
   if (o.transposed) {
     for (int j = 0; j < cols; ++j)
-      _mm_prefetch(c16 && !accumulate ? reinterpret_cast<const char*>(c16 + j * ldc)
-                                      : reinterpret_cast<const char*>(c + j * ldc),
+      _mm_prefetch(o.c16 && !o.accumulate ? reinterpret_cast<const char*>(o.c16 + j * ldc)
+                                          : reinterpret_cast<const char*>(o.c + j * ldc),
                    _MM_HINT_T0);
   } else {
     for (int r = 0; r < rows; ++r) {
-      if (c16 && !accumulate) {
-        _mm_prefetch(reinterpret_cast<const char*>(c16 + r * ldc), _MM_HINT_T0);
+      if (o.c16 && !o.accumulate) {
+        _mm_prefetch(reinterpret_cast<const char*>(o.c16 + r * ldc), _MM_HINT_T0);
         continue;
       }
-      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(o.c + r * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(o.c + r * ldc + 16), _MM_HINT_T0);
     }
   }
   if (kInPlace && rows == kMr) {
-    // A full tile in place: rows 4q + {0, 1, 2, 3} at g[q] + {0, L, 2L, 3L} bytes, three row
-    // pointers and two strides (base + index * scale addressing) instead of twelve pointers,
-    // which do not fit the general registers beside the loop's own: GCC kept some in vector
-    // registers and on the stack and moved them back on every pair. Measured on Zen 4
-    // (bench_peak --gemm, the step's bf16 products, three alternations): one core 182 -> 190
-    // GFLOP/s, two 363 -> 375. (Partial tiles keep a pointer per row: theirs are clamped.)
-    const char* g[3] = {ar[0], ar[4], ar[8]};
-    int64_t L = ap.lda * 2, L3 = ap.lda * 6;
+    // A full tile in place: its rows as TileRows (tile_rows.h), strides in bytes. Measured on
+    // Zen 4 (bench_peak --gemm, the step's bf16 products, three alternations): one core 182 ->
+    // 190 GFLOP/s, two 363 -> 375. (Partial tiles keep a pointer per row: theirs are clamped.)
+    TileRows<char, kMr> tile(ar[0], ap.lda * 2);
     for (int64_t p = 0; p < kp; ++p) {
-      // Opaque strides: without this, GCC makes each row's address its own induction variable
-      // again.
-      asm("" : "+r"(L), "+r"(L3));
+      tile.hide_strides();
       const __m512i b0 = _mm512_load_si512(b + p * kNr);
       const __m512i b1 = _mm512_load_si512(b + p * kNr + 16);
-      if ((p & 15) == 0) {
-#pragma GCC unroll 3
-        for (int q = 0; q < 3; ++q) {
-          _mm_prefetch(g[q] + 128, _MM_HINT_T0);
-          _mm_prefetch(g[q] + L + 128, _MM_HINT_T0);
-          _mm_prefetch(g[q] + 2 * L + 128, _MM_HINT_T0);
-          _mm_prefetch(g[q] + L3 + 128, _MM_HINT_T0);
-        }
+      if ((p & 15) == 0) {  // each row's next lines, as gemm.cpp's in-place A
+#pragma GCC unroll 12
+        for (int r = 0; r < kMr; ++r) _mm_prefetch(tile.row(r) + 128, _MM_HINT_T0);
       }
 #pragma GCC unroll 12
       for (int r = 0; r < kMr; ++r) {
-        const char* q = g[r / 4];
-        const char* addr = r % 4 == 0 ? q : r % 4 == 1 ? q + L : r % 4 == 2 ? q + 2 * L : q + L3;
-        const __m512i av =
-            _mm512_set1_epi32(static_cast<int>(*reinterpret_cast<const UnalignedWord*>(addr)));
+        const __m512i av = _mm512_set1_epi32(
+            static_cast<int>(*reinterpret_cast<const UnalignedWord*>(tile.row(r))));
         acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)av, (__m512bh)b0);
         acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)av, (__m512bh)b1);
       }
-#pragma GCC unroll 3
-      for (int q = 0; q < 3; ++q) g[q] += 4;
+      tile.advance(4);
     }
   } else {
     for (int64_t p = 0; p < kp; ++p) {
@@ -327,30 +312,11 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(int64_t k
   const __mmask16 m1 = static_cast<__mmask16>(cols >= 32  ? 0xFFFF
                                               : cols > 16 ? (1u << (cols - 16)) - 1
                                                           : 0);
-  const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-  const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+  const __m512 bias0 = o.bias ? _mm512_maskz_loadu_ps(m0, o.bias) : _mm512_setzero_ps();
+  const __m512 bias1 = o.bias ? _mm512_maskz_loadu_ps(m1, o.bias + 16) : _mm512_setzero_ps();
   for (int r = 0; r < rows; ++r) {
-    float* cr = c + r * ldc;
-    __m512 v0 = acc[r][0], v1 = acc[r][1];
-    if (accumulate) {
-      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), v0);
-      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), v1);
-    }
-    if (c16) {
-      if (bias) {
-        v0 = _mm512_add_ps(v0, bias0);
-        v1 = _mm512_add_ps(v1, bias1);
-      }
-      _mm256_mask_storeu_epi16(c16 + r * ldc, m0, to_bf16_bits(v0));
-      _mm256_mask_storeu_epi16(c16 + r * ldc + 16, m1, to_bf16_bits(v1));
-      continue;
-    }
-    if (round_c) {  // bf16 bits back to f32: the high half of the word
-      v0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(v0)), 16));
-      v1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(v1)), 16));
-    }
-    _mm512_mask_storeu_ps(cr, m0, v0);
-    _mm512_mask_storeu_ps(cr + 16, m1, v1);
+    store_vec(acc[r][0], m0, r * ldc, bias0, o);
+    store_vec(acc[r][1], m1, r * ldc + 16, bias1, o);
   }
 }
 
