@@ -171,19 +171,23 @@ struct Shape {
   int per_step = 1;  // times a GPT-2 124M step runs this product (0: not one of its products)
 };
 
-// GFLOP/s of C = op(A) op(B), best of 5 after one warm-up, through `gemm`.
+// GFLOP/s of C = op(A) op(B) through `gemm`: the best of 5 batches of back-to-back calls, each
+// batch at least 20 ms (one call of a small product lasts ~100 us, where a single timing reads
+// the machine's noise more than the kernel), after one warm-up call.
 template <class G>
 double gemm_rate(const Shape& s, G gemm) {
   std::vector<float> A(static_cast<size_t>(s.M * s.K)), B(static_cast<size_t>(s.K * s.N)),
       C(static_cast<size_t>(s.M * s.N));
   for (size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>(i % 17) * 0.01f;
   for (size_t i = 0; i < B.size(); ++i) B[i] = static_cast<float>(i % 13) * 0.01f;
+  auto t0 = Clock::now();
   gemm(s, A.data(), B.data(), C.data());
+  const int calls = static_cast<int>(std::clamp(0.02 / seconds_since(t0), 1.0, 1000.0));
   double best = 0;
   for (int r = 0; r < 5; ++r) {
     auto t = Clock::now();
-    gemm(s, A.data(), B.data(), C.data());
-    best = std::max(best, 2.0 * s.M * s.N * s.K / seconds_since(t) / 1e9);
+    for (int c = 0; c < calls; ++c) gemm(s, A.data(), B.data(), C.data());
+    best = std::max(best, 2.0 * s.M * s.N * s.K * calls / seconds_since(t) / 1e9);
   }
   return best;
 }
