@@ -177,16 +177,18 @@ struct Shape {
 template <class G>
 double gemm_rate(const Shape& s, G gemm) {
   std::vector<float> A(static_cast<size_t>(s.M * s.K)), B(static_cast<size_t>(s.K * s.N)),
-      C(static_cast<size_t>(s.M * s.N));
+      Cs(static_cast<size_t>(s.M * s.N) + 16);
   for (size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>(i % 17) * 0.01f;
   for (size_t i = 0; i < B.size(); ++i) B[i] = static_cast<float>(i % 13) * 0.01f;
+  float* C = Cs.data();  // on a 64-byte line, as the library's own buffers are
+  while (reinterpret_cast<uintptr_t>(C) % 64) ++C;
   auto t0 = Clock::now();
-  gemm(s, A.data(), B.data(), C.data());
+  gemm(s, A.data(), B.data(), C);
   const int calls = static_cast<int>(std::clamp(0.02 / seconds_since(t0), 1.0, 1000.0));
   double best = 0;
   for (int r = 0; r < 5; ++r) {
     auto t = Clock::now();
-    for (int c = 0; c < calls; ++c) gemm(s, A.data(), B.data(), C.data());
+    for (int c = 0; c < calls; ++c) gemm(s, A.data(), B.data(), C);
     best = std::max(best, 2.0 * s.M * s.N * s.K * calls / seconds_since(t) / 1e9);
   }
   return best;

@@ -94,6 +94,11 @@ size_t sgemm_bf16_scratch_floats();
 //
 // With out.round_c (and no c16), C itself receives the result rounded to bf16 and widened back
 // to f32 (exact): a bf16 product and its cast to f32 in one store (a MatmulAttrs::f32_out node).
+// Whether sgemm_bf16 computes this product as its transpose, C^T = op(B)^T op(A)^T: an A B^T
+// product (a linear layer's forward) with more columns than rows, at least 64 rows and an even K.
+inline bool bf16_gemm_swaps(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+  return !ta && tb && K % 2 == 0 && M >= 64 && N > M;
+}
 struct Bf16Result {
   uint16_t* c16 = nullptr;
   const float* bias = nullptr;

@@ -363,8 +363,7 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
   // 256 rows, 190.6 -> 214.5 GFLOP/s (N = 3072), 195.6 -> 218.6 (K = 3072), 195.3 -> 211.8 (N
   // = 2304), 183.3 -> 207.4 (the vocabulary head), run as the swapped shapes. Few rows (M < 64)
   // would fill few of a vector's 16 lanes: those keep the direct form.
-  const bool swap = !ta && tb && K % 2 == 0 && M >= 64 && N > M;
-  if (swap)
+  if (bf16_gemm_swaps(ta, tb, M, N, K))
     return sgemm_bf16_run(false, true, N, M, K, B, ldb, A, lda, C, ldc, threads, ws, out, true);
   return sgemm_bf16_run(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, threads, ws, out, false);
 }

@@ -146,6 +146,9 @@ TEST(GemmBf16, SwappedFormIsBitwiseTheDirectForm) {
   for (const Shape sh :
        {Shape{64, 65, 2}, Shape{77, 500, 768}, Shape{96, 1234, 1602}, Shape{256, 3072, 768}}) {
     const int64_t M = sh.M, N = sh.N, K = sh.K, lda = K + 1, ldbt = K + 3, ldb = N + 5, ldc = N + 2;
+    // The first call below takes the swapped form, the second the direct one.
+    ASSERT_TRUE(cpu::bf16_gemm_swaps(false, true, M, N, K));
+    ASSERT_FALSE(cpu::bf16_gemm_swaps(false, false, M, N, K));
     std::vector<uint16_t> A(M * lda), Bt(N * ldbt), B(K * ldb);
     for (auto& x : A) x = to_bf16(u(rng));
     for (auto& x : Bt) x = to_bf16(u(rng));
