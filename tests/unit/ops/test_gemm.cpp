@@ -157,6 +157,73 @@ TEST(OwnGemm, TrainingShapesAndEdges) {
       EXPECT_EQ(check(c, rng, *v), 0) << v->name << ": M" << c.M << " N" << c.N << " K" << c.K;
 }
 
+// A read in place with rows a multiple of 1024 floats apart (they alias in L1) is read from a
+// copy of each micro-panel instead: the same values in the same FMAs, so the same bits as the
+// same product with a leading dimension 16 floats wider (read in place), with alpha, beta, a
+// bias, several K blocks, one K block with an addend, partial tiles, at 1 and 2 threads; and
+// within the fp32 bound of the double product.
+TEST(OwnGemm, AliasingRowsOfACopiedGiveTheSameBits) {
+  namespace cpu = cstorch::cpu;
+  const auto variants = own_gemm_variants();
+  if (variants.empty())
+    GTEST_SKIP() << "this CPU runs no AVX-512 variant of the kernels: OpenBLAS runs products";
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  struct Shape {
+    int64_t M, N, K, lda;
+    bool tb, addend;
+    float alpha, beta;
+  };
+  for (const auto* v : variants) {
+    for (const Shape sh : {Shape{100, 300, 1024, 1024, true, false, 1.f, 0.f},
+                           Shape{256, 768, 3072, 3072, false, false, 1.f, 0.f},
+                           Shape{37, 70, 2000, 2048, true, false, 0.5f, 0.3f},
+                           Shape{50, 100, 1000, 1024, false, true, 1.f, 0.f}}) {
+      const int64_t M = sh.M, N = sh.N, K = sh.K, ldb = sh.tb ? K + 1 : N + 3, ldc = N + 2;
+      std::vector<float> A(M * sh.lda), Aw(M * (sh.lda + 16)), B((sh.tb ? N : K) * ldb), bias(N),
+          add(M * N), C0(M * ldc);
+      for (auto* x : {&A, &B, &bias, &add, &C0})
+        for (auto& e : *x) e = u(rng);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k) Aw[i * (sh.lda + 16) + k] = A[i * sh.lda + k];
+      const size_t floats = v->sgemm_scratch_floats(N, K, sh.tb, sh.addend);
+      ASSERT_GT(floats, 0u) << "B is packed: the copy has room after the panels";
+      cpu::GemmEpilogue ep{.bias = bias.data()};
+      if (sh.addend) {
+        ep.addend = add.data();
+        ep.ld_addend = N;
+        ep.addend_scale = -0.5f;
+      }
+      for (int threads : {1, 2}) {
+        std::vector<float> ws(floats * threads + 16);
+        const cpu::Scratch scratch{ws.data(), floats, floats, threads};
+        std::vector<float> copied = C0, in_place = C0;
+        ASSERT_TRUE(v->sgemm(false, sh.tb, M, N, K, sh.alpha, A.data(), sh.lda, B.data(), ldb,
+                             sh.beta, copied.data(), ldc, threads, scratch, ep));
+        ASSERT_TRUE(v->sgemm(false, sh.tb, M, N, K, sh.alpha, Aw.data(), sh.lda + 16, B.data(), ldb,
+                             sh.beta, in_place.data(), ldc, threads, scratch, ep));
+        ASSERT_EQ(copied, in_place)
+            << v->name << ": M" << M << " N" << N << " K" << K << ", " << threads << " threads";
+        for (int64_t i = 0; i < M; i += 7) {
+          for (int64_t j = 0; j < N; j += 5) {
+            double d = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              const double p = static_cast<double>(A[i * sh.lda + k]) *
+                               (sh.tb ? B[j * ldb + k] : B[k * ldb + j]);
+              d += p;
+              mag += std::fabs(p);
+            }
+            const double want = sh.alpha * d + sh.beta * C0[i * ldc + j] + bias[j] +
+                                (sh.addend ? -0.5 * add[i * N + j] : 0.0);
+            ASSERT_NEAR(copied[i * ldc + j], want, 1e-6 * (K + 1.0) * (mag + 1.0) * 1.2)
+                << v->name << ": C(" << i << "," << j << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // ---- the Gemm node's kernel against the separate kernels it replaces ----------------------
