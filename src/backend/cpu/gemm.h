@@ -80,6 +80,11 @@ bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
 bool bf16_gemm_runs_here();
 // Floats of the scratch area one thread of sgemm_bf16 needs (0 where it does not run).
 size_t sgemm_bf16_scratch_floats();
+// Whether sgemm_bf16 computes this product as its transpose, C^T = op(B)^T op(A)^T: an A B^T
+// product (a linear layer's forward) with more columns than rows, at least 64 rows and an even K.
+inline bool bf16_gemm_swaps(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+  return !ta && tb && K % 2 == 0 && M >= 64 && N > M;
+}
 // C[M, N] = op(A)[M, K] @ op(B)[K, N] in f32 from bf16 operands (their bits, row-major, op =
 // transpose when ta / tb): exact bf16 products summed in f32 (VDPBF16PS: pairs along K, then
 // equal blocks of at most 768 along K, in order; input and output denormals flushed to zero). On a
@@ -96,11 +101,6 @@ size_t sgemm_bf16_scratch_floats();
 //
 // With out.round_c (and no c16), C itself receives the result rounded to bf16 and widened back
 // to f32 (exact): a bf16 product and its cast to f32 in one store (a MatmulAttrs::f32_out node).
-// Whether sgemm_bf16 computes this product as its transpose, C^T = op(B)^T op(A)^T: an A B^T
-// product (a linear layer's forward) with more columns than rows, at least 64 rows and an even K.
-inline bool bf16_gemm_swaps(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
-  return !ta && tb && K % 2 == 0 && M >= 64 && N > M;
-}
 struct Bf16Result {
   uint16_t* c16 = nullptr;
   const float* bias = nullptr;
