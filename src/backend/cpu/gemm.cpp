@@ -428,13 +428,23 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   // B read in place streams a kc x nc block past every A micro-panel: at most kNcInPlace columns,
   // so that block (384 x 320 floats, 480 KiB) stays in a core's L2. (The N blocking does not
   // change any sum: each result still adds its K blocks in the same order.)
-  const int64_t nc_max = pack_b ? std::min<int64_t>(kNc, kNcThread * threads) : kNcInPlace;
+  // A packed product with at least as many rows as columns splits its rows: each thread then
+  // reads its part of A and all of B (packing every panel of B into its own area) instead of all
+  // of A and its part of B, the smaller share when M >= N; and each A micro-panel, loaded from
+  // L3 or memory, serves every column panel of an N block instead of the thread's share of them.
+  // Measured at 2 threads (Zen 4): GPT-2 tiny's 1024 x 256 x 1024 and 1024 x 256 x 8192 products
+  // 160-168 -> 190-203 GFLOP/s, 1024 x 1024 x 256 172-182 -> 207; N >= 512 (square, 4096 x 512
+  // x 512, 1024 x 768 x 768) within +-3%. Each thread's N block is then kNcThread columns.
+  const bool rows_first = pack_b && threads > 1 && M >= N && M >= threads * kMr;
+  const int64_t nc_max = !pack_b      ? kNcInPlace
+                         : rows_first ? kNcThread
+                                      : std::min<int64_t>(kNc, kNcThread * threads);
   auto body = [&](int t, int nt) {
-    // Each thread owns a fixed rectangle of C: a range of 32-column panels (or, when there are
-    // fewer panels than threads, a range of 12-row panels), the same one on every call. It
-    // packs only the B panels it uses, into its own part of the buffer, so no thread waits for
-    // another and no packed line moves between cores (measured on 2 cores: packing into panels
-    // that the other core had read cost 6x the single-thread time).
+    // Each thread owns a fixed rectangle of C: a range of 32-column panels (or a range of rows:
+    // products split by rows first, and those with fewer panels than threads), the same one on
+    // every call. It packs only the B panels it uses, into its own part of the buffer, so no
+    // thread waits for another and no packed line moves between cores (measured on 2 cores:
+    // packing into panels that the other core had read cost 6x the single-thread time).
     // Panel jp at bp + (jp - j0) * kNr * kc_max.
     float* bp = use_ws ? ws.base + static_cast<size_t>(first_slot + t) * ws.stride : nullptr;
     for (int64_t jc = 0; jc < N; jc += nc_max) {
@@ -442,8 +452,9 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
       // Rows [r0, r1) x column panels [j0, j1) of this thread. Rows in contiguous equal ranges
       // (the split the elementwise kernels use, so the optimizer update that reads this
       // product finds its half in its own core's cache) unless B is packed: then columns, so
-      // no thread packs panels another also packs. Too few column panels: rows again.
-      const bool split_rows = pack_b ? nbp < nt : M >= nt * kMr || nbp < nt;
+      // no thread packs panels another also packs, except for products split by rows first
+      // (above). Too few column panels: rows again.
+      const bool split_rows = pack_b ? rows_first || nbp < nt : M >= nt * kMr || nbp < nt;
       const int64_t r0 = split_rows ? M * t / nt : 0, r1 = split_rows ? M * (t + 1) / nt : M;
       const int64_t j0 = split_rows ? 0 : nbp * t / nt, j1 = split_rows ? nbp : nbp * (t + 1) / nt;
       for (int64_t kb = 0; kb < kblocks; ++kb) {

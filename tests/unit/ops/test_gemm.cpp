@@ -224,6 +224,61 @@ TEST(OwnGemm, AliasingRowsOfACopiedGiveTheSameBits) {
   }
 }
 
+// The team's split of C (columns of packed B panels; rows for products with at least as many
+// rows as columns, or too few panels; rows for B read in place) never changes a result: every
+// element adds the same products in the same order on 1-4 threads, so the bits equal the
+// single-thread product's (training is bitwise the same at any thread count). Shapes of each
+// split, with partial tiles, several K blocks and N blocks, a bias, and one K block with an
+// addend.
+TEST(OwnGemm, TeamSplitNeverChangesTheBits) {
+  namespace cpu = cstorch::cpu;
+  const auto variants = own_gemm_variants();
+  if (variants.empty())
+    GTEST_SKIP() << "this CPU runs no AVX-512 variant of the kernels: OpenBLAS runs products";
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  struct Shape {
+    int64_t M, N, K;
+    bool ta, tb, addend;
+  };
+  for (const auto* v : variants) {
+    for (const Shape sh : {Shape{1024, 256, 1024, false, false, false},  // rows first, K blocks
+                           Shape{301, 100, 500, false, true, false},     // rows first, partial
+                           Shape{800, 450, 300, true, false, true},      // rows first, 2 N blocks
+                           Shape{130, 900, 800, false, true, false},     // columns
+                           Shape{150, 1100, 200, true, false, false},    // columns, wide B
+                           Shape{200, 300, 100, false, false, false},    // B in place
+                           Shape{40, 40, 1000, false, true, false}}) {   // few panels: rows
+      const int64_t M = sh.M, N = sh.N, K = sh.K;
+      const int64_t lda = (sh.ta ? M : K) + 3, ldb = (sh.tb ? K : N) + 1, ldc = N + 2;
+      std::vector<float> A((sh.ta ? K : M) * lda), B((sh.tb ? N : K) * ldb), bias(N), add(M * N),
+          C0(M * ldc);
+      for (auto* x : {&A, &B, &bias, &add, &C0})
+        for (auto& e : *x) e = u(rng);
+      const size_t floats = v->sgemm_scratch_floats(N, K, sh.tb, sh.addend);
+      cpu::GemmEpilogue ep{.bias = bias.data()};
+      if (sh.addend) {
+        ep.addend = add.data();
+        ep.ld_addend = N;
+        ep.addend_scale = 0.9f;
+      }
+      std::vector<float> one;
+      for (int threads = 1; threads <= 4; ++threads) {
+        std::vector<float> ws(std::max<size_t>(1, floats * threads));
+        const cpu::Scratch scratch{ws.data(), floats, floats, threads};
+        std::vector<float> C = C0;
+        ASSERT_TRUE(v->sgemm(sh.ta, sh.tb, M, N, K, 1.f, A.data(), lda, B.data(), ldb, 0.5f,
+                             C.data(), ldc, threads, scratch, ep));
+        if (threads == 1)
+          one = C;
+        else
+          ASSERT_EQ(C, one) << v->name << ": M" << M << " N" << N << " K" << K << " ta" << sh.ta
+                            << " tb" << sh.tb << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // ---- the Gemm node's kernel against the separate kernels it replaces ----------------------
