@@ -161,12 +161,6 @@ void pack_panels(const float* x, int64_t rs, int64_t cs, int64_t m, int64_t kc, 
   }
 }
 
-// C[R rows, cols <= 16 * V] = alpha * A[R x kc] @ B[kc x 16V] + beta * C, the tile held in
-// R * V zmm registers. A is read in place: element (r, k) at a[r * astride + k] when kcontig
-// (rows contiguous along k), else at a[k * astride + r]. B row k is b[k * bks + j] (a packed
-// panel, bks = 32, or the matrix itself); columns past `cols` are never read or written.
-// V = 1 serves products with at most 16 columns (a classifier's logits) at twice the useful
-// work per FMA of V = 2.
 // The epilogue of one tile: pointers at the tile's first row / column.
 struct TileEpilogue {
   const float* bias = nullptr;    // + bias[j]
@@ -181,38 +175,79 @@ struct TileEpilogue {
   float update_scale = 0.f;
 };
 
-// Stores one vector of results, C[r][j .. j + 15] under `mask`, through the epilogue:
-// alpha * acc (+ beta * C) (+ bias) (+ addend * scale) (relu) (gate), then the update. The
-// order of the unfused ops, so that every result is bitwise the plain product followed by the
-// separate kernels.
-inline void store_result(__m512 acc, __mmask16 mask, float* c, int64_t ldc, int r, int j,
-                         float alpha, float beta, const TileEpilogue& e) {
+// Stores an R x 16V tile of results held in registers, C[r][16v ..] under mask[v], through the
+// epilogue: alpha * acc (+ beta * C) (+ bias) (+ addend * scale) (relu) (gate), then the
+// update. The order of the unfused ops, so that every result is bitwise the plain product
+// followed by the separate kernels. Each step runs over the whole tile (each test once per tile,
+// the bias loaded once per column vector): per vector, the tests and the reloads of the
+// epilogue's fields after every store to C (which might have changed them, as far as the
+// compiler knew) cost ~270 cycles per 12 x 32 tile on one Zen 4 core: 120 x 256 products at
+// 48.6 / 84.5 / 104.1 GFLOP/s for K = 8 / 32 / 128 against 73.9 / 99.5 / 109.4. Always inlined:
+// the accumulators stay in registers.
+template <int R, int V>
+__attribute__((always_inline)) inline void store_tile(__m512 (&acc)[R][V], const __mmask16* mask,
+                                                      float* c, int64_t ldc, float alpha,
+                                                      float beta, const TileEpilogue& e) {
+  const TileEpilogue el = e;
   const __m512 zero = _mm512_setzero_ps();
-  float* cr = c + r * ldc + j;
-  __m512 x = alpha == 1.f ? acc : _mm512_mul_ps(_mm512_set1_ps(alpha), acc);
-  if (beta == 1.f)
-    x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask, cr));
-  else if (beta != 0.f)
-    x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, cr), x);
-  if (e.bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask, e.bias + j));
-  // x + addend * s: bitwise the addcmul kernel's a + b * c on the stored product.
-  if (e.addend)
-    x = elementwise_madd(_mm512_maskz_loadu_ps(mask, e.addend + r * e.ld_addend + j),
-                         _mm512_set1_ps(e.scale), x);
-  if (e.relu) x = _mm512_max_ps(zero, x);  // second operand on NaN: x < 0 ? 0 : x exactly
-  if (e.gate) {  // relu_grad_f: y <= 0 ? 0 : x (an unordered compare: NaN y keeps x)
-    const __m512 y = _mm512_maskz_loadu_ps(mask, e.gate + r * e.ld_gate + j);
-    x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(y, zero, _CMP_LE_OQ), zero);
+#define CS_TILE_LOOP(body)                                \
+  _Pragma("GCC unroll 12") for (int r = 0; r < R; ++r) {  \
+    _Pragma("GCC unroll 2") for (int v = 0; v < V; ++v) { \
+      body;                                               \
+    }                                                     \
   }
-  _mm512_mask_storeu_ps(cr, mask, x);
-  if (e.update) {  // addcmul(p, x, r) = p + x * r: bitwise the separate kernel
-    float* pr = e.update + r * e.ld_update + j;
-    _mm512_mask_storeu_ps(
-        pr, mask,
-        elementwise_madd(x, _mm512_set1_ps(e.update_scale), _mm512_maskz_loadu_ps(mask, pr)));
+  if (alpha != 1.f) {
+    const __m512 a = _mm512_set1_ps(alpha);
+    CS_TILE_LOOP(acc[r][v] = _mm512_mul_ps(a, acc[r][v]))
   }
+  if (beta == 1.f) {
+    CS_TILE_LOOP(acc[r][v] =
+                     _mm512_add_ps(acc[r][v], _mm512_maskz_loadu_ps(mask[v], c + r * ldc + 16 * v)))
+  } else if (beta != 0.f) {
+    const __m512 b = _mm512_set1_ps(beta);
+    CS_TILE_LOOP(acc[r][v] = _mm512_fmadd_ps(
+                     b, _mm512_maskz_loadu_ps(mask[v], c + r * ldc + 16 * v), acc[r][v]))
+  }
+  if (el.bias) {
+    __m512 bv[V];
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) bv[v] = _mm512_maskz_loadu_ps(mask[v], el.bias + 16 * v);
+    CS_TILE_LOOP(acc[r][v] = _mm512_add_ps(acc[r][v], bv[v]))
+  }
+  if (el.addend) {
+    const __m512 sc = _mm512_set1_ps(el.scale);
+    CS_TILE_LOOP(
+        acc[r][v] = elementwise_madd(
+            _mm512_maskz_loadu_ps(mask[v], el.addend + r * el.ld_addend + 16 * v), sc, acc[r][v]))
+  }
+  if (el.relu) CS_TILE_LOOP(acc[r][v] = _mm512_max_ps(zero, acc[r][v]))
+  if (el.gate) {
+    CS_TILE_LOOP(
+        acc[r][v] = _mm512_mask_mov_ps(
+            acc[r][v],
+            _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(mask[v], el.gate + r * el.ld_gate + 16 * v),
+                               zero, _CMP_LE_OQ),
+            zero))
+  }
+  CS_TILE_LOOP(_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mask[v], acc[r][v]))
+  if (el.update) {
+    const __m512 us = _mm512_set1_ps(el.update_scale);
+    CS_TILE_LOOP({
+      float* pr = el.update + r * el.ld_update + 16 * v;
+      _mm512_mask_storeu_ps(pr, mask[v],
+                            elementwise_madd(acc[r][v], us, _mm512_maskz_loadu_ps(mask[v], pr)));
+    })
+  }
+#undef CS_TILE_LOOP
 }
 
+// C[R rows, cols <= 16 * V] = alpha * A[R x kc] @ B[kc x 16V] + beta * C, the tile held in
+// R * V zmm registers. A is read in place: element (r, k) at a[r * astride + k] when kcontig
+// (rows contiguous along k), else at a[k * astride + r]. B row k is b[k * bks + j] (a packed
+// panel, bks = 32, or the matrix itself); columns past `cols` are never read or written.
+// V = 1 serves products with at most 16 columns (a classifier's logits) at twice the useful
+// work per FMA of V = 2.
+// The tile is then stored through the epilogue e (store_tile).
 template <int R, int V, bool kcontig>
 void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const float* __restrict b,
                   int64_t bks, float* c, int64_t ldc, int cols, float alpha, float beta,
@@ -264,11 +299,7 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
     }
     if constexpr (kcontig) rows.advance(1);
   }
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) store_result(acc[r][v], mask[v], c, ldc, r, 16 * v, alpha, beta, e);
-  }
+  store_tile<R, V>(acc, mask, c, ldc, alpha, beta, e);
 }
 
 using MicroKernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
@@ -373,9 +404,11 @@ void dot_columns(int64_t M, int64_t j0, int64_t j1, int64_t K, float alpha, cons
         float(*o)[16] = reinterpret_cast<float(*)[16]>(&out[0][c]);
         kDotTiles[c + 1 < cols][rows](A + i * lda, lda, B + (j + c) * ldb, ldb, K, o);
       }
-      const TileEpilogue e = tile_epilogue(ep, true, true, i, j);
-      for (int r = 0; r < rows; ++r)
-        store_result(_mm512_load_ps(out[r]), mask, C + i * ldc + j, ldc, r, 0, alpha, beta, e);
+      for (int r = 0; r < rows; ++r) {
+        __m512 acc[1][1] = {{_mm512_load_ps(out[r])}};
+        store_tile<1, 1>(acc, &mask, C + (i + r) * ldc + j, ldc, alpha, beta,
+                         tile_epilogue(ep, true, true, i + r, j));
+      }
     }
   }
 }
