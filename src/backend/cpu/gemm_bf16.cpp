@@ -214,6 +214,39 @@ __attribute__((target("avx512f,avx512bw"))) inline void store_vec(__m512 v, __mm
   _mm512_mask_storeu_ps(o.c + at, m, v);
 }
 
+// The rows [0, rows) of a 12 x 32 tile held in registers, each vector as store_vec stores it,
+// with store_vec's tests made once per tile (the template arguments: o.accumulate, o.c16, o.bias,
+// o.round_c): per vector they cost about as much as the products of a short K block. Always
+// inlined, so the accumulators stay in registers.
+template <bool kAccumulate, bool kC16, bool kBias, bool kRound>
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline void store_rows(
+    __m512 (&acc)[kMr][2], int rows, __mmask16 m0, __mmask16 m1, const TileOut& o) {
+  __m512 bias[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  if constexpr (kBias) {
+    bias[0] = _mm512_maskz_loadu_ps(m0, o.bias);
+    bias[1] = _mm512_maskz_loadu_ps(m1, o.bias + 16);
+  }
+  const __mmask16 m[2] = {m0, m1};
+#pragma GCC unroll 12
+  for (int r = 0; r < kMr; ++r) {
+    if (r == rows) break;
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) {
+      const int64_t at = r * o.ldc + 16 * v;
+      __m512 x = acc[r][v];
+      if constexpr (kAccumulate) x = _mm512_add_ps(_mm512_maskz_loadu_ps(m[v], o.c + at), x);
+      if constexpr (kC16) {
+        if constexpr (kBias) x = _mm512_add_ps(x, bias[v]);
+        _mm256_mask_storeu_epi16(o.c16 + at, m[v], to_bf16_bits(x));
+      } else {
+        if constexpr (kRound)
+          x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(x)), 16));
+        _mm512_mask_storeu_ps(o.c + at, m[v], x);
+      }
+    }
+  }
+}
+
 // Stores a tile held as t[r][j] (r < rows, j < cols; 32 floats a row) at its transposed place
 // C[j][r]: two 16 x 16 transposes, then each C row's `rows` results (the bias one per r).
 __attribute__((target("avx512f,avx512bw"))) void store_transposed(const float (*t)[kNr], int rows,
@@ -312,11 +345,21 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(int64_t k
   const __mmask16 m1 = static_cast<__mmask16>(cols >= 32  ? 0xFFFF
                                               : cols > 16 ? (1u << (cols - 16)) - 1
                                                           : 0);
-  const __m512 bias0 = o.bias ? _mm512_maskz_loadu_ps(m0, o.bias) : _mm512_setzero_ps();
-  const __m512 bias1 = o.bias ? _mm512_maskz_loadu_ps(m1, o.bias + 16) : _mm512_setzero_ps();
-  for (int r = 0; r < rows; ++r) {
-    store_vec(acc[r][0], m0, r * ldc, bias0, o);
-    store_vec(acc[r][1], m1, r * ldc + 16, bias1, o);
+  // The tile's store decided once: store_rows instantiated for what this tile does.
+  const TileOut ol = o;
+  if (ol.c16) {
+    if (ol.accumulate)
+      ol.bias ? store_rows<true, true, true, false>(acc, rows, m0, m1, ol)
+              : store_rows<true, true, false, false>(acc, rows, m0, m1, ol);
+    else
+      ol.bias ? store_rows<false, true, true, false>(acc, rows, m0, m1, ol)
+              : store_rows<false, true, false, false>(acc, rows, m0, m1, ol);
+  } else if (ol.accumulate) {
+    ol.round_c ? store_rows<true, false, false, true>(acc, rows, m0, m1, ol)
+               : store_rows<true, false, false, false>(acc, rows, m0, m1, ol);
+  } else {
+    ol.round_c ? store_rows<false, false, false, true>(acc, rows, m0, m1, ol)
+               : store_rows<false, false, false, false>(acc, rows, m0, m1, ol);
   }
 }
 
