@@ -214,14 +214,15 @@ __attribute__((always_inline)) inline void store_tile(__m512 (&acc)[R][V], const
     for (int v = 0; v < V; ++v) bv[v] = _mm512_maskz_loadu_ps(mask[v], el.bias + 16 * v);
     CS_TILE_LOOP(acc[r][v] = _mm512_add_ps(acc[r][v], bv[v]))
   }
-  if (el.addend) {
+  if (el.addend) {  // x + addend * s: bitwise the addcmul kernel's a + b * c on the product
     const __m512 sc = _mm512_set1_ps(el.scale);
     CS_TILE_LOOP(
         acc[r][v] = elementwise_madd(
             _mm512_maskz_loadu_ps(mask[v], el.addend + r * el.ld_addend + 16 * v), sc, acc[r][v]))
   }
+  // relu: max's second operand on NaN, so x < 0 ? 0 : x exactly.
   if (el.relu) CS_TILE_LOOP(acc[r][v] = _mm512_max_ps(zero, acc[r][v]))
-  if (el.gate) {
+  if (el.gate) {  // relu_grad_f: y <= 0 ? 0 : x (an unordered compare: NaN y keeps x)
     CS_TILE_LOOP(
         acc[r][v] = _mm512_mask_mov_ps(
             acc[r][v],
@@ -230,7 +231,7 @@ __attribute__((always_inline)) inline void store_tile(__m512 (&acc)[R][V], const
             zero))
   }
   CS_TILE_LOOP(_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mask[v], acc[r][v]))
-  if (el.update) {
+  if (el.update) {  // addcmul(p, x, r) = p + x * r: bitwise the separate kernel
     const __m512 us = _mm512_set1_ps(el.update_scale);
     CS_TILE_LOOP({
       float* pr = el.update + r * el.ld_update + 16 * v;
