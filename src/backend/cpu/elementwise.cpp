@@ -435,13 +435,20 @@ void cpu_Gelu(const ir::KernelContext& ctx, const ir::Node& n, const void* const
   const bool t = n.attr<ir::GeluAttrs>().tanh_approx;
   if (via_f32_chunks<1>(n, in, out, [t](const float* const* x, float* o, int64_t m) {
         if (t) {
-#pragma omp simd
-          for (int64_t i = 0; i < m; ++i) o[i] = gelu_tanh(x[0][i]);
+          gelu_tanh_n(x[0], o, m);
         } else {
           for (int64_t i = 0; i < m; ++i) o[i] = gelu_erf(x[0][i]);
         }
       }))
     return;
+  if (n.attr<ir::GeluAttrs>().tanh_approx && n.dtype == DType::f32) {
+    // f32: same shape as its input (a unary op), contiguous.
+    const float* x = static_cast<const float*>(in[0]);
+    float* o = static_cast<float*>(out);
+    parallel_for(n.numel(), kMathGrain,
+                 [&](int64_t b, int64_t e) { gelu_tanh_n(x + b, o + b, e - b); });
+    return;
+  }
   if (n.attr<ir::GeluAttrs>().tanh_approx)
     unary_float(n, in, out, kMathGrain, [](float x) { return gelu_tanh(x); });
   else
@@ -676,8 +683,7 @@ void cpu_GeluGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* c
     const bool t = n.attr<ir::GeluAttrs>().tanh_approx;
     parallel_for(n.numel(), kMathGrain, [&](int64_t b, int64_t e) {
       if (t) {
-#pragma omp simd
-        for (int64_t i = b; i < e; ++i) o[i] = gelu_tanh_grad(g[i], x[i]);
+        gelu_tanh_grad_n(g + b, x + b, o + b, e - b);
       } else {
         for (int64_t i = b; i < e; ++i) o[i] = gelu_erf_grad(g[i], x[i]);
       }
@@ -688,8 +694,7 @@ void cpu_GeluGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* c
           n, in, out,
           [t = n.attr<ir::GeluAttrs>().tanh_approx](const float* const* x, float* o, int64_t m) {
             if (t) {
-#pragma omp simd
-              for (int64_t i = 0; i < m; ++i) o[i] = gelu_tanh_grad(x[0][i], x[1][i]);
+              gelu_tanh_grad_n(x[0], x[1], o, m);
             } else {
               for (int64_t i = 0; i < m; ++i) o[i] = gelu_erf_grad(x[0][i], x[1][i]);
             }

@@ -3,8 +3,10 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/vec_math.h"
 
 namespace cstorch::cpu {
@@ -112,5 +114,120 @@ inline float gelu_erf_grad(float dy, float x) {
   float right_d = (1.0f - t * t) * kGeluBeta * (1.0f + 3.0f * kGeluKappa * x2);
   return dy * (left_d + left * right_d);
 }
+
+// The tanh-form gelu and its gradient over arrays: o[i] = gelu_tanh(x[i]), o[i] =
+// gelu_tanh_grad(dy[i], x[i]), i < n. In the AVX-512 variant as straight vector code: GCC 12
+// vectorises the scalar forms' selects (vexp's clamps, vtanh's two branches, NaN) into chains of
+// mask-register operations, ~75 instructions a vector, 61 cycles; written with min / max and
+// blends they take 0.70 ns an element instead of 1.04 (gelu) and 0.82 instead of 1.16 (its
+// gradient), one core of a Zen 4. Each is bitwise the scalar form as GCC compiles it in this
+// variant, which fuses x + kappa x^3 (and 1 + 3 kappa x^2, and the gradient's
+// 0.5 (1 + t) + left * right_d as one FMA) but not 1 - t^2: compared over all 2^32 inputs (and
+// the gradient at three dy); CpuVariants.GeluIsBitwiseTheSameInEveryVariant keeps checking it
+// against the AVX2 variant's scalar loops. The products that must stay unfused use the
+// _round_ intrinsics, which GCC does not contract into FMAs (plain _mm512_mul_ps it does).
+#if CSTORCH_AVX512_KERNELS
+// GCC 12 reports the intrinsics' _mm512_undefined_ps() pass-through as uninitialised (a false
+// positive, as in gemm.cpp); silenced for this code, which the array functions below keep out of
+// line so the diagnostic state covers where it is compiled.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+namespace gelu_avx512 {
+[[gnu::always_inline]] inline __m512 k(float v) {
+  return _mm512_set1_ps(v);
+}
+[[gnu::always_inline]] inline __m512 exp16(__m512 x) {  // vexp
+  constexpr float kHi = 88.3762626647949f, kLo = -87.3365447504019f;
+  __m512 xc = _mm512_min_ps(k(kHi), x);  // kHi < x ? kHi : x (a NaN stays)
+  xc = _mm512_max_ps(k(kLo), xc);
+  const __m512 n =
+      _mm512_sub_ps(_mm512_fmadd_ps(xc, k(1.44269504088896341f), k(12582912.0f)), k(12582912.0f));
+  __m512 r = _mm512_fnmadd_ps(n, k(0.693359375f), xc);
+  r = _mm512_fmadd_ps(n, k(2.12194440e-4f), r);
+  __m512 p = _mm512_fmadd_ps(k(1.9875691500e-4f), r, k(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, k(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, k(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, k(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, k(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), k(1.0f));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+  __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, k(kLo), _CMP_LT_OQ), y, _mm512_setzero_ps());
+  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, k(kHi), _CMP_GT_OQ), y,
+                           k(std::numeric_limits<float>::infinity()));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+[[gnu::always_inline]] inline __m512 tanh16(__m512 x) {  // vtanh
+  const __m512 a = _mm512_abs_ps(x);
+  const __m512 e = exp16(_mm512_mul_ps(k(2.0f), _mm512_min_ps(k(20.0f), a)));
+  const __m512 big = _mm512_sub_ps(k(1.0f), _mm512_div_ps(k(2.0f), _mm512_add_ps(e, k(1.0f))));
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  __m512 p = _mm512_fmadd_ps(x2, k(-17.0f / 315), k(2.0f / 15));
+  p = _mm512_fmadd_ps(x2, p, k(-1.0f / 3));
+  p = _mm512_fmadd_ps(x2, p, k(1.0f));
+  const __m512 small = _mm512_mul_ps(a, p);
+  __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, k(0.0625f), _CMP_LT_OQ), big, small);
+  r = _mm512_or_ps(r, _mm512_and_ps(x, k(-0.0f)));  // the sign of x
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, x);
+}
+[[gnu::always_inline]] inline __m512 gelu16(__m512 x) {  // gelu_tanh
+  const __m512 inner = _mm512_mul_ps(
+      k(kGeluBeta), _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(k(kGeluKappa), x), x), x, x));
+  return _mm512_mul_ps(_mm512_mul_ps(k(0.5f), x), _mm512_add_ps(k(1.0f), tanh16(inner)));
+}
+[[gnu::always_inline]] inline __m512 gelu_grad16(__m512 dy, __m512 x) {  // gelu_tanh_grad
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  const __m512 inner =
+      _mm512_mul_ps(k(kGeluBeta), _mm512_fmadd_ps(_mm512_mul_ps(k(kGeluKappa), x2), x, x));
+  const __m512 t = tanh16(inner);
+  const __m512 one_minus_t2 =
+      _mm512_sub_ps(k(1.0f), _mm512_mul_round_ps(t, t, _MM_FROUND_CUR_DIRECTION));
+  const __m512 right_d = _mm512_mul_ps(_mm512_mul_ps(one_minus_t2, k(kGeluBeta)),
+                                       _mm512_fmadd_ps(k(3.0f * kGeluKappa), x2, k(1.0f)));
+  const __m512 left = _mm512_mul_ps(k(0.5f), x);
+  return _mm512_mul_ps(
+      dy, _mm512_fmadd_ps(_mm512_add_ps(k(1.0f), t), k(0.5f), _mm512_mul_ps(left, right_d)));
+}
+}  // namespace gelu_avx512
+#endif
+
+[[gnu::noinline]] inline void gelu_tanh_n(const float* x, float* o, int64_t n) {
+#if CSTORCH_AVX512_KERNELS
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + i, gelu_avx512::gelu16(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(o + i, m, gelu_avx512::gelu16(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+#else
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = gelu_tanh(x[i]);
+#endif
+}
+[[gnu::noinline]] inline void gelu_tanh_grad_n(const float* dy, const float* x, float* o,
+                                               int64_t n) {
+#if CSTORCH_AVX512_KERNELS
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(o + i,
+                     gelu_avx512::gelu_grad16(_mm512_loadu_ps(dy + i), _mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(o + i, m,
+                          gelu_avx512::gelu_grad16(_mm512_maskz_loadu_ps(m, dy + i),
+                                                   _mm512_maskz_loadu_ps(m, x + i)));
+  }
+#else
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = gelu_tanh_grad(dy[i], x[i]);
+#endif
+}
+#if CSTORCH_AVX512_KERNELS
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace cstorch::cpu

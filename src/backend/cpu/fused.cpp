@@ -69,7 +69,7 @@ void run_instr(const ir::FusedInstr& ins, const float* a, const float* b, const 
     case OpCode::Relu:
       CS_LOOP(a[j] < 0.0f ? 0.0f : a[j]);
     case OpCode::Gelu:
-      if (ins.flag) CS_LOOP(gelu_tanh(a[j]));
+      if (ins.flag) return gelu_tanh_n(a, o, len);
       for (int64_t j = 0; j < len; ++j) o[j] = gelu_erf(a[j]);
       return;
     case OpCode::Silu:
@@ -130,7 +130,7 @@ void run_instr(const ir::FusedInstr& ins, const float* a, const float* b, const 
     case OpCode::ReluGrad:
       CS_LOOP(relu_grad_f(a[j], b[j]));
     case OpCode::GeluGrad:
-      if (ins.flag) CS_LOOP(gelu_tanh_grad(a[j], b[j]));
+      if (ins.flag) return gelu_tanh_grad_n(a, b, o, len);
       for (int64_t j = 0; j < len; ++j) o[j] = gelu_erf_grad(a[j], b[j]);
       return;
     default:  // excluded by the shape rule (ir::fused_instr_supported)
