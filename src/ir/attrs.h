@@ -129,9 +129,13 @@ struct LossAttrs {
   int64_t ignore_index = -100;
   Reduction reduction = Reduction::Mean;
   int64_t num_classes = 0;  // used by NllLossGrad to shape its output
+  // CrossEntropyGrad only: the gradient is stored as bf16 (rounded to nearest even, as the Cast
+  // kernel rounds) from f32 log-probs: the compiler's fold of the gradient's cast.
+  bool bf16_out = false;
   bool operator==(const LossAttrs&) const = default;
   size_t hash() const {
-    return hash_mix(hash_mix(ignore_index, static_cast<size_t>(reduction)), num_classes);
+    return hash_mix(hash_mix(hash_mix(ignore_index, static_cast<size_t>(reduction)), num_classes),
+                    bf16_out);
   }
 };
 struct ShapeAttrs {

@@ -148,8 +148,11 @@ void infer_CrossEntropyGrad(ir::Node& n) {
   CS_CHECK(g.shape == want && g.dtype == lp.dtype,
            "cross_entropy_grad: grad is {}{} but expected {}{}", dtype_name(g.dtype),
            shape_str(g.shape), dtype_name(lp.dtype), shape_str(want));
+  CS_CHECK(!at.bf16_out || lp.dtype == DType::f32,
+           "cross_entropy_grad: a bf16 gradient is stored from f32 log_probs, got {}",
+           dtype_name(lp.dtype));
   n.shape = lp.shape;
-  n.dtype = lp.dtype;
+  n.dtype = at.bf16_out ? DType::bf16 : lp.dtype;
 }
 CS_NO_VJP(CrossEntropyGrad)
 

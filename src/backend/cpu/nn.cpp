@@ -1,11 +1,13 @@
 // CPU kernels for softmax, log_softmax, nll_loss and its gradient. Softmax runs over any dim by
 // viewing the input as [outer, C, inner]; both subtract the max so exp never overflows.
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
 #include "backend/cpu/dtype_dispatch.h"
+#include "backend/cpu/elementwise_math.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
@@ -322,6 +324,34 @@ void cpu_LogSoftmaxGrad(const ir::KernelContext& ctx, const ir::Node& n, const v
   });
 }
 
+namespace {
+
+// cross_entropy_grad's rows from f32 log-probs y into a bf16 gradient dx: each element the f32
+// value the f32 kernel below computes (the same expression, in the same order), rounded as the
+// Cast kernel rounds.
+void cross_entropy_grad_rows(const float* y, const float* g, uint16_t* dx, const Targets& tg,
+                             const ir::LossAttrs& at, const OCI& v, int64_t count) {
+  double scale = at.reduction == ir::Reduction::None ? 0.0 : static_cast<double>(g[0]);
+  if (at.reduction == ir::Reduction::Mean) scale /= static_cast<double>(count);
+  parallel_for(v.outer, std::max<int64_t>(1, 4096 / v.C), [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) {
+      const int64_t t = tg[o];
+      const bool valid = t != at.ignore_index;
+      const double gv = at.reduction == ir::Reduction::None ? static_cast<double>(g[o]) : scale;
+      const float gt = valid ? static_cast<float>(-gv) : 0.0f;
+      const float sf = gt + 0.0f;
+      const float* yr = y + o * v.C;
+      uint16_t* dr = dx + o * v.C;
+#pragma omp simd
+      for (int64_t j = 0; j < v.C; ++j)
+        dr[j] = bf16_bits_of(std::bit_cast<uint32_t>(0.0f - vexp(yr[j]) * sf));
+      if (valid) dr[t] = bf16_bits_of(std::bit_cast<uint32_t>(gt - vexp(yr[t]) * sf));
+    }
+  });
+}
+
+}  // namespace
+
 // cross_entropy_grad(log_probs y, grad, target) = log_softmax_grad(nll_loss_grad(grad, target), y)
 // with the class dim last, without writing the sparse G = nll_loss_grad(...): row i of G is
 // zero save G[t_i] = -g_i (g scaled by 1/count for the mean), so its row sum is G[t_i] and
@@ -341,6 +371,11 @@ void cpu_CrossEntropyGrad(const ir::KernelContext& ctx, const ir::Node& n, const
     if (t == at.ignore_index) continue;
     if (t < 0 || t >= v.C) bad_target("cross_entropy_grad", t, v.C, at.ignore_index);
     ++count;
+  }
+  if (at.bf16_out) {  // f32 log-probs, the f32 gradient rounded to bf16 as a Cast rounds it
+    cross_entropy_grad_rows(static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
+                            static_cast<uint16_t*>(out), tg, at, v, count);
+    return;
   }
   dispatch_float(n.dtype, "cross_entropy_grad", [&]<class T>(T*) {
     const T* y = static_cast<const T*>(in[0]);

@@ -137,6 +137,9 @@ std::string unsupported(const ir::Node& n) {
         return fmt::format("{}: the CUDA kernel needs an index of at least one dim", n.name());
       return same_as_output({0, 2});
     case O::CrossEntropyGrad:
+      if (n.dtype != DType::f32)  // LossAttrs::bf16_out: the CUDA kernel stores f32 only
+        return fmt::format("{}: the CUDA kernel stores an f32 gradient, not {}", n.name(),
+                           dtype_name(n.dtype));
       if (!input_is(0, F32)) return bad_input(0);
       if (!input_is(1, F32)) return bad_input(1);
       if (!input_is(2, kIndex)) return bad_input(2);

@@ -8,7 +8,10 @@
 //                                               place, and p's new value is After(p, gemm)
 // And a bf16 product's cast to f32 (directly or through a reshape) becomes the product itself,
 // storing f32 values (MatmulAttrs::f32_out) where the backend runs that (its capability answer,
-// cannot_run): bitwise the cast's.
+// cannot_run): bitwise the cast's. A bf16 Linear without bias cast to f32 (a language model's
+// head under autocast, its logits cast for the loss) becomes such a product of its input's rows,
+// and the loss's gradient cast back to bf16 for the head's products is stored as bf16 by the
+// loss's kernel (LossAttrs::bf16_out).
 // The second is SGD's momentum update, grad + buf * momentum, with the weight gradient as the
 // product: the new momentum comes out of the weight-gradient GEMM, and the gradient itself is
 // never stored. The third is the backward of a hidden layer: the input gradient of the next
@@ -118,6 +121,43 @@ bool fold_parameter_updates(Graph& g, std::unordered_map<const ir::Node*, int>& 
   return changed;
 }
 
+// cast(linear(x, W) in bf16, f32), directly or through a reshape, with no bias: the product as
+// a Matmul{trans_b, f32_out} of x's rows (x reshaped to [rows, K] when it has more dims) and the
+// cast as a reshape of it to the cast's shape, where the backend runs that product. The product
+// stores the f32 value of its bf16 result, bitwise the cast's (the same GEMM sums, rounded to
+// bf16 once), and the bf16 logits of a language model's head (a [tokens, vocabulary] cast read
+// by the loss) are neither written as bf16 nor read back. New nodes go into `inserts`, to be
+// placed before `cast`; the cast is rewritten in place.
+bool linear_stored_as_f32(ir::Node& cast, const ir::Node& lin,
+                          std::unordered_map<const ir::Node*, int>& uses,
+                          std::vector<std::pair<ir::NodePtr, const ir::Node*>>& inserts) {
+  if (lin.dtype != DType::bf16 || lin.inputs.size() != 2 || uses[&lin] != 1) return false;
+  const ir::NodePtr x = lin.inputs[0], w = lin.inputs[1];
+  if (x->dtype != DType::bf16 || w->dtype != DType::bf16 || x->shape.size() < 2) return false;
+  const int64_t K = w->shape[1];
+  const int64_t M = x->numel() / std::max<int64_t>(K, 1);
+  ir::NodePtr rows = x;
+  if (x->shape.size() != 2) {
+    rows = ir::Node::make(OpCode::Reshape, ir::ShapeAttrs{{M, K}}, {x});
+    rows->device = x->device;
+    rows->trace_id = lin.trace_id;
+    ir::op_info(OpCode::Reshape).infer(*rows);
+  }
+  ir::NodePtr product =
+      ir::Node::make(OpCode::Matmul, ir::MatmulAttrs{.trans_b = true, .f32_out = true}, {rows, w});
+  product->device = lin.device;
+  product->trace_id = lin.trace_id;
+  ir::op_info(OpCode::Matmul).infer(*product);
+  if (product->dtype != DType::f32 || !ir::device_backend(lin.device).cannot_run(*product).empty())
+    return false;
+  if (rows != x) inserts.push_back({rows, &cast});
+  inserts.push_back({product, &cast});
+  cast.op = OpCode::Reshape;
+  cast.attrs = ir::ShapeAttrs{cast.shape};
+  cast.inputs = {product};
+  return true;
+}
+
 class FuseGemmEpilogue : public Pass {
  public:
   const char* name() const override { return "fuse_gemm_epilogue"; }
@@ -137,6 +177,7 @@ class FuseGemmEpilogue : public Pass {
     auto sole_use = [&](const ir::Node& p) { return uses[&p] == 1; };
 
     bool changed = false;
+    std::vector<std::pair<ir::NodePtr, const ir::Node*>> inserts;  // (new node, before this one)
     for (auto& n : g.nodes) {
       if (n->op == OpCode::Relu && f32(*n)) {
         const auto& lin = *n->inputs[0];
@@ -160,6 +201,23 @@ class FuseGemmEpilogue : public Pass {
         n->attrs = ir::GemmAttrs{.trans_a = ma.trans_a, .trans_b = ma.trans_b, .relu_grad = true};
         n->inputs = std::move(inputs);
         changed = true;
+      } else if (n->op == OpCode::Cast && n->dtype == DType::bf16) {
+        // cast(cross_entropy_grad(y, g, t) in f32, bf16) -> cross_entropy_grad{bf16_out}: the
+        // gradient of the logits, cast for the bf16 products of a head's backward, stored as
+        // bf16 by the loss's kernel (bitwise the cast's), never as f32.
+        const ir::Node& ce = *n->inputs[0];
+        if (ce.op != OpCode::CrossEntropyGrad || ce.dtype != DType::f32 || !sole_use(ce)) continue;
+        ir::LossAttrs la = ce.attr<ir::LossAttrs>();
+        la.bf16_out = true;
+        ir::Node folded = ce;
+        folded.attrs = la;
+        folded.dtype = DType::bf16;
+        if (!ir::device_backend(ce.device).cannot_run(folded).empty()) continue;
+        std::vector<ir::NodePtr> inputs = ce.inputs;
+        n->op = OpCode::CrossEntropyGrad;
+        n->attrs = la;
+        n->inputs = std::move(inputs);
+        changed = true;
       } else if (n->op == OpCode::Cast && n->dtype == DType::f32) {
         // cast(matmul(A, B) in bf16, f32) -> matmul{f32_out}(A, B): the product stores the f32
         // value of its bf16 result (autocast's weight gradients, back to the f32 master weights).
@@ -169,6 +227,10 @@ class FuseGemmEpilogue : public Pass {
         const ir::NodePtr in = n->inputs[0];
         const bool through = in->op == OpCode::Reshape && sole_use(*in);
         const ir::NodePtr mmp = through ? in->inputs[0] : in;
+        if (mmp->op == OpCode::Linear) {
+          if (linear_stored_as_f32(*n, *mmp, uses, inserts)) changed = true;
+          continue;
+        }
         const auto& mm = *mmp;
         if (mm.op != OpCode::Matmul || mm.dtype != DType::bf16 || !sole_use(mm) ||
             mm.inputs[0]->shape.size() != 2 || mm.inputs[1]->shape.size() != 2)
@@ -210,6 +272,11 @@ class FuseGemmEpilogue : public Pass {
         n->inputs = std::move(inputs);
         changed = true;
       }
+    }
+    for (auto& [node, before] : inserts) {
+      auto at = std::find_if(g.nodes.begin(), g.nodes.end(),
+                             [before = before](const ir::NodePtr& x) { return x.get() == before; });
+      g.nodes.insert(at, node);
     }
     if (changed) {
       g.prune();

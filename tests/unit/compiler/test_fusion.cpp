@@ -617,6 +617,96 @@ TEST(GemmEpilogue, Bf16StepsOnTokensAreBitwiseEqualWithTheCastsFoldedAndNot) {
   expect_autocast_steps_bitwise(autocast_token_net, {32, 40}, {4, 8, 40}, 14);
 }
 
+// A head without bias (a language model's, tied to its embedding): under autocast its bf16
+// logits are cast to f32 for the loss. The Linear and the cast become one product of the rows,
+// Matmul{trans_b, f32_out}, read by the loss through a reshape: the logits are written once, as
+// f32, and no cast runs. The loss's gradient, cast to bf16 for the head's products, is stored as
+// bf16 by cross_entropy_grad itself.
+namespace {
+
+cs::nn::Sequential autocast_head_net() {
+  cs::manual_seed(8);
+  return cs::nn::Sequential(cs::nn::Linear(40, 48), cs::nn::LayerNorm(std::vector<int64_t>{48}),
+                            cs::nn::Linear(48, 70, false));
+}
+// One AdamW step of the head net with the loss inside the autocast region (as GPT-2's): the
+// bf16 logits, flattened to one row per token, are cast to f32 for the cross entropy.
+Tensor autocast_head_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x,
+                          const Tensor& y) {
+  Tensor loss;
+  {
+    cs::amp::autocast ac(cs::DType::bf16);
+    loss = cs::cross_entropy(m(x.reshape({4, 8, 40})).reshape({y.numel(), 70}), y);
+  }
+  loss.backward();
+  o.step();
+  o.zero_grad();
+  return loss;
+}
+
+}  // namespace
+
+TEST(GemmEpilogue, Bf16HeadWithoutBiasStoresItsLogitsAsF32) {
+  auto m = autocast_head_net();
+  cs::optim::AdamW opt(m->parameters(), 1e-2);
+  // Labels computed from the batch (not constants, which would fold the loss's gradient away).
+  auto body = [&](const Tensor& x) { return autocast_head_step(m, opt, x, cs::argmax(x, 1)); };
+  auto [g, casts_before] = optimized_step({32, 40}, body, "bf16_head");
+  size_t heads = 0, bf16_linears_cast = 0;
+  for (auto& n : g.nodes) {
+    if (n->op == OpCode::Matmul && n->attr<cs::ir::MatmulAttrs>().f32_out &&
+        n->attr<cs::ir::MatmulAttrs>().trans_b) {
+      EXPECT_EQ(n->shape, (cs::Shape{32, 70})) << g.dump();
+      EXPECT_EQ(n->inputs[0]->op, OpCode::Reshape) << g.dump();  // the [4, 8, 48] rows
+      EXPECT_EQ(n->inputs[0]->shape, (cs::Shape{32, 48})) << g.dump();
+      ++heads;
+    }
+    // (The first Linear has a bias: its cast for the layer norm stays.)
+    if (n->op == OpCode::Cast && n->inputs[0]->op == OpCode::Linear &&
+        n->inputs[0]->inputs.size() == 2)
+      ++bf16_linears_cast;
+  }
+  EXPECT_EQ(heads, 1u) << g.dump();
+  EXPECT_EQ(bf16_linears_cast, 0u) << g.dump();
+  // The head's cast, its gradient's cast back to bf16 (stored so by cross_entropy_grad), the
+  // second Linear's input gradient's cast (through a reshape) and the two weight gradients'
+  // casts (stored as bf16 for their updates) are gone.
+  EXPECT_EQ(casts(g), casts_before - 5) << g.dump();
+  size_t ce = 0;
+  for (auto& n : g.nodes)
+    if (n->op == OpCode::CrossEntropyGrad) {
+      EXPECT_TRUE(n->attr<cs::ir::LossAttrs>().bf16_out) << g.dump();
+      EXPECT_EQ(n->dtype, cs::DType::bf16) << g.dump();
+      EXPECT_EQ(n->inputs[0]->dtype, cs::DType::f32) << g.dump();
+      ++ce;
+    }
+  EXPECT_EQ(ce, 1u) << g.dump();
+  // The loss reads the f32 logits.
+  EXPECT_EQ(count(g, OpCode::LogSoftmax), 1u);
+  for (auto& n : g.nodes)
+    if (n->op == OpCode::LogSoftmax) {
+      EXPECT_EQ(n->dtype, cs::DType::f32) << g.dump();
+    }
+  // A head with a bias keeps its Linear (the bias is added before the bf16 rounding).
+  auto [g2, before2] = optimized_token_step("bf16_head_bias");
+  for (auto& n : g2.nodes)
+    EXPECT_FALSE(n->op == OpCode::Matmul && n->attr<cs::ir::MatmulAttrs>().trans_b &&
+                 n->attr<cs::ir::MatmulAttrs>().f32_out)
+        << g2.dump();
+}
+
+TEST(GemmEpilogue, Bf16StepsWithTheHeadsCastsFoldedAreBitwiseEqualToUnfused) {
+  auto m1 = autocast_head_net();
+  auto m2 = autocast_head_net();
+  cs::optim::AdamW o1(m1->parameters(), 1e-2);
+  cs::optim::AdamW o2(m2->parameters(), 1e-2);
+  cs::manual_seed(15);
+  expect_training_bitwise(
+      [&](const Tensor& x, const Tensor& y) { return autocast_head_step(m1, o1, x, y); },
+      [&](const Tensor& x, const Tensor& y) { return autocast_head_step(m2, o2, x, y); }, {32, 40},
+      70, 5, m1->parameters(), m2->parameters());
+}
+
 // ---- one-pass groups of Fused nodes (Program::plan_groups, the hoist_scalars pass) ---------
 
 namespace {

@@ -85,38 +85,54 @@ std::vector<float> run(const cpu::KernelVariant& v, const ir::Node& n,
 TEST(CpuVariants, Bf16ProductsStoredAsF32AreTheBf16ProductsWidened) {
   std::mt19937 rng(9);
   std::normal_distribution<float> d(0.f, 1.f);
-  const int64_t M = 37, N = 45, K = 300;  // K over one 256-long block: partial sums carried
   auto bf16_vec = [&](int64_t n) {
     std::vector<uint16_t> v(static_cast<size_t>(n));
     for (auto& x : v) x = cstorch::bf16_t(d(rng)).bits;
     return v;
   };
-  const auto a = bf16_vec(K * M), b = bf16_vec(K * N);  // A^T (a weight gradient's layout), B
   auto bf16_leaf = [](cstorch::Shape s) {
     auto n = leaf(s);
     n->dtype = cstorch::DType::bf16;
     return n;
   };
-  auto product = [&](bool f32_out) {
-    return op(ir::OpCode::Matmul, ir::MatmulAttrs{.trans_a = true, .f32_out = f32_out},
-              {bf16_leaf({K, M}), bf16_leaf({K, N})});
+  struct Case {
+    bool ta, tb;
+    int64_t M, N, K;
   };
-  const ir::NodePtr rounded = product(false), stored = product(true);
-  ASSERT_EQ(rounded->dtype, cstorch::DType::bf16);
-  ASSERT_EQ(stored->dtype, cstorch::DType::f32);
-  const void* in[2] = {a.data(), b.data()};
-  int variants = 0;
-  for (const cpu::KernelVariant* v : cpu::built_variants()) {
-    if (!cpu::runs_here(*v)) continue;
-    std::vector<uint16_t> r(static_cast<size_t>(M * N));
-    std::vector<uint32_t> f(static_cast<size_t>(M * N));
-    run_kernel(*v, *rounded, in, r.data());
-    run_kernel(*v, *stored, in, f.data());
-    for (size_t i = 0; i < r.size(); ++i)
-      ASSERT_EQ(f[i], static_cast<uint32_t>(r[i]) << 16) << v->name << " element " << i;
-    ++variants;
+  // K over one 256-long block (partial sums carried); A^T B (a weight gradient's layout); A B^T
+  // (a head's logits) computed as its transpose (N > M >= 64, even K) and not (odd K, few rows).
+  const Case cases[] = {{true, false, 37, 45, 300},
+                        {false, true, 70, 130, 300},
+                        {false, true, 70, 130, 301},
+                        {false, true, 37, 45, 300}};
+  for (const Case& c : cases) {
+    const auto a = bf16_vec(c.K * c.M), b = bf16_vec(c.K * c.N);
+    const cstorch::Shape sa = c.ta ? cstorch::Shape{c.K, c.M} : cstorch::Shape{c.M, c.K};
+    const cstorch::Shape sb = c.tb ? cstorch::Shape{c.N, c.K} : cstorch::Shape{c.K, c.N};
+    auto product = [&](bool f32_out) {
+      return op(ir::OpCode::Matmul,
+                ir::MatmulAttrs{.trans_a = c.ta, .trans_b = c.tb, .f32_out = f32_out},
+                {bf16_leaf(sa), bf16_leaf(sb)});
+    };
+    const ir::NodePtr rounded = product(false), stored = product(true);
+    ASSERT_EQ(rounded->dtype, cstorch::DType::bf16);
+    ASSERT_EQ(stored->dtype, cstorch::DType::f32);
+    const void* in[2] = {a.data(), b.data()};
+    int variants = 0;
+    for (const cpu::KernelVariant* v : cpu::built_variants()) {
+      if (!cpu::runs_here(*v)) continue;
+      std::vector<uint16_t> r(static_cast<size_t>(c.M * c.N));
+      std::vector<uint32_t> f(static_cast<size_t>(c.M * c.N));
+      run_kernel(*v, *rounded, in, r.data());
+      run_kernel(*v, *stored, in, f.data());
+      for (size_t i = 0; i < r.size(); ++i)
+        ASSERT_EQ(f[i], static_cast<uint32_t>(r[i]) << 16)
+            << v->name << " element " << i << " of " << c.M << " x " << c.N << " x " << c.K
+            << (c.tb ? " (B^T)" : " (A^T)");
+      ++variants;
+    }
+    EXPECT_GE(variants, 1);
   }
-  EXPECT_GE(variants, 1);
 }
 
 // The Fused kernel's straight-line loops (fused.cpp: AdamW's first and second moments, its
