@@ -122,8 +122,10 @@ inline float gelu_erf_grad(float dy, float x) {
 // blends they take 0.70 ns an element instead of 1.04 (gelu) and 0.82 instead of 1.16 (its
 // gradient), one core of a Zen 4. Each is bitwise the scalar form as GCC compiles it in this
 // variant, which fuses x + kappa x^3 (and 1 + 3 kappa x^2, and the gradient's
-// 0.5 (1 + t) + left * right_d as one FMA) but not 1 - t^2: compared over all 2^32 inputs (and
-// the gradient at three dy); CpuVariants.GeluIsBitwiseTheSameInEveryVariant keeps checking it
+// 0.5 (1 + t) + left * right_d as one FMA, the same value as unfused: 0.5 (1 + t) is exact) but
+// not 1 - t^2: compared over all 2^32 inputs (and the gradient at three dy; the CUDA kernels'
+// spelled-out formulas, run on the host with this tanh and exp, give the same bits too);
+// CpuVariants.GeluIsBitwiseTheSameInEveryVariant keeps checking it
 // against the AVX2 variant's scalar loops. The products that must stay unfused use the
 // _round_ intrinsics, which GCC does not contract into FMAs (plain _mm512_mul_ps it does).
 #if CSTORCH_AVX512_KERNELS
