@@ -324,40 +324,14 @@ void cpu_LogSoftmaxGrad(const ir::KernelContext& ctx, const ir::Node& n, const v
   });
 }
 
-namespace {
-
-// cross_entropy_grad's rows from f32 log-probs y into a bf16 gradient dx: each element the f32
-// value the f32 kernel below computes (the same expression, in the same order), rounded as the
-// Cast kernel rounds.
-void cross_entropy_grad_rows(const float* y, const float* g, uint16_t* dx, const Targets& tg,
-                             const ir::LossAttrs& at, const OCI& v, int64_t count) {
-  double scale = at.reduction == ir::Reduction::None ? 0.0 : static_cast<double>(g[0]);
-  if (at.reduction == ir::Reduction::Mean) scale /= static_cast<double>(count);
-  parallel_for(v.outer, std::max<int64_t>(1, 4096 / v.C), [&](int64_t b, int64_t e) {
-    for (int64_t o = b; o < e; ++o) {
-      const int64_t t = tg[o];
-      const bool valid = t != at.ignore_index;
-      const double gv = at.reduction == ir::Reduction::None ? static_cast<double>(g[o]) : scale;
-      const float gt = valid ? static_cast<float>(-gv) : 0.0f;
-      const float sf = gt + 0.0f;
-      const float* yr = y + o * v.C;
-      uint16_t* dr = dx + o * v.C;
-#pragma omp simd
-      for (int64_t j = 0; j < v.C; ++j)
-        dr[j] = bf16_bits_of(std::bit_cast<uint32_t>(0.0f - vexp(yr[j]) * sf));
-      if (valid) dr[t] = bf16_bits_of(std::bit_cast<uint32_t>(gt - vexp(yr[t]) * sf));
-    }
-  });
-}
-
-}  // namespace
-
 // cross_entropy_grad(log_probs y, grad, target) = log_softmax_grad(nll_loss_grad(grad, target), y)
 // with the class dim last, without writing the sparse G = nll_loss_grad(...): row i of G is
 // zero save G[t_i] = -g_i (g scaled by 1/count for the mean), so its row sum is G[t_i] and
 // dx = G - exp(y) * G[t_i]. Every step rounds as the two kernels do (the same double row sum,
 // the same vexp and expression), so the result is bitwise theirs. In place over y is safe:
-// y[t_i] is read before the row is written, every other element only by its own output.
+// y[t_i] is read before the row is written, every other element only by its own output. With
+// LossAttrs::bf16_out (f32 log-probs), each f32 value is stored rounded to bf16, bitwise the
+// f32 kernel followed by a cast (never in place: the planner needs equal sizes).
 void cpu_CrossEntropyGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
                           void* out) {
   const auto& at = n.attr<ir::LossAttrs>();
@@ -372,15 +346,9 @@ void cpu_CrossEntropyGrad(const ir::KernelContext& ctx, const ir::Node& n, const
     if (t < 0 || t >= v.C) bad_target("cross_entropy_grad", t, v.C, at.ignore_index);
     ++count;
   }
-  if (at.bf16_out) {  // f32 log-probs, the f32 gradient rounded to bf16 as a Cast rounds it
-    cross_entropy_grad_rows(static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
-                            static_cast<uint16_t*>(out), tg, at, v, count);
-    return;
-  }
-  dispatch_float(n.dtype, "cross_entropy_grad", [&]<class T>(T*) {
-    const T* y = static_cast<const T*>(in[0]);
-    const T* g = static_cast<const T*>(in[1]);
-    T* dx = static_cast<T*>(out);
+  // Rows of dx, each element put(f32 value): store<T> for a gradient of the log-probs' dtype, or
+  // the f32 value rounded to bf16 as the Cast kernel rounds it (LossAttrs::bf16_out, from f32).
+  auto rows = [&]<class T, class O>(const T* y, const T* g, O* dx, auto put) {
     double scale = at.reduction == ir::Reduction::None ? 0.0 : static_cast<double>(load(g[0]));
     if (at.reduction == ir::Reduction::Mean) scale /= static_cast<double>(count);
     parallel_for(v.outer, std::max<int64_t>(1, 4096 / v.C), [&](int64_t b, int64_t e) {
@@ -395,14 +363,26 @@ void cpu_CrossEntropyGrad(const ir::KernelContext& ctx, const ir::Node& n, const
             valid ? static_cast<float>(load(store<T>(static_cast<compute_t<T>>(-gv)))) : 0.0f;
         const float sf = gt + 0.0f;
         const T* yr = y + o * v.C;
-        T* dr = dx + o * v.C;
+        O* dr = dx + o * v.C;
         const float yt = valid ? static_cast<float>(load(yr[t])) : 0.0f;
 #pragma omp simd
         for (int64_t j = 0; j < v.C; ++j)
-          dr[j] = store<T>(0.0f - vexp(static_cast<float>(load(yr[j]))) * sf);
-        if (valid) dr[t] = store<T>(gt - vexp(yt) * sf);
+          dr[j] = put(0.0f - vexp(static_cast<float>(load(yr[j]))) * sf);
+        if (valid) dr[t] = put(gt - vexp(yt) * sf);
       }
     });
+  };
+  dispatch_float(n.inputs[0]->dtype, "cross_entropy_grad", [&]<class T>(T*) {
+    const T* y = static_cast<const T*>(in[0]);
+    const T* g = static_cast<const T*>(in[1]);
+    if constexpr (std::is_same_v<T, float>) {
+      if (at.bf16_out) {
+        rows(y, g, static_cast<uint16_t*>(out),
+             [](float x) { return bf16_bits_of(std::bit_cast<uint32_t>(x)); });
+        return;
+      }
+    }
+    rows(y, g, static_cast<T*>(out), [](float x) { return store<T>(x); });
   });
 }
 

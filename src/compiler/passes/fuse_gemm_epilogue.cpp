@@ -51,6 +51,15 @@ bool epilogue_is_free(const ir::Node& p) {
   return ir::device_backend(p.device).gemm_epilogue_applies(M, N, inner_size(p), tb);
 }
 
+// Whether n's backend would run n rewritten to these attributes and output dtype (asked before
+// rewriting it: a fold applies only where the backend runs its result).
+bool runs_as(const ir::Node& n, ir::Attrs attrs, DType dtype) {
+  ir::Node probe = n;
+  probe.attrs = std::move(attrs);
+  probe.dtype = dtype;
+  return ir::device_backend(n.device).cannot_run(probe).empty();
+}
+
 bool f32(const ir::Node& n) {
   if (n.dtype != DType::f32) return false;
   for (auto& in : n.inputs)
@@ -209,10 +218,7 @@ class FuseGemmEpilogue : public Pass {
         if (ce.op != OpCode::CrossEntropyGrad || ce.dtype != DType::f32 || !sole_use(ce)) continue;
         ir::LossAttrs la = ce.attr<ir::LossAttrs>();
         la.bf16_out = true;
-        ir::Node folded = ce;
-        folded.attrs = la;
-        folded.dtype = DType::bf16;
-        if (!ir::device_backend(ce.device).cannot_run(folded).empty()) continue;
+        if (!runs_as(ce, la, DType::bf16)) continue;
         std::vector<ir::NodePtr> inputs = ce.inputs;
         n->op = OpCode::CrossEntropyGrad;
         n->attrs = la;
@@ -237,10 +243,7 @@ class FuseGemmEpilogue : public Pass {
           continue;
         ir::MatmulAttrs ma = mm.attr<ir::MatmulAttrs>();
         ma.f32_out = true;
-        ir::Node folded = mm;
-        folded.attrs = ma;
-        folded.dtype = DType::f32;
-        if (!ir::device_backend(mm.device).cannot_run(folded).empty()) continue;
+        if (!runs_as(mm, ma, DType::f32)) continue;
         if (through) {
           // The product (read by the reshape alone) now stores f32; the cast becomes the reshape.
           mmp->attrs = ma;
