@@ -5,7 +5,9 @@
 # and its checkpoint validated on the CPU, a short fit of each language model's demo config on
 # the GPU, and, when python3 has torch and numpy, bench_fc_mnist on the GPU against PyTorch eager
 # (bench/fc_mnist_peer.py) and GPT-2 124M (bf16, T=1024) against PyTorch eager and torch.compile
-# (bench/transformer_peer.py). Logs go to LOGS (default
+# (bench/transformer_peer.py); then a profile of the GPT-2 step with every kernel timed on the
+# GPU's clock, and Nsight Compute's counters for the attention kernels where ncu exists. Logs go
+# to LOGS (default
 # /tmp/cuda_check). Usage: scripts/cuda_bundle_check.sh [BUNDLE]  (default .dev/bundle.tar.xz)
 set -u
 cd "$(dirname "$0")/.."
@@ -24,9 +26,12 @@ B=$unpacked/bin
 echo "=== cuda_tests"
 timeout 300 "$B/cuda_tests" > "$LOGS/cuda_tests.log" 2>&1
 grep -E '^\[ *(OK|FAILED|PASSED) ' "$LOGS/cuda_tests.log"
-echo "=== memcheck ($(elapsed))"
-timeout 300 compute-sanitizer --tool memcheck "$B/cuda_tests" --gtest_filter='CudaOps.*:CudaDevice.*:CudaTraining.Optimizer*' > "$LOGS/memcheck.log" 2>&1
-grep 'ERROR SUMMARY' "$LOGS/memcheck.log"
+# CUDA_CHECK_QUICK=1 leaves out the memcheck pass (minutes), for runs that changed no kernel.
+if [[ "${CUDA_CHECK_QUICK:-0}" != 1 ]]; then
+  echo "=== memcheck ($(elapsed))"
+  timeout 300 compute-sanitizer --tool memcheck "$B/cuda_tests" --gtest_filter='CudaOps.*:CudaDevice.*:CudaTraining.Optimizer*' > "$LOGS/memcheck.log" 2>&1
+  grep 'ERROR SUMMARY' "$LOGS/memcheck.log"
+fi
 echo "=== reference rows on GPU:0 ($(elapsed))"
 timeout 300 "$B/reference_tests" --gtest_filter='Ops/OpOnDevice.*GPU0*' > "$LOGS/reference_gpu.log" 2>&1
 grep -E '^\[reference\]|^\[  (PASSED|FAILED)' "$LOGS/reference_gpu.log"
@@ -54,6 +59,22 @@ for l in sys.stdin:
   timeout 300 "$B/bench_transformer" $G --device GPU | tee -a "$LOGS/bench.log"
   timeout 300 python3 bench/transformer_peer.py $G --device cuda | tee -a "$LOGS/bench.log"
   timeout 300 python3 bench/transformer_peer.py $G --device cuda --compile | tee -a "$LOGS/bench.log"
+fi
+# Where the GPU step goes: every kernel timed on the device's clock (cudaEvents, no waits between
+# kernels; the profile runs kernel by kernel, not as a CUDA graph).
+echo "=== GPT-2 124M step profile on the GPU's clock ($(elapsed))"
+P="--model gpt2 --layers 12 --width 768 --heads 12 --seq 1024 --vocab 50304 --batch 8 --precision bf16"
+CSTORCH_PROFILE=1 timeout 120 "$B/bench_transformer" $P --steps 3 --repeats 1 --warmup 1 --device GPU > "$LOGS/profile.log" 2>&1
+grep -A 30 'cstorch profile' "$LOGS/profile.log" | head -60
+# The attention kernels' hardware counters (the forward of 12 layers, then the last layer's
+# backward), when Nsight Compute is there.
+if command -v ncu > /dev/null; then
+  echo "=== ncu: attention kernels ($(elapsed))"
+  CSTORCH_CUDA_GRAPHS=0 timeout 240 ncu --clock-control none -k regex:attention --launch-count 15 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    "$B/bench_transformer" $P --steps 1 --repeats 1 --warmup 0 --device GPU > "$LOGS/ncu_attention.log" 2>&1
+  grep -E '^  attention_|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Shared Memory Configuration Size|Dynamic Shared' "$LOGS/ncu_attention.log" | head -120
 fi
 rm -rf "$unpacked"
 echo "=== done ($(elapsed)); logs in $LOGS"

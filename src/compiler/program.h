@@ -141,6 +141,12 @@ class Program {
   bool profile_ = false;
   bool profile_nodes_ = false;        // CSTORCH_PROFILE=nodes
   std::vector<double> step_seconds_;  // per kernel call, summed over executions
+  // The profile on a device with a KernelClock: the device's clock times its kernels, and
+  // clocked_ lists the step of each mark() of the current execution.
+  std::unique_ptr<ir::KernelClock> clock_;
+  std::vector<size_t> clocked_;
+  template <class F>
+  void profiled(size_t si, const ir::KernelContext& ctx, F&& call);
   int64_t runs_ = 0;
   // Recording: the backend that records this program (null: run kernel by kernel), the current
   // recording and the pointers it was made with (replayed only while ptrs_ equals them).

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ir/node.h"
 
@@ -20,6 +21,20 @@ class DeviceBackend;
 class Recording {
  public:
   virtual ~Recording() = default;
+};
+
+// Times a sequence of kernel calls on a device's own clock, for the profile (CSTORCH_PROFILE),
+// without waiting between them: start() queues the first timestamp on the device's stream,
+// mark() one after each kernel call; seconds() waits for the last and returns, in order, the
+// seconds between consecutive timestamps (one per mark()), then starts over. An interval is the
+// device's time from the end of one call's work to the end of the next's: the kernel's run,
+// plus any wait for its launch where the device ran ahead of the host.
+class KernelClock {
+ public:
+  virtual ~KernelClock() = default;
+  virtual void start() = 0;
+  virtual void mark() = 0;
+  virtual std::vector<double> seconds() = 0;
 };
 
 // What a kernel gets besides its node and operands. Kernels never allocate: scratch memory is
@@ -73,6 +88,10 @@ class DeviceBackend {
   // Waits for the work queued on the device's stream.
   virtual void synchronize() const {}
   virtual void* stream() const { return nullptr; }
+  // A clock that times kernels on the device (see KernelClock), for a device that runs them
+  // asynchronously; null (the default) where the profile times each call on the host, waiting
+  // for the device before and after it.
+  virtual std::unique_ptr<KernelClock> kernel_clock() const { return nullptr; }
 
   // Execution. `kernel` is null where the backend has no kernel for the op.
   virtual Kernel kernel(OpCode op) const = 0;

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -155,6 +157,31 @@ void checked_group_kernel(const ir::KernelContext& ctx, const ir::Node* const* n
   k(ctx, nodes, ins, outs, count);
 }
 
+// The profile's clock (ir::KernelClock). The checking device's kernels run on the host within
+// their calls, so the host's clock between marks is the kernels' time.
+std::atomic<int64_t> g_clock_marks{0};
+class HostClock final : public ir::KernelClock {
+ public:
+  void start() override {
+    t_.clear();
+    t_.push_back(std::chrono::steady_clock::now());
+  }
+  void mark() override {
+    g_clock_marks.fetch_add(1, std::memory_order_relaxed);
+    t_.push_back(std::chrono::steady_clock::now());
+  }
+  std::vector<double> seconds() override {
+    std::vector<double> s;
+    for (size_t i = 1; i < t_.size(); ++i)
+      s.push_back(std::chrono::duration<double>(t_[i] - t_[i - 1]).count());
+    t_.clear();
+    return s;
+  }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> t_;
+};
+
 class CheckingBackend final : public ir::DeviceBackend {
  public:
   std::string name() const override { return "check"; }
@@ -192,6 +219,9 @@ class CheckingBackend final : public ir::DeviceBackend {
     return cpu().fused_group_kernel() ? &checked_group_kernel : nullptr;
   }
   size_t workspace_bytes(const ir::Node& n) const override { return cpu().workspace_bytes(n); }
+  std::unique_ptr<ir::KernelClock> kernel_clock() const override {
+    return std::make_unique<HostClock>();
+  }
   // The same answers as the CPU, so that programs compile to the same nodes and results are
   // bitwise those of the CPU.
   bool gemm_epilogue_applies(int64_t m, int64_t n, int64_t k, bool trans_b) const override {
@@ -217,7 +247,8 @@ Device register_checking_device() {
 }
 
 CheckingDeviceStats checking_device_stats() {
-  return {g_kernels.load(), g_to_host.load(), g_from_host.load(), g_in_use.load()};
+  return {g_kernels.load(), g_to_host.load(), g_from_host.load(), g_in_use.load(),
+          g_clock_marks.load()};
 }
 
 std::vector<int64_t> checking_device_kernel_calls() {

@@ -20,6 +20,7 @@ struct CheckingDeviceStats {
   int64_t to_host = 0;       // copies device -> host
   int64_t from_host = 0;     // copies host -> device
   int64_t bytes_in_use = 0;  // allocated and not freed
+  int64_t clock_marks = 0;   // KernelClock::mark calls (the profile's clock)
 };
 CheckingDeviceStats checking_device_stats();
 // Kernel calls on the device so far, per op (index: the ir::OpCode): which ops really ran there,

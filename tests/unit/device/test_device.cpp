@@ -3,8 +3,10 @@
 // must be bitwise those of the CPU, since the device runs the CPU kernels through the device ABI.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <set>
+#include <tuple>
 
 #include <cstorch/amp.h>
 #include <cstorch/checkpoint.h>
@@ -179,6 +181,54 @@ Batch mnist_like_batch(uint32_t seed) {
   std::vector<int64_t> y(32);
   for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>((i * 7 + seed) % 10);
   return {{"x", rt({32, 784}, seed)}, {"y", from_vector(y, {32})}};
+}
+
+// CSTORCH_PROFILE on a device with a kernel clock (ir::KernelClock): the program's kernels are
+// timed on the device's clock, one mark after each call, and the table says so; without the
+// profile the clock is never used.
+TEST(Device, TheProfileTimesADevicesKernelsOnItsClock) {
+  const Device d = check();
+  auto run_steps = [&](bool profile) {
+    if (profile)
+      setenv("CSTORCH_PROFILE", "1", 1);
+    else
+      unsetenv("CSTORCH_PROFILE");
+    runtime::StepDeviceScope scope(d);
+    manual_seed(5);
+    auto model =
+        std::make_shared<nn::SequentialImpl>(nn::Linear(784, 64), nn::ReLU(), nn::Linear(64, 10));
+    model->to(d);
+    optim::SGD opt(model->parameters(), 0.01, 0.9);
+    const auto before = checking_device_stats();
+    ::testing::internal::CaptureStderr();
+    {
+      auto step = trace([&](const Batch& b) {
+        Tensor l = cross_entropy(model->forward(b.at("x")), b.at("y"));
+        l.backward();
+        opt.step();
+        opt.zero_grad();
+        return l;
+      });
+      for (int s = 0; s < 4; ++s) (void)step(mnist_like_batch(s)).item<float>();
+    }  // the program prints its profile when it goes
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    unsetenv("CSTORCH_PROFILE");
+    const auto after = checking_device_stats();
+    return std::make_tuple(err, after.clock_marks - before.clock_marks,
+                           after.kernels - before.kernels);
+  };
+  const auto [err, marks, kernels] = run_steps(true);
+  EXPECT_NE(err.find("3 executions after the first"), std::string::npos) << err;
+  EXPECT_NE(err.find("check:0's clock"), std::string::npos) << err;
+  EXPECT_NE(err.find("linear"), std::string::npos) << err;
+  // One mark per kernel call of each of the 4 executions (a one-pass group is one call).
+  EXPECT_GT(marks, 4 * 5);
+  EXPECT_EQ(marks % 4, 0);
+  EXPECT_LE(marks, kernels);
+  const auto [quiet, no_marks, kernels_too] = run_steps(false);
+  EXPECT_EQ(quiet.find("cstorch profile"), std::string::npos) << quiet;
+  EXPECT_EQ(no_marks, 0);
+  EXPECT_GT(kernels_too, 4 * 5);
 }
 
 TEST(Device, TracedFcStepWithSgdMomentumIsBitwiseTheCpus) {

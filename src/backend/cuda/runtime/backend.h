@@ -39,6 +39,8 @@ class CudaBackend final : public ir::DeviceBackend {
   // The stream kernels queue on: while the calling thread records (begin_recording), the
   // capture stream, else the device's stream.
   void* stream() const override { return active_stream(); }
+  // cudaEvents recorded on the device's stream (the profile does not record graphs).
+  std::unique_ptr<ir::KernelClock> kernel_clock() const override;
   ir::Kernel kernel(ir::OpCode op) const override;
   size_t workspace_bytes(const ir::Node& n) const override;
   bool supports(ir::OpCode op, DType t) const override;
