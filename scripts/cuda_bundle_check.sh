@@ -26,8 +26,10 @@ B=$unpacked/bin
 echo "=== cuda_tests"
 timeout 300 "$B/cuda_tests" > "$LOGS/cuda_tests.log" 2>&1
 grep -E '^\[ *(OK|FAILED|PASSED) ' "$LOGS/cuda_tests.log"
-# CUDA_CHECK_QUICK=1 leaves out the memcheck pass (minutes), for runs that changed no kernel.
-if [[ "${CUDA_CHECK_QUICK:-0}" != 1 ]]; then
+# CUDA_CHECK_QUICK=1 leaves out the memcheck pass (minutes), the torch.compile peer (its first
+# step compiles for about 40 s) and ncu: for runs that changed no kernel.
+QUICK=${CUDA_CHECK_QUICK:-0}
+if [[ "$QUICK" != 1 ]]; then
   echo "=== memcheck ($(elapsed))"
   timeout 300 compute-sanitizer --tool memcheck "$B/cuda_tests" --gtest_filter='CudaOps.*:CudaDevice.*:CudaTraining.Optimizer*' > "$LOGS/memcheck.log" 2>&1
   grep 'ERROR SUMMARY' "$LOGS/memcheck.log"
@@ -58,7 +60,7 @@ for l in sys.stdin:
   G="--model gpt2 --layers 12 --width 768 --heads 12 --seq 1024 --vocab 50304 --batch 8 --precision bf16 --steps 10 --repeats 3 --warmup 3"
   timeout 300 "$B/bench_transformer" $G --device GPU | tee -a "$LOGS/bench.log"
   timeout 300 python3 bench/transformer_peer.py $G --device cuda | tee -a "$LOGS/bench.log"
-  timeout 300 python3 bench/transformer_peer.py $G --device cuda --compile | tee -a "$LOGS/bench.log"
+  [[ "$QUICK" == 1 ]] || timeout 300 python3 bench/transformer_peer.py $G --device cuda --compile | tee -a "$LOGS/bench.log"
 fi
 # Where the GPU step goes: every kernel timed on the device's clock (cudaEvents, no waits between
 # kernels; the profile runs kernel by kernel, not as a CUDA graph).
@@ -68,7 +70,7 @@ CSTORCH_PROFILE=1 timeout 120 "$B/bench_transformer" $P --steps 3 --repeats 1 --
 grep -A 30 'cstorch profile' "$LOGS/profile.log" | head -60
 # The attention kernels' hardware counters (the forward of 12 layers, then the last layer's
 # backward), when Nsight Compute is there.
-if command -v ncu > /dev/null; then
+if [[ "$QUICK" != 1 ]] && command -v ncu > /dev/null; then
   echo "=== ncu: attention kernels ($(elapsed))"
   CSTORCH_CUDA_GRAPHS=0 timeout 240 ncu --clock-control none -k regex:attention --launch-count 15 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \

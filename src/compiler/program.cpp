@@ -21,6 +21,12 @@ namespace cstorch::compiler {
 
 namespace {
 constexpr size_t kAlign = 64;
+// The kernel of a packed upload's step (Program::plan): the host value into its place in the
+// upload block (ctx.workspace), which upload_pack copies to the device.
+void copy_into_pack(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void*) {
+  std::memcpy(ctx.workspace, in[0], n.nbytes());
+}
+
 size_t align_up(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
 }
@@ -257,6 +263,38 @@ void Program::plan() {
   // Old state values read by final copies must not be overwritten in place: handled above by
   // `last` (a final copy of an Input(State) value extends its life to `end`).
 
+  // The upload block. A recorded program's prologue uploads the host values its recorded kernels
+  // read: an optimizer's step sizes, a few per parameter, hundreds a step. One transfer each
+  // waits for a staging slot and a copy each, with the device idle meanwhile; instead, each
+  // small upload (read only by recorded or later kernels) writes its value into a host block
+  // and one transfer after the prologue copies the block to the device.
+  std::vector<int64_t> packed_at(n, -1);
+  Device pack_on;
+  if (recorder_) {
+    std::vector<uint8_t> first_reader(n, 4);  // the earliest phase that reads each value
+    for (size_t i = 0; i < n; ++i)
+      for (auto& in : g_.nodes[i]->inputs) {
+        const uint32_t u = id.at(in.get());
+        first_reader[u] = std::min(first_reader[u], phase_[i]);
+      }
+    for (size_t i = 0; i < n; ++i) {
+      const auto& node = *g_.nodes[i];
+      if (node.op != ir::OpCode::ToDevice || placed[i] || phase_[i] != 1 || first_reader[i] < 2 ||
+          node.nbytes() > kPackedUploadBytes || &ir::device_backend(node.device) != recorder_ ||
+          !ir::device_backend(node.inputs[0]->device).host_accessible())
+        continue;
+      packed_at[i] = static_cast<int64_t>(pack_bytes_);
+      places_[i] = {Loc::Packed, packed_at[i], nullptr};
+      placed[i] = true;
+      pack_bytes_ += align_up(node.nbytes());
+      pack_on = node.device;
+    }
+    if (pack_bytes_) {
+      pack_host_ = ir::Buffer::alloc(pack_bytes_);
+      pack_device_ = ir::Buffer::alloc(pack_bytes_, pack_on);
+    }
+  }
+
   // Kernels and their workspaces (scratch live only during the node's own step).
   struct Item {
     uint32_t v;  // value id, or n + step index for a workspace
@@ -287,6 +325,11 @@ void Program::plan() {
             -1};
     st.ctx.backend = &backend;
     st.ctx.stream = backend.stream();
+    if (packed_at[i] >= 0) {  // a host copy into the upload block
+      st.kernel = &copy_into_pack;
+      st.ctx = {};
+      st.ctx.workspace = static_cast<char*>(pack_host_->data) + packed_at[i];
+    }
     if (node.op != ir::OpCode::ToDevice) {
       if (size_t ws = backend.workspace_bytes(node)) {
         st.ctx.workspace_bytes = ws;
@@ -413,6 +456,8 @@ void Program::plan() {
     if (places_[i].loc == Loc::Arena && !is_alias[i])
       ptrs_[i] = static_cast<char*>(arenas_[places_[i].arena]->data) + places_[i].index;
     if (places_[i].loc == Loc::Constant) ptrs_[i] = const_cast<void*>(places_[i].constant);
+    if (places_[i].loc == Loc::Packed)
+      ptrs_[i] = static_cast<char*>(pack_device_->data) + places_[i].index;
   }
   alias_ids_.clear();
   for (size_t i = 0; i < n; ++i)
@@ -621,7 +666,9 @@ void Program::run(const ir::Buffer* const* batch, void* const* outputs) {
       clocked_.clear();
       clock_->start();
     }
-    run_steps(0, steps_.size());
+    run_steps(0, prologue_);
+    upload_pack();
+    run_steps(prologue_, steps_.size());
     if (clock_) {
       // The device's times of its kernels; a kernel of another device (host arithmetic) was
       // timed on the host.
@@ -631,6 +678,7 @@ void Program::run(const ir::Buffer* const* batch, void* const* outputs) {
     }
   } else {
     run_steps(0, prologue_);
+    upload_pack();
     if (recording_ && same_bindings())
       recorder_->replay(*recording_);
     else if (runs_ > kDirectRuns && recordings_ < kMaxRecordings)
@@ -649,6 +697,13 @@ void Program::run(const ir::Buffer* const* batch, void* const* outputs) {
                        g_.nodes[v]->nbytes());
   }
   note_state_written();
+}
+
+// The prologue's packed uploads, gathered in the host block by their steps: one transfer.
+void Program::upload_pack() {
+  if (pack_bytes_)
+    ir::copy_between(pack_device_->device, pack_device_->data, Device{}, pack_host_->data,
+                     pack_bytes_);
 }
 
 // A derived slot whose source changed since this program last wrote both (or that was never

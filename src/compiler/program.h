@@ -11,7 +11,9 @@
 
 namespace cstorch::compiler {
 
-enum class Loc : uint8_t { Arena, Batch, State, Constant, Output };
+// Packed: a small host value's upload in a recorded program's prologue, placed at a byte
+// offset of the program's upload block (see Program::plan).
+enum class Loc : uint8_t { Arena, Batch, State, Constant, Output, Packed };
 
 struct ValuePlace {
   Loc loc = Loc::Arena;
@@ -93,6 +95,8 @@ class Program {
   // whose buffers change at every call (a parameter replaced each step) then runs directly.
   static constexpr int64_t kDirectRuns = 2;
   static constexpr int kMaxRecordings = 4;
+  // The largest upload of a host value that goes through the upload block (plan).
+  static constexpr size_t kPackedUploadBytes = 4096;
   void plan_groups();
 
   Graph g_;
@@ -117,8 +121,13 @@ class Program {
   std::vector<std::shared_ptr<ir::Buffer>> staging_;       // per batch input (null: read in place)
   std::vector<std::shared_ptr<ir::Buffer>> host_staging_;  // collectives' host buffers
   std::vector<std::shared_ptr<ir::Buffer>> uploaded_;      // constants copied to their users
-  std::vector<uint64_t> requests_;                         // collectives' request handles
-  std::vector<ir::Buffer> host_batch_;                     // run(const void*...)'s wrappers
+  // The upload block: the prologue's small uploads of host values are gathered in pack_host_ by
+  // their steps and copied to pack_device_ by one transfer after the prologue (upload_pack).
+  std::shared_ptr<ir::Buffer> pack_host_, pack_device_;
+  size_t pack_bytes_ = 0;
+  void upload_pack();
+  std::vector<uint64_t> requests_;      // collectives' request handles
+  std::vector<ir::Buffer> host_batch_;  // run(const void*...)'s wrappers
   std::vector<const ir::Buffer*> host_batch_ptrs_;
   using Pairs = std::vector<std::pair<uint32_t, uint32_t>>;
   Pairs batch_ids_, state_ids_, output_ids_;  // (value id, batch / state / output index)

@@ -43,6 +43,8 @@ void tape_kernel(const ir::KernelContext& ctx, const ir::Node& n, const void* co
   cstorch::testing::tape_or_run(cpu().kernel(n.op), ctx, n, in, out);
 }
 
+std::atomic<int64_t> g_uploads{0};  // copy_from_host calls
+
 // Host memory and the CPU's kernels and answers, but a device of its own that records.
 class TapeBackend final : public ir::DeviceBackend {
  public:
@@ -52,7 +54,10 @@ class TapeBackend final : public ir::DeviceBackend {
   void deallocate(void* p, size_t n) const override { cpu().deallocate(p, n); }
   bool host_accessible() const override { return false; }
   void copy_to_host(void* d, const void* s, size_t n) const override { std::memcpy(d, s, n); }
-  void copy_from_host(void* d, const void* s, size_t n) const override { std::memcpy(d, s, n); }
+  void copy_from_host(void* d, const void* s, size_t n) const override {
+    g_uploads.fetch_add(1, std::memory_order_relaxed);
+    std::memcpy(d, s, n);
+  }
   void copy_on_device(void* d, const void* s, size_t n) const override { std::memmove(d, s, n); }
   void fill_zero(void* d, size_t n) const override { std::memset(d, 0, n); }
   ir::Kernel kernel(ir::OpCode op) const override {
@@ -81,6 +86,7 @@ struct TapeScope {
   explicit TapeScope(bool records) {
     tape_counters().reset();
     g_fail_while_recording = false;
+    g_uploads = 0;
     ir::register_device_backend(DeviceType::GPU, std::make_shared<TapeBackend>(records));
   }
   ~TapeScope() { ir::register_device_backend(DeviceType::GPU, nullptr); }
@@ -112,12 +118,14 @@ bool bitwise_equal(const std::vector<std::vector<float>>& a,
 TEST(Recording, ReplaysAreBitwiseTheKernelByKernelRun) {
   cstorch::testing::FcRun direct, taped;
   std::vector<std::vector<float>> direct_params, taped_params;
+  int64_t direct_uploads = 0, taped_uploads = 0;
   {
     TapeScope scope(false);
     direct = cstorch::testing::fc_mnist_run(kDev, "adamw", 9, 32, "[64, 32]", 2);
     direct_params = values_of(direct.params);
     EXPECT_EQ(tape_counters().recordings.load(), 0);
     EXPECT_EQ(tape_counters().replays.load(), 0);
+    direct_uploads = g_uploads.load();
   }
   {
     TapeScope scope(true);
@@ -129,7 +137,12 @@ TEST(Recording, ReplaysAreBitwiseTheKernelByKernelRun) {
     EXPECT_EQ(tape_counters().replays.load(), 7);
     EXPECT_EQ(tape_counters().replayed.load(), 7 * tape_counters().recorded.load());
     EXPECT_GT(tape_counters().recorded.load(), 10);
+    taped_uploads = g_uploads.load();
   }
+  // A recording program gathers its prologue's uploads of host values (AdamW's step sizes and
+  // bias corrections, 3 for each of the 6 parameters) into one transfer a step: 17 fewer in
+  // each of the 9 training steps (224 transfers against 71 when written).
+  EXPECT_GE(direct_uploads - taped_uploads, 9 * 17);
   EXPECT_EQ(taped.train_losses, direct.train_losses);
   EXPECT_EQ(taped.eval_losses, direct.eval_losses);
   EXPECT_TRUE(bitwise_equal(taped_params, direct_params));
