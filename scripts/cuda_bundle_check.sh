@@ -63,11 +63,12 @@ for l in sys.stdin:
   [[ "$QUICK" == 1 ]] || timeout 300 python3 bench/transformer_peer.py $G --device cuda --compile | tee -a "$LOGS/bench.log"
 fi
 # Where the GPU step goes: every kernel timed on the device's clock (cudaEvents, no waits between
-# kernels; the profile runs kernel by kernel, not as a CUDA graph).
+# kernels; the profile runs kernel by kernel, not as a CUDA graph). CUDA_CHECK_PROFILE=nodes
+# lists every kernel call in the log as well.
 echo "=== GPT-2 124M step profile on the GPU's clock ($(elapsed))"
 P="--model gpt2 --layers 12 --width 768 --heads 12 --seq 1024 --vocab 50304 --batch 8 --precision bf16"
-CSTORCH_PROFILE=1 timeout 120 "$B/bench_transformer" $P --steps 3 --repeats 1 --warmup 1 --device GPU > "$LOGS/profile.log" 2>&1
-grep -A 30 'cstorch profile' "$LOGS/profile.log" | head -60
+CSTORCH_PROFILE=${CUDA_CHECK_PROFILE:-1} timeout 120 "$B/bench_transformer" $P --steps 3 --repeats 1 --warmup 1 --device GPU > "$LOGS/profile.log" 2>&1
+grep -A 30 "cstorch profile" "$LOGS/profile.log" | head -40
 # The attention kernels' hardware counters (the forward of 12 layers, then the last layer's
 # backward), when Nsight Compute is there.
 if [[ "$QUICK" != 1 ]] && command -v ncu > /dev/null; then
