@@ -679,6 +679,36 @@ TEST(CudaOps, FusedProgramsAgainstTheCpu) {
     ASSERT_NEAR(a[i], e[i], 1e-5 * std::abs(e[i]) + 1e-6) << "element " << i;
 }
 
+// Fused programs that read bf16 (a cast to f32 joins the program: the value widened exactly)
+// and store bf16 (a cast to bf16 ends it: rounded to nearest even, as the Cast kernel rounds):
+// add, mul and a bf16 result are exact IEEE operations, so the GPU gives the CPU's bits.
+TEST(CudaOps, Bf16FusedProgramsAreTheCpusBitForBit) {
+  auto run = [](Device d) {
+    runtime::StepDeviceScope scope(d);
+    auto step = trace([](const Batch& b) {
+      const Tensor &x = b.at("x"), &y = b.at("y"), &r = b.at("row");
+      Tensor w = cast(x, DType::f32) * y + r;                          // bf16 in, f32 out
+      Tensor n = cast(y * 3.0 - r, DType::bf16);                       // f32 in, bf16 out
+      Tensor both = cast(cast(x, DType::f32) * y + 1.0, DType::bf16);  // bf16 in and out
+      return std::vector<Tensor>{w, n, both};
+    });
+    Batch b{
+        {"x", cast(rt({64, 96}, 5), DType::bf16)}, {"y", rt({64, 96}, 6)}, {"row", rt({96}, 7)}};
+    for (auto& [k, t] : b) t = t.to(d);
+    std::vector<Tensor> out;
+    for (auto& t : step(b)) out.push_back(t.to(Device{}));
+    return out;
+  };
+  const auto g = run(kGpu), c = run(Device{});
+  ASSERT_EQ(g.size(), c.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_EQ(g[i].dtype(), c[i].dtype()) << "output " << i;
+    auto x = detail::host_bytes(g[i], "test"), y = detail::host_bytes(c[i], "test");
+    ASSERT_EQ(x.size(), y.size()) << "output " << i;
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size()), 0) << "output " << i;
+  }
+}
+
 TEST(CudaOps, ABadIndexIsAnErrorAtTheNextHostRead) {
   Tensor w = rt({10, 4}).to(kGpu);
   Tensor tokens = from_vector(std::vector<int64_t>{1, 2, 10, 3}, {4}).to(kGpu);

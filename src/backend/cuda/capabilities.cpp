@@ -26,6 +26,7 @@ constexpr uint32_t kHalf = bit(DType::bf16) | bit(DType::f16);
 constexpr uint32_t kF32H = F32 | kHalf;
 constexpr uint32_t kAllH = kAll | kHalf;
 constexpr uint32_t kF32I64 = F32 | kI64;
+constexpr uint32_t kF32B = F32 | bit(DType::bf16);
 
 struct Table {
   uint32_t mask[ir::kNumOps] = {};

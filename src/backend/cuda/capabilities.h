@@ -29,6 +29,14 @@ inline constexpr int kCudaMaxRank = 8;
 size_t workspace_bytes(const ir::Node& n);
 // Whether the Fused kernel (an elementwise program interpreter) runs `op` as an instruction.
 bool fuses(ir::OpCode op);
+// The Fused kernel reads bf16 inputs (widened exactly) and stores a bf16 result (rounded as the
+// Cast kernel rounds): DeviceBackend::fused_reads_bf16 / fused_stores_bf16.
+inline bool fused_reads_bf16() {
+  return true;
+}
+inline bool fused_stores_bf16() {
+  return true;
+}
 // No GEMM epilogues yet: the compiler keeps bias, relu and updates separate on CUDA.
 inline bool gemm_epilogue_applies(int64_t, int64_t, int64_t, bool) {
   return false;

@@ -109,8 +109,8 @@ bool cuda_fuses(ir::OpCode op) {
 bool fused_program_supported(const ir::FusedAttrs& a, int ninputs, std::string* why) {
   const int nc = static_cast<int>(a.code.size());
   if (nc == 0) return refuse(why, "fused: the program is empty");
-  if (a.out != DType::f32)
-    return refuse(why, fmt::format("fused: the CUDA interpreter stores f32 results, not {}",
+  if (a.out != DType::f32 && a.out != DType::bf16)
+    return refuse(why, fmt::format("fused: the CUDA interpreter stores f32 or bf16 results, not {}",
                                    dtype_name(a.out)));
   if (ninputs < 0 || ninputs + nc > k::kFusedRegs)
     return refuse(why, fmt::format("fused: {} inputs and {} instructions exceed the CUDA "
@@ -138,15 +138,18 @@ bool fused_program_supported(const ir::FusedAttrs& a, int ninputs, std::string* 
 
 std::string fused_unsupported(const ir::Node& n) {
   const auto& a = n.attr<ir::FusedAttrs>();
-  if (n.dtype != DType::f32)
-    return fmt::format("fused: the CUDA interpreter writes f32, not {}", dtype_name(n.dtype));
+  if (n.dtype != a.out || (n.dtype != DType::f32 && n.dtype != DType::bf16))
+    return fmt::format("fused: the CUDA interpreter writes f32 or bf16 (the program's {}), not {}",
+                       dtype_name(a.out), dtype_name(n.dtype));
   std::string why;
   if (!fused_program_supported(a, static_cast<int>(n.inputs.size()), &why)) return why;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     const ir::Node& in = *n.inputs[i];
-    if (in.dtype != DType::f32 && in.dtype != DType::boolean)
-      return fmt::format("fused: the CUDA interpreter reads f32 and bool inputs, input {} is {}", i,
-                         dtype_name(in.dtype));
+    if (in.dtype != DType::f32 && in.dtype != DType::boolean && in.dtype != DType::bf16)
+      return fmt::format(
+          "fused: the CUDA interpreter reads f32, bf16 and bool inputs, input {} is "
+          "{}",
+          i, dtype_name(in.dtype));
     ir::FusedOperand op;
     if (!ir::fused_operand(in.shape, n.shape, op))
       return fmt::format("fused: input {} of shape {} is not a supported broadcast to {}", i,
@@ -167,7 +170,9 @@ k::FusedProgram fused_program(const ir::Node& n) {
     p.div[i] = op.div;
     p.mod[i] = op.mod;
     if (in.dtype == DType::boolean) p.bool_inputs |= 1u << i;
+    if (in.dtype == DType::bf16) p.bf16_inputs |= 1u << i;
   }
+  p.out_bf16 = a.out == DType::bf16 ? 1 : 0;
   for (int i = 0; i < p.ncode; ++i) {
     const ir::FusedInstr& ins = a.code[i];
     k::FusedIns& s = p.code[i];

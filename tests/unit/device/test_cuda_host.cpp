@@ -22,6 +22,7 @@
 #include "backend/cuda/capabilities.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/device_table.h"
+#include "backend/cuda/fused_plan.h"
 #include "ir/device.h"
 #include "modelzoo/registry.h"
 #include "modelzoo/trainer.h"
@@ -211,9 +212,12 @@ TEST(CudaCapabilities, TheTableNamesOnlyOpsWithKernelsAndAnswersHonestly) {
     EXPECT_FALSE(ir::has_trait(op, ir::kLeaf) || ir::has_trait(op, ir::kAlias))
         << ir::op_info(op).name;
     EXPECT_NE(op, ir::OpCode::ToDevice);
-    EXPECT_EQ(cuda::supports(op, DType::bf16), half.count(op) > 0) << ir::op_info(op).name;
+    // Fused programs read and store bf16 (a cast to or from bf16 joins them), not f16.
+    EXPECT_EQ(cuda::supports(op, DType::bf16), half.count(op) > 0 || op == O::Fused)
+        << ir::op_info(op).name;
     EXPECT_EQ(cuda::supports(op, DType::f16), half.count(op) > 0) << ir::op_info(op).name;
   }
+  EXPECT_TRUE(cuda::fused_reads_bf16() && cuda::fused_stores_bf16());
   EXPECT_EQ(listed, cuda::num_ops()) << "an op is listed twice in cuda_ops.def";
   EXPECT_EQ(cuda::op_dtypes(ir::OpCode::Gemm), 0u);
   // The Fused kernel runs every op the CPU's interpreter does.
@@ -314,6 +318,40 @@ TEST(CudaCapabilities, NodesTheKernelsCannotRunAreNamedWithTheReason) {
   auto lp = leaf({8, 10}, DType::f32), t32 = leaf({8}, DType::i32), tf = leaf({8}, DType::f32);
   EXPECT_EQ(cuda::unsupported(*node(O::NllLoss, ir::LossAttrs{}, {lp, t32}, {}, DType::f32)), "");
   EXPECT_NE(cuda::unsupported(*node(O::NllLoss, ir::LossAttrs{}, {lp, tf}, {}, DType::f32)), "");
+  // Fused programs: bf16 inputs (widened) and a bf16 result (rounded) run, f16 does not; the
+  // node's dtype must be the program's result type.
+  auto fx = leaf({4, 5}, DType::bf16), fy = leaf({4, 5}, DType::f32), fh = leaf({4, 5}, DType::f16);
+  auto program = [](DType out) {
+    ir::FusedAttrs fa;
+    ir::FusedInstr mul;
+    mul.op = static_cast<uint16_t>(O::Mul);
+    mul.nargs = 2;
+    mul.args[0] = 0;
+    mul.args[1] = 1;
+    fa.code = {mul};
+    fa.shape = {4, 5};
+    fa.out = out;
+    return fa;
+  };
+  EXPECT_EQ(cuda::unsupported(*node(O::Fused, program(DType::bf16), {fx, fy}, {4, 5}, DType::bf16)),
+            "");
+  EXPECT_EQ(cuda::unsupported(*node(O::Fused, program(DType::f32), {fx, fy}, {4, 5}, DType::f32)),
+            "");
+  EXPECT_NE(cuda::unsupported(*node(O::Fused, program(DType::f32), {fh, fy}, {4, 5}, DType::f32))
+                .find("input 0 is f16"),
+            std::string::npos);
+  EXPECT_NE(cuda::unsupported(*node(O::Fused, program(DType::f16), {fx, fy}, {4, 5}, DType::f16))
+                .find("f16"),
+            std::string::npos);
+  EXPECT_NE(cuda::unsupported(*node(O::Fused, program(DType::bf16), {fx, fy}, {4, 5}, DType::f32))
+                .find("f32 or bf16"),
+            std::string::npos);
+  // The program the kernel gets marks the bf16 input and result.
+  const auto fp =
+      cuda::fused_program(*node(O::Fused, program(DType::bf16), {fx, fy}, {4, 5}, DType::bf16));
+  EXPECT_EQ(fp.bf16_inputs, 1u);
+  EXPECT_EQ(fp.bool_inputs, 0u);
+  EXPECT_EQ(fp.out_bf16, 1);
 }
 
 // ---- the stand-in: the CUDA backend's answers over host memory and the CPU kernels ----
@@ -361,6 +399,8 @@ class CudaStandIn final : public ir::DeviceBackend {
   }
   std::string cannot_run(const ir::Node& n) const override { return cuda::unsupported(n); }
   bool fuses(ir::OpCode op) const override { return cuda::fuses(op); }
+  bool fused_reads_bf16() const override { return cuda::fused_reads_bf16(); }
+  bool fused_stores_bf16() const override { return cuda::fused_stores_bf16(); }
   bool gemm_epilogue_applies(int64_t m, int64_t n, int64_t k, bool tb) const override {
     return cuda::gemm_epilogue_applies(m, n, k, tb);
   }

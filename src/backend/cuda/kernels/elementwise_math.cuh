@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/kernels/half.cuh"
 #include "backend/cuda/kernels/host_device.h"
 #include "backend/cuda/kernels/random_fused_launch.h"
 #include "backend/philox.h"
@@ -270,8 +271,9 @@ CS_HD inline float fused_element(const FusedProgram& p, int64_t i, int64_t n) {
       j = d == 1 ? i : i / d;
       if (d * m != n) j %= m;  // d * m == n: i / d < m already (same shape, columns)
     }
-    r[k] = (p.bool_inputs >> k) & 1u ? as_f32(static_cast<const uint8_t*>(p.in[k])[j] != 0)
-                                     : static_cast<const float*>(p.in[k])[j];
+    r[k] = (p.bool_inputs >> k) & 1u   ? as_f32(static_cast<const uint8_t*>(p.in[k])[j] != 0)
+           : (p.bf16_inputs >> k) & 1u ? load(static_cast<const bf16*>(p.in[k])[j])
+                                       : static_cast<const float*>(p.in[k])[j];
   }
   for (int k = 0; k < p.ncode; ++k) {
     const FusedIns& s = p.code[k];

@@ -10,14 +10,18 @@ namespace cstorch::cuda::k {
 
 namespace {
 
-__global__ void fused_kernel(const FusedProgram p, float* out, int64_t n) {
-  CS_GRID_STRIDE(i, n) out[i] = fused_element<CudaMath>(p, i, n);
+template <class T>
+__global__ void fused_kernel(const FusedProgram p, T* out, int64_t n) {
+  CS_GRID_STRIDE(i, n) out[i] = store<T>(fused_element<CudaMath>(p, i, n));
 }
 
 }  // namespace
 
-void fused(const FusedProgram& p, float* out, int64_t n, void* stream) {
-  fused_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(p, out, n);
+void fused(const FusedProgram& p, void* out, int64_t n, void* stream) {
+  if (p.out_bf16)
+    fused_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(p, static_cast<bf16*>(out), n);
+  else
+    fused_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(p, static_cast<float*>(out), n);
 }
 
 }  // namespace cstorch::cuda::k

@@ -94,12 +94,15 @@ struct FusedIns {
 
 // A whole program, passed to the kernel by value (a kernel parameter: about 1 KB, under the
 // 4 KB limit). Input r (register r) is read at element (i / div[r]) % mod[r] of in[r], as
-// bytes 0 / 1 when bit r of bool_inputs is set, else as f32. The last instruction's register
-// is the output (f32).
+// bytes 0 / 1 when bit r of bool_inputs is set, as bf16 widened exactly when bit r of
+// bf16_inputs is set, else as f32. The last instruction's register is the output: f32, or
+// rounded to bf16 (to nearest even, as the Cast kernel rounds) when out_bf16.
 struct FusedProgram {
   int32_t ninputs = 0;
   int32_t ncode = 0;
   uint32_t bool_inputs = 0;
+  uint32_t bf16_inputs = 0;
+  int32_t out_bf16 = 0;
   FusedIns code[kFusedRegs] = {};
   int64_t div[kFusedRegs] = {};
   int64_t mod[kFusedRegs] = {};
@@ -107,8 +110,9 @@ struct FusedProgram {
 };
 static_assert(sizeof(FusedProgram) <= 2048, "a kernel parameter must stay well under 4 KB");
 
-// out[i] = the program's value at element i, for i < n. `out` may alias an input of the
-// output's shape (each thread reads element i of such an input before writing element i).
-void fused(const FusedProgram& p, float* out, int64_t n, void* stream);
+// out[i] = the program's value at element i, for i < n (float, or bf16 bits when p.out_bf16).
+// `out` may alias an input of the output's shape and element size (each thread reads element i
+// of such an input before writing element i).
+void fused(const FusedProgram& p, void* out, int64_t n, void* stream);
 
 }  // namespace cstorch::cuda::k

@@ -46,6 +46,8 @@ class CudaBackend final : public ir::DeviceBackend {
   bool supports(ir::OpCode op, DType t) const override;
   std::string cannot_run(const ir::Node& n) const override;
   bool fuses(ir::OpCode op) const override;
+  bool fused_reads_bf16() const override;
+  bool fused_stores_bf16() const override;
   bool gemm_epilogue_applies(int64_t m, int64_t n, int64_t k, bool trans_b) const override;
   bool gemm_addend_exact(int64_t) const override { return false; }
   int max_rank() const override;

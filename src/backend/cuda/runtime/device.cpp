@@ -323,6 +323,12 @@ size_t CudaBackend::workspace_bytes(const ir::Node& n) const {
 bool CudaBackend::fuses(ir::OpCode op) const {
   return cuda::fuses(op);
 }
+bool CudaBackend::fused_reads_bf16() const {
+  return cuda::fused_reads_bf16();
+}
+bool CudaBackend::fused_stores_bf16() const {
+  return cuda::fused_stores_bf16();
+}
 bool CudaBackend::gemm_epilogue_applies(int64_t m, int64_t n, int64_t k, bool trans_b) const {
   return cuda::gemm_epilogue_applies(m, n, k, trans_b);
 }

@@ -52,7 +52,7 @@ void cuda_Fused(const KernelContext& ctx, const Node& n, const void* const* in, 
   if (n.numel() == 0) return;
   k::FusedProgram p = fused_program(n);
   for (int i = 0; i < p.ninputs; ++i) p.in[i] = in[i];
-  k::fused(p, static_cast<float*>(out), n.numel(), b.stream());
+  k::fused(p, out, n.numel(), b.stream());
   b.check_launch(n.name());
 }
 
