@@ -282,6 +282,66 @@ CS_HD inline float fused_element(const FusedProgram& p, int64_t i, int64_t n) {
   return r[p.ninputs + p.ncode - 1];
 }
 
+// The Fused kernel's unit of work: kFusedLanes consecutive output elements, each with the value
+// fused_element gives it (the same operations in the same order). Each input's index is
+// computed once for the group and then stepped element by element (no division per element),
+// and each instruction reads and writes its registers for the whole group at once (a
+// register's lanes are contiguous and aligned), which is what bounds the interpreter: its
+// registers are a per-thread array in local memory. Writes res[0, cnt), cnt <= kFusedLanes;
+// elements i0 .. i0 + cnt - 1 < n.
+constexpr int kFusedLanes = 4;
+template <class M>
+CS_HD inline void fused_elements(const FusedProgram& p, int64_t i0, int cnt, int64_t n,
+                                 float (&res)[kFusedLanes]) {
+  alignas(16) float r[kFusedRegs][kFusedLanes];
+  const bool small = n <= 0x7fffffff;
+  for (int k = 0; k < p.ninputs; ++k) {
+    const int64_t d = p.div[k], m = p.mod[k];
+    // Element i reads index q = (i / d) % m; c = i % d. From i0's, each next element steps c
+    // and carries into q, wrapping at m (where d * m == n, q < m anyway).
+    int64_t q = 0, c = 0;
+    if (m != 1) {
+      if (small) {
+        const uint32_t ii = static_cast<uint32_t>(i0), dd = static_cast<uint32_t>(d);
+        uint32_t qq = d == 1 ? ii : ii / dd;
+        c = d == 1 ? 0 : ii - qq * dd;
+        if (d * m != n) qq %= static_cast<uint32_t>(m);
+        q = qq;
+      } else {
+        q = d == 1 ? i0 : i0 / d;
+        c = d == 1 ? 0 : i0 - q * d;
+        if (d * m != n) q %= m;
+      }
+    }
+    const bool is_bool = (p.bool_inputs >> k) & 1u, is_bf16 = (p.bf16_inputs >> k) & 1u;
+    for (int e = 0; e < kFusedLanes; ++e) {
+      if (e < cnt)
+        r[k][e] = is_bool   ? as_f32(static_cast<const uint8_t*>(p.in[k])[q] != 0)
+                  : is_bf16 ? load(static_cast<const bf16*>(p.in[k])[q])
+                            : static_cast<const float*>(p.in[k])[q];
+      else
+        r[k][e] = 0.0f;  // past the end: computed, never stored
+      if (m != 1 && ++c == d) {
+        c = 0;
+        if (++q == m) q = 0;
+      }
+    }
+  }
+  for (int k = 0; k < p.ncode; ++k) {
+    const FusedIns& s = p.code[k];
+    float a[kFusedLanes], b[kFusedLanes], cc[kFusedLanes], o[kFusedLanes];
+    for (int e = 0; e < kFusedLanes; ++e) {
+      a[e] = r[s.args[0]][e];
+      b[e] = r[s.args[1]][e];
+      cc[e] = r[s.args[2]][e];
+    }
+    for (int e = 0; e < kFusedLanes; ++e)
+      o[e] = fused_apply<M>(s.op, s.flag != 0, a[e], b[e], cc[e]);
+    for (int e = 0; e < kFusedLanes; ++e) r[p.ninputs + k][e] = o[e];
+  }
+  for (int e = 0; e < kFusedLanes; ++e) res[e] = r[p.ninputs + p.ncode - 1][e];
+}
+
 // ---- random draws: element i's value from its Philox block (random.cpp's formulas) ----
 
 // 2^-24: a 24-bit integer times this is exact in float and < 1.

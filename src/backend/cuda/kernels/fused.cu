@@ -1,7 +1,7 @@
-// The Fused op's kernel: one thread per output element (grid-stride) interprets the node's
-// elementwise program (elementwise_math.cuh), its registers a float array of the thread. The
-// program is a kernel parameter, so every thread reads it from the constant bank and all
-// threads take the same branches. The per-element work is fused_element, which a host program
+// The Fused op's kernel: one thread per group of kFusedLanes output elements (grid-stride)
+// interprets the node's elementwise program (elementwise_math.cuh), its registers a float array
+// of the thread. The program is a kernel parameter, so every thread reads it from the constant
+// bank and all threads take the same branches. The work is fused_elements, which a host program
 // can run as well (see elementwise_math.cuh).
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/elementwise_math.cuh"
@@ -10,18 +10,30 @@ namespace cstorch::cuda::k {
 
 namespace {
 
+// A thread reads all its elements of every input before writing any of its outputs, so `out`
+// may alias an input of the output's shape and element size.
 template <class T>
 __global__ void fused_kernel(const FusedProgram p, T* out, int64_t n) {
-  CS_GRID_STRIDE(i, n) out[i] = store<T>(fused_element<CudaMath>(p, i, n));
+  const int64_t groups = (n + kFusedLanes - 1) / kFusedLanes;
+  CS_GRID_STRIDE(g, groups) {
+    const int64_t i0 = g * kFusedLanes;
+    const int cnt = n - i0 < kFusedLanes ? static_cast<int>(n - i0) : kFusedLanes;
+    float v[kFusedLanes];
+    fused_elements<CudaMath>(p, i0, cnt, n, v);
+#pragma unroll
+    for (int e = 0; e < kFusedLanes; ++e)
+      if (e < cnt) out[i0 + e] = store<T>(v[e]);
+  }
 }
 
 }  // namespace
 
 void fused(const FusedProgram& p, void* out, int64_t n, void* stream) {
+  const unsigned blocks = blocks_for((n + kFusedLanes - 1) / kFusedLanes);
   if (p.out_bf16)
-    fused_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(p, static_cast<bf16*>(out), n);
+    fused_kernel<<<blocks, kThreads, 0, as_stream(stream)>>>(p, static_cast<bf16*>(out), n);
   else
-    fused_kernel<<<blocks_for(n), kThreads, 0, as_stream(stream)>>>(p, static_cast<float*>(out), n);
+    fused_kernel<<<blocks, kThreads, 0, as_stream(stream)>>>(p, static_cast<float*>(out), n);
 }
 
 }  // namespace cstorch::cuda::k
