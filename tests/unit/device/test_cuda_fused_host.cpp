@@ -46,6 +46,26 @@ int arity_of(FOp op) {
   }
 }
 
+template <int L>
+void check_groups(const FusedProgram& p, int64_t n, int trial, int64_t& checked) {
+  for (int64_t i0 = 0; i0 < n; i0 += L) {
+    const int cnt = static_cast<int>(std::min<int64_t>(L, n - i0));
+    float group[L];
+    fused_elements<CudaMath, L>(p, i0, cnt, n, group);
+    for (int e = 0; e < cnt; ++e) {
+      const float one = fused_element<CudaMath>(p, i0 + e, n);
+      uint32_t x, y;
+      std::memcpy(&x, &group[e], 4);
+      std::memcpy(&y, &one, 4);
+      // NaNs may differ in payload only where the program makes them alike in both paths.
+      ASSERT_TRUE(x == y || (one != one && group[e] != group[e]))
+          << "groups of " << L << ", trial " << trial << " element " << i0 + e << ": " << group[e]
+          << " vs " << one;
+      ++checked;
+    }
+  }
+}
+
 TEST(CudaFusedHost, AThreadsGroupOfElementsGetsTheOneElementValues) {
   std::mt19937 rng(7);
   // Output shapes [a, b, c]; inputs broadcast as (div, mod) over the flat index.
@@ -92,23 +112,19 @@ TEST(CudaFusedHost, AThreadsGroupOfElementsGetsTheOneElementValues) {
         s.args[j] = static_cast<uint8_t>(rng() % static_cast<unsigned>(p.ninputs + i));
     }
     p.out_bf16 = 0;
-    for (int64_t i0 = 0; i0 < n; i0 += kFusedLanes) {
-      const int cnt = static_cast<int>(std::min<int64_t>(kFusedLanes, n - i0));
-      float group[kFusedLanes];
-      fused_elements<CudaMath>(p, i0, cnt, n, group);
-      for (int e = 0; e < cnt; ++e) {
-        const float one = fused_element<CudaMath>(p, i0 + e, n);
-        uint32_t x, y;
-        std::memcpy(&x, &group[e], 4);
-        std::memcpy(&y, &one, 4);
-        // NaNs may differ in payload only where the program makes them alike in both paths.
-        ASSERT_TRUE(x == y || (one != one && group[e] != group[e]))
-            << "trial " << trial << " element " << i0 + e << ": " << group[e] << " vs " << one;
-        ++checked;
-      }
-    }
+    check_groups<kFusedLanes>(p, n, trial, checked);
+    check_groups<1>(p, n, trial, checked);
   }
-  EXPECT_GT(checked, 200000);
+  EXPECT_GT(checked, 400000);
+  // The kernel's choice: groups for short programs over large outputs only.
+  FusedProgram p;
+  p.ninputs = 3;
+  p.ncode = 3;
+  EXPECT_EQ(fused_lanes(p, 1 << 20), kFusedLanes);
+  EXPECT_EQ(fused_lanes(p, 768), 1);
+  p.ninputs = 7;
+  p.ncode = 6;
+  EXPECT_EQ(fused_lanes(p, 1 << 20), 1);
 }
 
 }  // namespace

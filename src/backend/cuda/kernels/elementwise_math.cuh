@@ -282,18 +282,19 @@ CS_HD inline float fused_element(const FusedProgram& p, int64_t i, int64_t n) {
   return r[p.ninputs + p.ncode - 1];
 }
 
-// The Fused kernel's unit of work: kFusedLanes consecutive output elements, each with the value
-// fused_element gives it (the same operations in the same order). Each input's index is
-// computed once for the group and then stepped element by element (no division per element),
-// and each instruction reads and writes its registers for the whole group at once (a
-// register's lanes are contiguous and aligned), which is what bounds the interpreter: its
-// registers are a per-thread array in local memory. Writes res[0, cnt), cnt <= kFusedLanes;
-// elements i0 .. i0 + cnt - 1 < n.
+// The Fused kernel's unit of work: L consecutive output elements (L = 1 or kFusedLanes), each
+// with the value fused_element gives it (the same operations in the same order). Each input's
+// index is computed once for the group and then stepped element by element (no division per
+// element), and each instruction reads and writes its registers for the whole group at once
+// (a register's lanes are contiguous and aligned; the registers are a per-thread array in local
+// memory). Writes res[0, cnt), cnt <= L; elements i0 .. i0 + cnt - 1 < n. Groups of 4 measured
+// faster on an H200 for short programs over large outputs and slower for long ones (AdamW's
+// parameter update) and small outputs (fewer threads): fused_lanes picks.
 constexpr int kFusedLanes = 4;
-template <class M>
+template <class M, int L>
 CS_HD inline void fused_elements(const FusedProgram& p, int64_t i0, int cnt, int64_t n,
-                                 float (&res)[kFusedLanes]) {
-  alignas(16) float r[kFusedRegs][kFusedLanes];
+                                 float (&res)[L]) {
+  alignas(16) float r[kFusedRegs][L];
   const bool small = n <= 0x7fffffff;
   for (int k = 0; k < p.ninputs; ++k) {
     const int64_t d = p.div[k], m = p.mod[k];
@@ -314,7 +315,7 @@ CS_HD inline void fused_elements(const FusedProgram& p, int64_t i0, int cnt, int
       }
     }
     const bool is_bool = (p.bool_inputs >> k) & 1u, is_bf16 = (p.bf16_inputs >> k) & 1u;
-    for (int e = 0; e < kFusedLanes; ++e) {
+    for (int e = 0; e < L; ++e) {
       if (e < cnt)
         r[k][e] = is_bool   ? as_f32(static_cast<const uint8_t*>(p.in[k])[q] != 0)
                   : is_bf16 ? load(static_cast<const bf16*>(p.in[k])[q])
@@ -329,17 +330,22 @@ CS_HD inline void fused_elements(const FusedProgram& p, int64_t i0, int cnt, int
   }
   for (int k = 0; k < p.ncode; ++k) {
     const FusedIns& s = p.code[k];
-    float a[kFusedLanes], b[kFusedLanes], cc[kFusedLanes], o[kFusedLanes];
-    for (int e = 0; e < kFusedLanes; ++e) {
+    float a[L], b[L], cc[L], o[L];
+    for (int e = 0; e < L; ++e) {
       a[e] = r[s.args[0]][e];
       b[e] = r[s.args[1]][e];
       cc[e] = r[s.args[2]][e];
     }
-    for (int e = 0; e < kFusedLanes; ++e)
-      o[e] = fused_apply<M>(s.op, s.flag != 0, a[e], b[e], cc[e]);
-    for (int e = 0; e < kFusedLanes; ++e) r[p.ninputs + k][e] = o[e];
+    for (int e = 0; e < L; ++e) o[e] = fused_apply<M>(s.op, s.flag != 0, a[e], b[e], cc[e]);
+    for (int e = 0; e < L; ++e) r[p.ninputs + k][e] = o[e];
   }
-  for (int e = 0; e < kFusedLanes; ++e) res[e] = r[p.ninputs + p.ncode - 1][e];
+  for (int e = 0; e < L; ++e) res[e] = r[p.ninputs + p.ncode - 1][e];
+}
+
+// The group size the Fused kernel uses for a program: kFusedLanes for programs of at most 9
+// registers over at least 2^16 elements, else 1.
+CS_HD inline int fused_lanes(const FusedProgram& p, int64_t n) {
+  return n >= (int64_t{1} << 16) && p.ninputs + p.ncode <= 9 ? kFusedLanes : 1;
 }
 
 // ---- random draws: element i's value from its Philox block (random.cpp's formulas) ----
