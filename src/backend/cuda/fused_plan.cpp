@@ -63,8 +63,14 @@ bool instr_of(ir::OpCode op, k::FOp* out) {
   return true;
 }
 
-// The number of arguments each instruction reads (the CPU interpreter's contract).
-int arity(k::FOp f) {
+bool refuse(std::string* why, std::string msg) {
+  if (why) *why = std::move(msg);
+  return false;
+}
+
+}  // namespace
+
+int fused_arity(k::FOp f) {
   using F = k::FOp;
   switch (f) {
     case F::Where:
@@ -94,13 +100,6 @@ int arity(k::FOp f) {
   }
 }
 
-bool refuse(std::string* why, std::string msg) {
-  if (why) *why = std::move(msg);
-  return false;
-}
-
-}  // namespace
-
 bool cuda_fuses(ir::OpCode op) {
   k::FOp f;
   return ir::fused_instr_supported(static_cast<uint16_t>(op)) && instr_of(op, &f);
@@ -123,10 +122,10 @@ bool fused_program_supported(const ir::FusedAttrs& a, int ninputs, std::string* 
       return refuse(why, fmt::format("fused: instruction {} (op code {}) is not in the CUDA "
                                      "interpreter's instruction set",
                                      i, ins.op));
-    if (ins.nargs != arity(f))
-      return refuse(
-          why, fmt::format("fused: instruction {} ({}) has {} arguments, expected {}", i,
-                           ir::op_info(static_cast<ir::OpCode>(ins.op)).name, ins.nargs, arity(f)));
+    if (ins.nargs != fused_arity(f))
+      return refuse(why, fmt::format("fused: instruction {} ({}) has {} arguments, expected {}", i,
+                                     ir::op_info(static_cast<ir::OpCode>(ins.op)).name, ins.nargs,
+                                     fused_arity(f)));
     for (int j = 0; j < ins.nargs; ++j)
       if (ins.args[j] >= ninputs + i)
         return refuse(why, fmt::format("fused: instruction {} reads register {} before it is "

@@ -19,8 +19,12 @@ bool cuda_fuses(ir::OpCode op);
 // False with the reason in *why (when not null).
 bool fused_program_supported(const ir::FusedAttrs& a, int ninputs, std::string* why);
 
-// Empty when the Fused kernel runs node `n` (its program, f32 output, f32 or bool inputs each in
-// the (i / div) % mod broadcast form); otherwise why not. For cuda::unsupported.
+// The number of arguments instruction `f` reads (the CPU interpreter's contract): 1 to 3.
+int fused_arity(k::FOp f);
+
+// Empty when the Fused kernel runs node `n` (its program, an f32 or bf16 result as the program
+// says, f32, bf16 or bool inputs each in the (i / div) % mod broadcast form); otherwise why not.
+// For cuda::unsupported.
 std::string fused_unsupported(const ir::Node& n);
 
 // The kernel's program for node `n` (which fused_unsupported accepts), input pointers left null

@@ -11,40 +11,12 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/fused_plan.h"
 #include "backend/cuda/kernels/elementwise_math.cuh"
 
 namespace {
 
 using namespace cstorch::cuda::k;
-
-int arity_of(FOp op) {
-  switch (op) {
-    case FOp::Where:
-    case FOp::Addcmul:
-      return 3;
-    case FOp::Add:
-    case FOp::Sub:
-    case FOp::Mul:
-    case FOp::Div:
-    case FOp::Pow:
-    case FOp::Maximum:
-    case FOp::Minimum:
-    case FOp::Eq:
-    case FOp::Ne:
-    case FOp::Lt:
-    case FOp::Le:
-    case FOp::Gt:
-    case FOp::Ge:
-    case FOp::LogicalAnd:
-    case FOp::LogicalOr:
-    case FOp::LogicalXor:
-    case FOp::ReluGrad:
-    case FOp::GeluGrad:
-      return 2;
-    default:
-      return 1;
-  }
-}
 
 template <int L>
 void check_groups(const FusedProgram& p, int64_t n, int trial, int64_t& checked) {
@@ -108,7 +80,7 @@ TEST(CudaFusedHost, AThreadsGroupOfElementsGetsTheOneElementValues) {
       s.op = static_cast<FOp>(rng() % static_cast<unsigned>(FOp::kCount));
       s.flag = static_cast<uint8_t>(rng() % 2);
       if (s.op == FOp::Cast) s.flag = 0;  // to f32 (the flag's bool form is exercised by Eq)
-      for (int j = 0; j < arity_of(s.op); ++j)
+      for (int j = 0; j < cstorch::cuda::fused_arity(s.op); ++j)
         s.args[j] = static_cast<uint8_t>(rng() % static_cast<unsigned>(p.ninputs + i));
     }
     p.out_bf16 = 0;
