@@ -269,7 +269,6 @@ void Program::plan() {
   // small upload (read only by recorded or later kernels) writes its value into a host block
   // and one transfer after the prologue copies the block to the device.
   std::vector<int64_t> packed_at(n, -1);
-  Device pack_on;
   if (recorder_) {
     std::vector<uint8_t> first_reader(n, 4);  // the earliest phase that reads each value
     for (size_t i = 0; i < n; ++i)
@@ -287,11 +286,10 @@ void Program::plan() {
       places_[i] = {Loc::Packed, packed_at[i], nullptr};
       placed[i] = true;
       pack_bytes_ += align_up(node.nbytes());
-      pack_on = node.device;
     }
     if (pack_bytes_) {
       pack_host_ = ir::Buffer::alloc(pack_bytes_);
-      pack_device_ = ir::Buffer::alloc(pack_bytes_, pack_on);
+      pack_device_ = ir::Buffer::alloc(pack_bytes_, device_);  // the recorder's device
     }
   }
 

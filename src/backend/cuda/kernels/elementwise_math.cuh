@@ -250,44 +250,16 @@ CS_HD inline float fused_apply(FOp op, bool flag, float a, float b, float c) {
   return a;  // not reached: fused_plan.cpp admits only the ops above
 }
 
-// The program's value at output element i of n: the inputs' elements (i / div) % mod into
-// registers 0 .. ninputs - 1, then each instruction into the next register.
-template <class M>
-CS_HD inline float fused_element(const FusedProgram& p, int64_t i, int64_t n) {
-  float r[kFusedRegs];
-  // Below 2^31 elements (every input broadcasts to the output, so its offsets are too) the
-  // offsets are computed in 32-bit arithmetic, several times cheaper than 64-bit division on
-  // the GPU; the values are the same.
-  const bool small = n <= 0x7fffffff;
-  for (int k = 0; k < p.ninputs; ++k) {
-    const int64_t d = p.div[k], m = p.mod[k];
-    int64_t j = 0;
-    if (m != 1 && small) {
-      uint32_t u =
-          d == 1 ? static_cast<uint32_t>(i) : static_cast<uint32_t>(i) / static_cast<uint32_t>(d);
-      if (d * m != n) u %= static_cast<uint32_t>(m);
-      j = u;
-    } else if (m != 1) {
-      j = d == 1 ? i : i / d;
-      if (d * m != n) j %= m;  // d * m == n: i / d < m already (same shape, columns)
-    }
-    r[k] = (p.bool_inputs >> k) & 1u   ? as_f32(static_cast<const uint8_t*>(p.in[k])[j] != 0)
-           : (p.bf16_inputs >> k) & 1u ? load(static_cast<const bf16*>(p.in[k])[j])
-                                       : static_cast<const float*>(p.in[k])[j];
-  }
-  for (int k = 0; k < p.ncode; ++k) {
-    const FusedIns& s = p.code[k];
-    r[p.ninputs + k] = fused_apply<M>(s.op, s.flag != 0, r[s.args[0]], r[s.args[1]], r[s.args[2]]);
-  }
-  return r[p.ninputs + p.ncode - 1];
-}
-
-// The Fused kernel's unit of work: L consecutive output elements (L = 1 or kFusedLanes), each
-// with the value fused_element gives it (the same operations in the same order). Each input's
-// index is computed once for the group and then stepped element by element (no division per
-// element), and each instruction reads and writes its registers for the whole group at once
+// The Fused kernel's unit of work: the program's values at L consecutive output elements i0 ..
+// i0 + cnt - 1 of n (L = 1 or kFusedLanes, cnt <= L): input r is read at element (i / div) % mod
+// into register r, then each instruction writes the next register; an element's value does not
+// depend on L (the same operations in the same order). Each input's index is computed once for
+// the group and then stepped element by element (no division per element), and each
+// instruction reads and writes its registers for the whole group at once
 // (a register's lanes are contiguous and aligned; the registers are a per-thread array in local
-// memory). Writes res[0, cnt), cnt <= L; elements i0 .. i0 + cnt - 1 < n. Groups of 4 measured
+// memory). Writes res[0, cnt). Below 2^31 elements (every input broadcasts to the output, so its
+// offsets are too) the first index is computed in 32-bit arithmetic, several times cheaper than
+// 64-bit division on the GPU; the values are the same. Groups of 4 measured
 // faster on an H200 for short programs over large outputs and slower for long ones (AdamW's
 // parameter update) and small outputs (fewer threads): fused_lanes picks.
 constexpr int kFusedLanes = 4;
