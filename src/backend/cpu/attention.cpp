@@ -245,13 +245,10 @@ float exp_shift(float* x, int64_t n, float m) {
     std::memset(x, 0, sizeof(float) * n);
     return 0.f;
   }
+  vexp_n(x, x, n, m);
   float s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t j = 0; j < n; ++j) {
-    float e = vexp(x[j] - m);
-    x[j] = e;
-    s += e;
-  }
+  for (int64_t j = 0; j < n; ++j) s += x[j];
   return s;
 }
 
@@ -381,13 +378,9 @@ void backward_head(const Ctx& c, const float* O, const float* dO, const GradOut&
         float* row = S + r * nc;
         const float mnew = std::max(m[r], row_max(row, nc));
         if (mnew == kNegInf) continue;
-        float s = 0;
-        if (ntiles == 1) {
-          s = exp_shift(row, nc, mnew);  // kept: pass 2 normalises it in place
-        } else {
-#pragma omp simd reduction(+ : s)
-          for (int64_t j = 0; j < nc; ++j) s += vexp(row[j] - mnew);
-        }
+        // With one tile the exps are kept (pass 2 normalises them in place); with more, pass 2
+        // computes the scores again, so they may be overwritten here.
+        const float s = exp_shift(row, nc, mnew);
         l[r] = (m[r] == kNegInf ? 0.f : l[r] * vexp(m[r] - mnew)) + s;
         m[r] = mnew;
       }
@@ -403,13 +396,9 @@ void backward_head(const Ctx& c, const float* O, const float* dO, const GradOut&
           continue;
         }
         const float inv = 1.f / l[r], mr = m[r];
-        if (ntiles > 1) {
+        if (ntiles > 1) vexp_n(row, row, nc, mr);
 #pragma omp simd
-          for (int64_t j = 0; j < nc; ++j) row[j] = vexp(row[j] - mr) * inv;
-        } else {
-#pragma omp simd
-          for (int64_t j = 0; j < nc; ++j) row[j] *= inv;
-        }
+        for (int64_t j = 0; j < nc; ++j) row[j] *= inv;
       }
       const float* P = S;
       if (drop) {

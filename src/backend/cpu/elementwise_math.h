@@ -142,26 +142,7 @@ namespace gelu_avx512 {
   return _mm512_set1_ps(v);
 }
 [[gnu::always_inline]] inline __m512 exp16(__m512 x) {  // vexp
-  constexpr float kHi = 88.3762626647949f, kLo = -87.3365447504019f;
-  __m512 xc = _mm512_min_ps(k(kHi), x);  // kHi < x ? kHi : x (a NaN stays)
-  xc = _mm512_max_ps(k(kLo), xc);
-  const __m512 n =
-      _mm512_sub_ps(_mm512_fmadd_ps(xc, k(1.44269504088896341f), k(12582912.0f)), k(12582912.0f));
-  __m512 r = _mm512_fnmadd_ps(n, k(0.693359375f), xc);
-  r = _mm512_fmadd_ps(n, k(2.12194440e-4f), r);
-  __m512 p = _mm512_fmadd_ps(k(1.9875691500e-4f), r, k(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, k(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, k(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, k(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, k(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), k(1.0f));
-  const __m512i e =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-  __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, k(kLo), _CMP_LT_OQ), y, _mm512_setzero_ps());
-  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, k(kHi), _CMP_GT_OQ), y,
-                           k(std::numeric_limits<float>::infinity()));
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+  return vexp16(x);
 }
 [[gnu::always_inline]] inline __m512 tanh16(__m512 x) {  // vtanh
   const __m512 a = _mm512_abs_ps(x);

@@ -1,5 +1,6 @@
 // CPU kernels for softmax, log_softmax, nll_loss and its gradient. Softmax runs over any dim by
 // viewing the input as [outer, C, inner]; both subtract the max so exp never overflows.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -31,8 +32,12 @@ OCI view_dim(const Shape& s, int64_t dim) {
   return v;
 }
 
+constexpr int64_t kExpChunk = 512;  // exps computed together into a stack buffer (2 KB)
+
 // Softmax (kLog = false) or log-softmax of one contiguous row. The max skips NaN; a NaN
-// still reaches every output through the sum. The sum of exps is accumulated in double.
+// still reaches every output through the sum. The sum of exps is accumulated in double. f32
+// rows take their exps from vexp_n (the vector exp where the variant has one), kExpChunk at a
+// time: the same values as vexp, at about a third of the cost in the AVX-512 variant.
 template <bool kLog, class T>
 void softmax_row(const T* __restrict x, T* __restrict y, int64_t C) {
   float m = -std::numeric_limits<float>::infinity();
@@ -42,16 +47,26 @@ void softmax_row(const T* __restrict x, T* __restrict y, int64_t C) {
     m = v > m ? v : m;
   }
   double s = 0;
-  if constexpr (!kLog && std::is_same_v<T, float>) {
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < C; ++j) {
-      float e = vexp(x[j] - m);
-      y[j] = e;
-      s += e;
+  if constexpr (std::is_same_v<T, float>) {
+    alignas(64) float e[kExpChunk];
+    for (int64_t j0 = 0; j0 < C; j0 += kExpChunk) {
+      const int64_t len = std::min(kExpChunk, C - j0);
+      float* ej = kLog ? e : y + j0;  // softmax keeps its exps in the output
+      vexp_n(x + j0, ej, len, m);
+      double cs = 0;
+#pragma omp simd reduction(+ : cs)
+      for (int64_t j = 0; j < len; ++j) cs += ej[j];
+      s += cs;
     }
-    const float inv = static_cast<float>(1.0 / s);
+    if constexpr (kLog) {
+      const float ls = static_cast<float>(std::log(s));
 #pragma omp simd
-    for (int64_t j = 0; j < C; ++j) y[j] *= inv;
+      for (int64_t j = 0; j < C; ++j) y[j] = (x[j] - m) - ls;
+    } else {
+      const float inv = static_cast<float>(1.0 / s);
+#pragma omp simd
+      for (int64_t j = 0; j < C; ++j) y[j] *= inv;
+    }
   } else {
 #pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < C; ++j) s += vexp(static_cast<float>(load(x[j])) - m);
@@ -299,6 +314,16 @@ void cpu_LogSoftmaxGrad(const ir::KernelContext& ctx, const ir::Node& n, const v
 #pragma omp simd reduction(+ : s)
           for (int64_t j = 0; j < v.C; ++j) s += static_cast<float>(load(gr[j]));
           const float sf = static_cast<float>(s);
+          if constexpr (std::is_same_v<T, float>) {
+            alignas(64) float ex[kExpChunk];
+            for (int64_t j0 = 0; j0 < v.C; j0 += kExpChunk) {
+              const int64_t len = std::min(kExpChunk, v.C - j0);
+              vexp_n(yr + j0, ex, len);
+#pragma omp simd
+              for (int64_t j = 0; j < len; ++j) dr[j0 + j] = gr[j0 + j] - ex[j] * sf;
+            }
+            continue;
+          }
 #pragma omp simd
           for (int64_t j = 0; j < v.C; ++j)
             dr[j] = store<T>(static_cast<float>(load(gr[j])) -
@@ -365,9 +390,19 @@ void cpu_CrossEntropyGrad(const ir::KernelContext& ctx, const ir::Node& n, const
         const T* yr = y + o * v.C;
         O* dr = dx + o * v.C;
         const float yt = valid ? static_cast<float>(load(yr[t])) : 0.0f;
+        if constexpr (std::is_same_v<T, float>) {
+          alignas(64) float ex[kExpChunk];
+          for (int64_t j0 = 0; j0 < v.C; j0 += kExpChunk) {
+            const int64_t len = std::min(kExpChunk, v.C - j0);
+            vexp_n(yr + j0, ex, len);
 #pragma omp simd
-        for (int64_t j = 0; j < v.C; ++j)
-          dr[j] = put(0.0f - vexp(static_cast<float>(load(yr[j]))) * sf);
+            for (int64_t j = 0; j < len; ++j) dr[j0 + j] = put(0.0f - ex[j] * sf);
+          }
+        } else {
+#pragma omp simd
+          for (int64_t j = 0; j < v.C; ++j)
+            dr[j] = put(0.0f - vexp(static_cast<float>(load(yr[j]))) * sf);
+        }
         if (valid) dr[t] = put(gt - vexp(yt) * sf);
       }
     });

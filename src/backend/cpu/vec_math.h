@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "backend/cpu/isa.h"
+
 namespace cstorch::cpu {
 
 // exp(x) for float, written branch-free so loops using it vectorise (std::exp does not):
@@ -42,6 +44,62 @@ namespace cstorch::cpu {
   float r = a < 0.0625f ? small : big;
   r = x < 0 ? -r : r;
   return x != x ? x : r;
+}
+
+#if CSTORCH_AVX512_KERNELS
+// GCC 12 reports the intrinsics' _mm512_undefined_ps() pass-through as uninitialised (a false
+// positive, as in gemm.cpp); silenced for this code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// vexp on 16 lanes, bitwise the scalar form as GCC compiles it in the AVX-512 variant (which
+// contracts its multiply-adds into FMAs as written here). GCC vectorises the scalar form's
+// selects into chains of mask operations (~3.3 cycles an element on a Zen 4); min / max and
+// blends take about a third of that.
+[[gnu::always_inline]] inline __m512 vexp16(__m512 x) {
+  const auto k = [](float v) { return _mm512_set1_ps(v); };
+  constexpr float kHi = 88.3762626647949f, kLo = -87.3365447504019f;
+  __m512 xc = _mm512_min_ps(k(kHi), x);  // kHi < x ? kHi : x (a NaN stays)
+  xc = _mm512_max_ps(k(kLo), xc);
+  const __m512 n =
+      _mm512_sub_ps(_mm512_fmadd_ps(xc, k(1.44269504088896341f), k(12582912.0f)), k(12582912.0f));
+  __m512 r = _mm512_fnmadd_ps(n, k(0.693359375f), xc);
+  r = _mm512_fmadd_ps(n, k(2.12194440e-4f), r);
+  __m512 p = _mm512_fmadd_ps(k(1.9875691500e-4f), r, k(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, k(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, k(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, k(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, k(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), k(1.0f));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+  __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, k(kLo), _CMP_LT_OQ), y, _mm512_setzero_ps());
+  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, k(kHi), _CMP_GT_OQ), y,
+                           k(std::numeric_limits<float>::infinity()));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+#pragma GCC diagnostic pop
+#endif
+
+// o[i] = vexp(x[i] - shift) for i < n, bitwise the scalar forms (x - shift rounded, then vexp);
+// o may be x. The softmax, log-softmax and attention kernels take their exps here.
+inline void vexp_n(const float* x, float* o, int64_t n, float shift = 0.0f) {
+#if CSTORCH_AVX512_KERNELS
+  const __m512 s = _mm512_set1_ps(shift);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(o + i, vexp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), s)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(o + i, m, vexp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
+  }
+#else
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = vexp(x[i] - shift);
+#endif
 }
 
 }  // namespace cstorch::cpu
