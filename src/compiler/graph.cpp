@@ -96,6 +96,9 @@ std::string attrs_str(const ir::Node& n) {
           return "perm=" + dims(a.perm);
         else if constexpr (std::is_same_v<A, ir::SliceAttrs>)
           return fmt::format("dim={} {}:{}:{}", a.dim, a.start, a.end, a.step);
+        else if constexpr (std::is_same_v<A, ir::LayerNormAttrs>)
+          return fmt::format("dims={} eps={} weight={} bias={}", a.dims, a.eps, a.has_weight,
+                             a.has_bias);
         else if constexpr (std::is_same_v<A, ir::FusedAttrs>)
           return fused_program_str(a, n.inputs.size());
         else

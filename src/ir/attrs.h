@@ -179,6 +179,23 @@ struct AttentionAttrs {
     return hash_mix(h, causal + 2 * has_bias + 4 * has_mask + 8 * bthd + 16 * bias_grad);
   }
 };
+// LayerNorm / LayerNormGrad (src/ops/nn.cpp): each row of input x's trailing `dims` dims (their
+// product is the row length D) normalised by its own mean and biased variance,
+// y = (x - mean) / sqrt(var + eps) (* weight) (+ bias). Inputs: LayerNorm (x, weight if
+// has_weight, bias if has_bias); LayerNormGrad (dy, x, weight if has_weight), whose f32 output
+// holds dx, then the weight's gradient (if has_weight), then the bias's (if has_bias), packed
+// flat.
+struct LayerNormAttrs {
+  int64_t dims = 1;
+  double eps = 1e-5;
+  bool has_weight = false;
+  bool has_bias = false;
+  bool operator==(const LayerNormAttrs&) const = default;
+  size_t hash() const {
+    return hash_mix(hash_mix(std::hash<int64_t>{}(dims), std::hash<double>{}(eps)),
+                    has_weight + 2 * has_bias);
+  }
+};
 // AllReduceStart: packs its inputs, each multiplied by `weight`, into one f32 bucket and starts
 // its sum over the replicas. `serial` is unique per collective, so no two are ever merged.
 struct AllReduceAttrs {
@@ -246,7 +263,7 @@ using Attrs =
     std::variant<NoAttrs, InputAttrs, FullAttrs, ArangeAttrs, RandomAttrs, CastAttrs, GeluAttrs,
                  AxesAttrs, VarAttrs, NormAttrs, MatmulAttrs, DimAttrs, LossAttrs, ShapeAttrs,
                  PermuteAttrs, SliceAttrs, TriAttrs, AttentionAttrs, AllReduceAttrs, UnpackAttrs,
-                 RecomputeAttrs, FusedAttrs, GemmAttrs, DeviceAttrs>;
+                 RecomputeAttrs, FusedAttrs, GemmAttrs, DeviceAttrs, LayerNormAttrs>;
 
 inline size_t hash_attrs(const Attrs& a) {
   return hash_mix(a.index(), std::visit([](const auto& x) { return x.hash(); }, a));

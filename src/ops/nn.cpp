@@ -3,6 +3,7 @@
 // dropout.
 #include "amp/autocast_state.h"
 #include "core/internal.h"
+#include "ir/device.h"
 #include "ops/vjp.h"
 
 namespace cstorch {
@@ -249,6 +250,105 @@ Tensor mse_loss(const Tensor& a_in, const Tensor& b_in, Reduction reduction) {
   return sq;
 }
 
+// Whether layer_norm runs as one LayerNorm op: f32 input, weight and bias on one device whose
+// backend has the three LayerNorm kernels. Elsewhere (another dtype, a backend
+// without them) it is built from mean, var and elementwise ops, with the same result up to
+// rounding.
+static bool layer_norm_op_runs(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (x.dtype() != DType::f32) return false;
+  for (const Tensor* t : {&weight, &bias})
+    if (t->defined() && (t->dtype() != DType::f32 || t->device() != x.device())) return false;
+  const ir::DeviceBackend& b = ir::device_backend(x.device());
+  return b.supports(ir::OpCode::LayerNorm, DType::f32) &&
+         b.supports(ir::OpCode::LayerNormGrad, DType::f32) &&
+         b.supports(ir::OpCode::LayerNormParamGrad, DType::f32);
+}
+
+namespace ops {
+
+// Rows and row length of a LayerNorm, LayerNormGrad or LayerNormParamGrad node's x, checking
+// its inputs against the attributes: (x, weight?, bias?), (dy, x, weight?) and (dy, x).
+static std::pair<int64_t, int64_t> layer_norm_rows(const ir::Node& n) {
+  const auto& at = n.attr<ir::LayerNormAttrs>();
+  const char* op = n.name();
+  const bool fwd = n.op == ir::OpCode::LayerNorm;
+  const size_t xi = fwd ? 0 : 1, wi = xi + 1;  // x, then the weight and bias
+  const size_t want =
+      n.op == ir::OpCode::LayerNormParamGrad ? 2 : wi + at.has_weight + (fwd && at.has_bias);
+  CS_CHECK(n.inputs.size() == want, "{}: expected {} inputs, got {}", op, want, n.inputs.size());
+  const auto& x = *n.inputs[xi];
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  CS_CHECK(at.dims >= 1 && at.dims <= rank, "{}: dims {} is out of range for input shape {}", op,
+           at.dims, shape_str(x.shape));
+  CS_CHECK(x.dtype == DType::f32, "{}: expected an f32 input, got {} of shape {}", op,
+           dtype_name(x.dtype), shape_str(x.shape));
+  if (!fwd) {
+    const auto& dy = *n.inputs[0];
+    CS_CHECK(dy.shape == x.shape && dy.dtype == DType::f32,
+             "{}: the output's gradient must be f32 {}, got {} {}", op, shape_str(x.shape),
+             dtype_name(dy.dtype), shape_str(dy.shape));
+  }
+  const Shape trailing(x.shape.end() - at.dims, x.shape.end());
+  for (size_t i = wi; i < n.inputs.size(); ++i) {
+    const auto& t = *n.inputs[i];
+    CS_CHECK(t.shape == trailing && t.dtype == DType::f32,
+             "{}: {} must be f32 {} (the trailing dims of input shape {}), got {} {}", op,
+             i == wi && at.has_weight ? "weight" : "bias", shape_str(trailing), shape_str(x.shape),
+             dtype_name(t.dtype), shape_str(t.shape));
+  }
+  int64_t D = 1;
+  for (int64_t d : trailing) D *= d;
+  return {D == 0 ? 0 : x.numel() / D, D};
+}
+
+void infer_LayerNorm(ir::Node& n) {
+  layer_norm_rows(n);
+  n.shape = n.inputs[0]->shape;
+  n.dtype = DType::f32;
+}
+
+void infer_LayerNormGrad(ir::Node& n) {
+  layer_norm_rows(n);
+  n.shape = n.inputs[1]->shape;
+  n.dtype = DType::f32;
+}
+
+void infer_LayerNormParamGrad(ir::Node& n) {
+  const auto& at = n.attr<ir::LayerNormAttrs>();
+  CS_CHECK(at.has_weight || at.has_bias,
+           "layer_norm_param_grad: a layer norm without weight or bias has no parameter gradient");
+  const int64_t D = layer_norm_rows(n).second;
+  n.shape = {int64_t{at.has_weight} + int64_t{at.has_bias}, D};
+  n.dtype = DType::f32;
+}
+
+// dx from LayerNormGrad; the weight's and bias's gradients from one LayerNormParamGrad node,
+// each wanted one sliced out of its rows.
+std::vector<Tensor> vjp_LayerNorm(const VjpArgs& a) {
+  const auto& at = a.node.attr<ir::LayerNormAttrs>();
+  const Tensor dy = amp::detail::to_f32(a.grad);
+  std::vector<Tensor> r(a.inputs.size());
+  if (a.needs[0]) {
+    std::vector<Tensor> in{dy, a.inputs[0]};
+    if (at.has_weight) in.push_back(a.inputs[1]);
+    r[0] = detail::dispatch(ir::OpCode::LayerNormGrad, at, in);
+  }
+  bool params = false;
+  for (size_t i = 1; i < a.inputs.size(); ++i) params = params || a.needs[i];
+  if (params) {
+    const Tensor rows = detail::dispatch(ir::OpCode::LayerNormParamGrad, at, {dy, a.inputs[0]});
+    for (size_t i = 1; i < a.inputs.size(); ++i) {
+      const auto k = static_cast<int64_t>(i - 1);
+      if (a.needs[i]) r[i] = reshape(slice(rows, 0, k, k + 1), a.inputs[i].shape());
+    }
+  }
+  return r;
+}
+CS_NO_VJP(LayerNormGrad)
+CS_NO_VJP(LayerNormParamGrad)
+
+}  // namespace ops
+
 Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   CS_CHECK(x_in.defined(), "layer_norm: the input tensor is undefined");
@@ -267,6 +367,13 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     CS_CHECK(!t->defined() || t->shape() == normalized_shape,
              "layer_norm: {} has shape {} but normalized_shape is {}",
              t == &weight ? "weight" : "bias", shape_str(t->shape()), shape_str(normalized_shape));
+  }
+  if (layer_norm_op_runs(x, weight, bias)) {
+    const ir::LayerNormAttrs at{k, eps, weight.defined(), bias.defined()};
+    std::vector<Tensor> in{x};
+    for (const Tensor* t : {&weight, &bias})
+      if (t->defined()) in.push_back(*t);
+    return detail::dispatch(ir::OpCode::LayerNorm, at, in);
   }
   std::vector<int64_t> dims;
   for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);

@@ -796,6 +796,15 @@ std::vector<Row> make_table() {
       {"layer_norm_large", {{128, 520}, {520}, {520}},
        [](const In& x) { return cs::layer_norm(x[0], {520}, x[1], x[2]); }, "F.layer_norm(x[0], (520,), x[1], x[2])",
        kLoose},
+      // The fused LayerNorm kernels' other paths: no weight (dx from dy alone) over rows longer
+      // than one f32 block of the row sums; gradients of the parameters alone; a bias alone.
+      {"layer_norm_no_affine_large", {{96, 300}}, [](const In& x) { return cs::layer_norm(x[0], {300}); },
+       "F.layer_norm(x[0], (300,))", kLoose},
+      {"layer_norm_params_only", {nograd({5, 3, 8}), {8}, {8}},
+       [](const In& x) { return cs::layer_norm(x[0], {8}, x[1], x[2]); }, "F.layer_norm(x[0], (8,), x[1], x[2])"},
+      {"layer_norm_bias_only", {{4, 6}, {6}},
+       [](const In& x) { return cs::layer_norm(x[0], {6}, Tensor(), x[1]); },
+       "F.layer_norm(x[0], (6,), None, x[1])"},
 
       // ---------------------------------------------------------------- compositions
       {"attention_like", {{2, 3, 4}, {2, 5, 4}, {2, 5, 4}},

@@ -14,6 +14,7 @@ namespace cstorch::cpu {
 
 size_t attention_workspace_bytes(const ir::Node& n, int threads);                   // attention.cpp
 size_t linalg_workspace_bytes(const ir::Node& n, int threads);                      // linalg.cpp
+size_t norm_workspace_bytes(const ir::Node& n, int threads);                        // norm.cpp
 void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);  // random.cpp
 
 namespace {
@@ -33,6 +34,8 @@ size_t workspace_bytes(const ir::Node& n, int threads) {
     case ir::OpCode::Linear:
     case ir::OpCode::Gemm:
       return linalg_workspace_bytes(n, threads);
+    case ir::OpCode::LayerNormParamGrad:
+      return norm_workspace_bytes(n, threads);
     default:
       return 0;
   }

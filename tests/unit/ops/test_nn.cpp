@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/internal.h"
+#include "cstorch/runtime.h"
 #include "cstorch/tensor.h"
 #include "ops/vjp.h"
 #include "unit/test_util.h"
@@ -203,6 +204,66 @@ TEST(NNLayerNorm, ValuesAndErrors) {
   EXPECT_ERROR(layer_norm(zeros({2, 4}), {}), "layer_norm");
   EXPECT_ERROR(layer_norm(zeros({2, 4}), {4}, zeros({3})), "layer_norm", "weight");
   EXPECT_ERROR(layer_norm(zeros({2, 4}), {4}, Tensor(), zeros({2})), "layer_norm", "bias");
+}
+
+// On the CPU an f32 layer_norm is one LayerNorm op (its gradients LayerNormGrad and
+// LayerNormParamGrad); it agrees with the same function built from mean, var and elementwise ops
+// (what it is on a backend without the kernels), forward and backward, to f32 rounding: the
+// composition rounds at every op, the kernel once per step of its row formula, so 1e-5 relative
+// to the size of the values (rows of 520, past one f32 block of the row sums; weight and bias
+// gradients summed over 70 rows). Its results are bitwise the same at 1 and 2 threads.
+TEST(NNLayerNorm, OneOpOnTheCpuAgreeingWithItsComposition) {
+  const int64_t R = 70, Dn = 520;
+  auto leaf = [](const Shape& s, uint32_t seed, double lo, double hi) {
+    Tensor t = rt(s, seed, lo, hi);
+    t.set_requires_grad(true);
+    return t;
+  };
+  const Tensor r = rt({R, Dn}, 9);  // the loss's weights: every element of dy differs
+  struct Run {
+    Tensor y, dx, dw, db;
+  };
+  auto run = [&](bool fused, bool affine) {
+    Tensor x = leaf({R, Dn}, 3, -2, 3), w = leaf({Dn}, 4, 0.5, 1.5), b = leaf({Dn}, 5, -1, 1);
+    Tensor y;
+    if (fused) {
+      y = affine ? layer_norm(x, {Dn}, w, b) : layer_norm(x, {Dn});
+      EXPECT_EQ(y.impl()->node->op, ir::OpCode::LayerNorm);
+    } else {
+      const Tensor m = mean(x, {1}, true), v = var(x, {1}, 0, true);
+      y = mul(sub(x, m), rsqrt(v + 1e-5));
+      if (affine) y = add(mul(y, w), b);
+    }
+    sum(mul(y, r)).backward();
+    return Run{y, x.grad(), affine ? w.grad() : Tensor(), affine ? b.grad() : Tensor()};
+  };
+  for (bool affine : {true, false}) {
+    const Run f = run(true, affine), c = run(false, affine);
+    auto near = [](const Tensor& got, const Tensor& want, const char* what) {
+      const D g = got.to_vector<double>(), w = want.to_vector<double>();
+      ASSERT_EQ(g.size(), w.size()) << what;
+      double scale = 0;
+      for (double v : w) scale = std::max(scale, std::fabs(v));
+      for (size_t i = 0; i < g.size(); ++i)
+        ASSERT_NEAR(g[i], w[i], 1e-5 * scale) << what << " at " << i;
+    };
+    near(f.y, c.y, "y");
+    near(f.dx, c.dx, "dx");
+    if (affine) {
+      near(f.dw, c.dw, "dweight");
+      near(f.db, c.db, "dbias");
+    }
+  }
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  const Run one = run(true, true);
+  set_num_threads(2);
+  const Run two = run(true, true);
+  set_num_threads(threads);
+  EXPECT_EQ(one.y.to_vector<float>(), two.y.to_vector<float>());
+  EXPECT_EQ(one.dx.to_vector<float>(), two.dx.to_vector<float>());
+  EXPECT_EQ(one.dw.to_vector<float>(), two.dw.to_vector<float>());
+  EXPECT_EQ(one.db.to_vector<float>(), two.db.to_vector<float>());
 }
 
 TEST(NNEmbedding, LookupShapesAndErrors) {

@@ -1,0 +1,198 @@
+// CPU kernels for the fused layer norm (LayerNorm, LayerNormGrad; their rules are in
+// src/ops/nn.cpp). A row is normalised in one pass while it is in L1, where the ops layer_norm
+// is otherwise built from (mean, var, sub, rsqrt, mul, add and their gradients) each pass over
+// the whole tensor. Rows are split over the team; a row's sums are taken in double in one order,
+// and the weight and bias gradients (sums over the rows) are split by columns, each column summed
+// over the rows in row order: results do not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/parallel.h"
+#include "cstorch/core/error.h"
+
+namespace cstorch::cpu {
+namespace {
+
+struct LnGeo {
+  int64_t rows = 0, D = 0;
+};
+LnGeo ln_geo(const ir::Node& x, int64_t dims) {
+  LnGeo g;
+  g.D = 1;
+  for (size_t i = x.shape.size() - static_cast<size_t>(dims); i < x.shape.size(); ++i)
+    g.D *= x.shape[i];
+  g.rows = g.D == 0 ? 0 : x.numel() / g.D;
+  return g;
+}
+
+constexpr int64_t kBlock = 256;  // elements of a row summed in f32 before the double sum
+
+// Rows handled together by one chunk of a parallel loop: at least ~16K elements.
+int64_t row_grain(int64_t D) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1));
+}
+
+// The mean and 1 / sqrt(biased variance + eps) of one row, both sums in double (two passes
+// over the row, which is in L1 by then).
+void row_stats(const float* x, int64_t D, double eps, float& mean, float& rstd) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < D; ++j) s += x[j];
+  const double m = s / static_cast<double>(D);
+  double q = 0;
+#pragma omp simd reduction(+ : q)
+  for (int64_t j = 0; j < D; ++j) {
+    const double d = static_cast<double>(x[j]) - m;
+    q += d * d;
+  }
+  mean = static_cast<float>(m);
+  rstd = static_cast<float>(1.0 / std::sqrt(q / static_cast<double>(D) + eps));
+}
+
+}  // namespace
+
+// Scratch of a LayerNormParamGrad node: each row's mean and 1 / std, from its rows pass to its
+// columns pass.
+size_t norm_workspace_bytes(const ir::Node& n, int threads) {
+  if (n.op != ir::OpCode::LayerNormParamGrad || n.inputs.size() < 2) return 0;
+  const LnGeo g = ln_geo(*n.inputs[1], n.attr<ir::LayerNormAttrs>().dims);
+  return static_cast<size_t>(2 * g.rows) * sizeof(float);
+}
+
+void cpu_LayerNorm(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                   void* out) {
+  const auto& at = n.attr<ir::LayerNormAttrs>();
+  const LnGeo g = ln_geo(*n.inputs[0], at.dims);
+  const float* x = static_cast<const float*>(in[0]);
+  const float* w = at.has_weight ? static_cast<const float*>(in[1]) : nullptr;
+  const float* b = at.has_bias ? static_cast<const float*>(in[1 + at.has_weight]) : nullptr;
+  float* y = static_cast<float*>(out);
+  auto rows = [&]<bool kW, bool kB>(int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * g.D;
+      float* yr = y + r * g.D;
+      float mean, rstd;
+      row_stats(xr, g.D, at.eps, mean, rstd);
+#pragma omp simd
+      for (int64_t j = 0; j < g.D; ++j) {
+        float v = (xr[j] - mean) * rstd;
+        if constexpr (kW) v = v * w[j];
+        if constexpr (kB) v = v + b[j];
+        yr[j] = v;
+      }
+    }
+  };
+  parallel_for(g.rows, row_grain(g.D), [&](int64_t r0, int64_t r1) {
+    if (w && b)
+      rows.template operator()<true, true>(r0, r1);
+    else if (w)
+      rows.template operator()<true, false>(r0, r1);
+    else if (b)
+      rows.template operator()<false, true>(r0, r1);
+    else
+      rows.template operator()<false, false>(r0, r1);
+  });
+}
+
+// With xhat = (x - mean) * rstd and g = dy * weight (dy without a weight):
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), a row at a time.
+void cpu_LayerNormGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                       void* out) {
+  const auto& at = n.attr<ir::LayerNormAttrs>();
+  const LnGeo g = ln_geo(*n.inputs[1], at.dims);
+  const float* dy = static_cast<const float*>(in[0]);
+  const float* x = static_cast<const float*>(in[1]);
+  const float* w = at.has_weight ? static_cast<const float*>(in[2]) : nullptr;
+  float* dx = static_cast<float*>(out);
+  const double inv_d = 1.0 / static_cast<double>(g.D);
+  auto rows = [&]<bool kW>(int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * g.D;
+      const float* dyr = dy + r * g.D;
+      float* dxr = dx + r * g.D;
+      float m, rs;
+      row_stats(xr, g.D, at.eps, m, rs);
+      // Sums in f32 over blocks of kBlock (GCC 12 does not vectorise a loop that reduces into
+      // double while it computes in f32), added up in double.
+      double sg = 0, sgx = 0;
+      for (int64_t j0 = 0; j0 < g.D; j0 += kBlock) {
+        const int64_t len = std::min(kBlock, g.D - j0);
+        float bg = 0, bgx = 0;
+#pragma omp simd reduction(+ : bg, bgx)
+        for (int64_t j = j0; j < j0 + len; ++j) {
+          const float xhat = (xr[j] - m) * rs;
+          const float gj = kW ? dyr[j] * w[j] : dyr[j];
+          dxr[j] = xhat;  // kept for the second pass
+          bg += gj;
+          bgx += gj * xhat;
+        }
+        sg += bg;
+        sgx += bgx;
+      }
+      const float a = static_cast<float>(sg * inv_d), c = static_cast<float>(sgx * inv_d);
+#pragma omp simd
+      for (int64_t j = 0; j < g.D; ++j) {
+        const float gj = kW ? dyr[j] * w[j] : dyr[j];
+        dxr[j] = rs * ((gj - a) - dxr[j] * c);
+      }
+    }
+  };
+  parallel_for(g.rows, row_grain(g.D), [&](int64_t r0, int64_t r1) {
+    if (w)
+      rows.template operator()<true>(r0, r1);
+    else
+      rows.template operator()<false>(r0, r1);
+  });
+}
+
+// Rows of [n, D]: the weight's gradient, sum over rows of dy * xhat (if has_weight), then the
+// bias's, sum over rows of dy (if has_bias). The rows' statistics first (split by rows), then
+// the sums (split by columns, each column over every row in order, in double).
+void cpu_LayerNormParamGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
+                            void* out) {
+  const auto& at = n.attr<ir::LayerNormAttrs>();
+  const LnGeo g = ln_geo(*n.inputs[1], at.dims);
+  const float* dy = static_cast<const float*>(in[0]);
+  const float* x = static_cast<const float*>(in[1]);
+  float* dw = at.has_weight ? static_cast<float*>(out) : nullptr;
+  float* db = at.has_bias ? static_cast<float*>(out) + (at.has_weight ? g.D : 0) : nullptr;
+  if (g.D == 0) return;
+  const size_t need = static_cast<size_t>(2 * g.rows) * sizeof(float);
+  CS_CHECK(ctx.workspace_bytes >= need,
+           "layer_norm_param_grad: the kernel needs a workspace of {} bytes, got {}", need,
+           ctx.workspace_bytes);
+  float* mean = static_cast<float*>(ctx.workspace);
+  float* rstd = mean + g.rows;
+  parallel_for(g.rows, 4 * row_grain(g.D), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) row_stats(x + r * g.D, g.D, at.eps, mean[r], rstd[r]);
+  });
+  constexpr int64_t kCols = 128;
+  parallel_for((g.D + kCols - 1) / kCols,
+               std::max<int64_t>(1, 16384 / std::max<int64_t>(g.rows, 1) / kCols),
+               [&](int64_t b0, int64_t b1) {
+                 double sw[kCols], sb[kCols];
+                 for (int64_t blk = b0; blk < b1; ++blk) {
+                   const int64_t c0 = blk * kCols, nc = std::min(kCols, g.D - c0);
+                   std::fill(sw, sw + nc, 0.0);
+                   std::fill(sb, sb + nc, 0.0);
+                   for (int64_t r = 0; r < g.rows; ++r) {
+                     const float* xr = x + r * g.D + c0;
+                     const float* dyr = dy + r * g.D + c0;
+                     const float m = mean[r], rs = rstd[r];
+#pragma omp simd
+                     for (int64_t j = 0; j < nc; ++j) {
+                       sw[j] += static_cast<double>(dyr[j]) * ((xr[j] - m) * rs);
+                       sb[j] += dyr[j];
+                     }
+                   }
+                   for (int64_t j = 0; j < nc; ++j) {
+                     if (dw) dw[c0 + j] = static_cast<float>(sw[j]);
+                     if (db) db[c0 + j] = static_cast<float>(sb[j]);
+                   }
+                 }
+               });
+}
+
+}  // namespace cstorch::cpu
