@@ -129,14 +129,9 @@ inline float gelu_erf_grad(float dy, float x) {
 // against the AVX2 variant's scalar loops. The products that must stay unfused use the
 // _round_ intrinsics, which GCC does not contract into FMAs (plain _mm512_mul_ps it does).
 #if CSTORCH_AVX512_KERNELS
-// GCC 12 reports the intrinsics' _mm512_undefined_ps() pass-through as uninitialised (a false
-// positive, as in gemm.cpp); silenced for this code, which the array functions below keep out of
-// line so the diagnostic state covers where it is compiled.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// (CSTORCH_INTRINSICS_BEGIN: see isa.h. The array functions below are kept out of line so the
+// diagnostic state covers where this code is compiled.)
+CSTORCH_INTRINSICS_BEGIN
 namespace gelu_avx512 {
 [[gnu::always_inline]] inline __m512 k(float v) {
   return _mm512_set1_ps(v);
@@ -210,7 +205,7 @@ namespace gelu_avx512 {
 #endif
 }
 #if CSTORCH_AVX512_KERNELS
-#pragma GCC diagnostic pop
+CSTORCH_INTRINSICS_END
 #endif
 
 }  // namespace cstorch::cpu

@@ -94,11 +94,7 @@ int64_t a_copy_floats(int64_t K, bool addend) {
 
 // GCC 12's unpack, shuffle and max intrinsics start from _mm512_undefined_ps(), which its
 // -Wuninitialized reports once inlined (a false positive); silenced for the AVX-512 code only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning: clang has no such group and would warn about it
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+CSTORCH_INTRINSICS_BEGIN
 namespace {
 
 // a * b + c rounded as the elementwise kernels round `a + b * c` (addcmul, the optimizers'
@@ -526,7 +522,7 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   run_on_team(threads, body);
   return true;
 }
-#pragma GCC diagnostic pop
+CSTORCH_INTRINSICS_END
 
 bool own_gemm_applies(int64_t M, int64_t, int64_t K, bool) {
   return K >= 1 && M >= 1;

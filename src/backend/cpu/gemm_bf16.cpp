@@ -33,11 +33,7 @@ namespace cstorch::cpu {
 #if CSTORCH_AVX512_KERNELS && defined(__GNUC__)
 // GCC 12's widening, shift and undefined-start intrinsics are reported as uninitialised once
 // inlined (a false positive, as in gemm.cpp): silenced for this AVX-512 code only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+CSTORCH_INTRINSICS_BEGIN
 namespace {
 
 constexpr int kMr = 12, kNr = 32;
@@ -500,7 +496,7 @@ bool sgemm_bf16_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uin
 }
 }  // namespace
 
-#pragma GCC diagnostic pop
+CSTORCH_INTRINSICS_END
 
 #else
 

@@ -34,6 +34,18 @@ OCI view_dim(const Shape& s, int64_t dim) {
 
 constexpr int64_t kExpChunk = 512;  // exps computed together into a stack buffer (2 KB)
 
+// Calls f(j0, e, len) for the chunks of a row x of n floats, e[j] = vexp(x[j0 + j] - shift) for
+// j < len (vexp_n: the vector exp where the variant has one).
+template <class F>
+void exp_chunks(const float* x, int64_t n, float shift, F&& f) {
+  alignas(64) float e[kExpChunk];
+  for (int64_t j0 = 0; j0 < n; j0 += kExpChunk) {
+    const int64_t len = std::min(kExpChunk, n - j0);
+    vexp_n(x + j0, e, len, shift);
+    f(j0, static_cast<const float*>(e), len);
+  }
+}
+
 // Softmax (kLog = false) or log-softmax of one contiguous row. The max skips NaN; a NaN
 // still reaches every output through the sum. The sum of exps is accumulated in double. f32
 // rows take their exps from vexp_n (the vector exp where the variant has one), kExpChunk at a
@@ -48,16 +60,13 @@ void softmax_row(const T* __restrict x, T* __restrict y, int64_t C) {
   }
   double s = 0;
   if constexpr (std::is_same_v<T, float>) {
-    alignas(64) float e[kExpChunk];
-    for (int64_t j0 = 0; j0 < C; j0 += kExpChunk) {
-      const int64_t len = std::min(kExpChunk, C - j0);
-      float* ej = kLog ? e : y + j0;  // softmax keeps its exps in the output
-      vexp_n(x + j0, ej, len, m);
+    exp_chunks(x, C, m, [&](int64_t j0, const float* e, int64_t len) {
       double cs = 0;
 #pragma omp simd reduction(+ : cs)
-      for (int64_t j = 0; j < len; ++j) cs += ej[j];
+      for (int64_t j = 0; j < len; ++j) cs += e[j];
       s += cs;
-    }
+      if constexpr (!kLog) std::memcpy(y + j0, e, sizeof(float) * len);  // normalised below
+    });
     if constexpr (kLog) {
       const float ls = static_cast<float>(std::log(s));
 #pragma omp simd
@@ -89,11 +98,7 @@ void softmax_row(const T* __restrict x, T* __restrict y, int64_t C) {
 // at most 16 exps is accumulated in float (relative error below 1e-6).
 // (GCC 12 reports the reduce intrinsics' _mm512_undefined_ps() as uninitialised: a false
 // positive, silenced for this function only.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning: clang has no such group and would warn about it
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+CSTORCH_INTRINSICS_BEGIN
 template <bool kLog>
 void softmax_rows16(const float* __restrict x, float* __restrict y, int64_t rows, int64_t C) {
   const __mmask16 mk = static_cast<__mmask16>((1u << C) - 1);
@@ -111,7 +116,7 @@ void softmax_rows16(const float* __restrict x, float* __restrict y, int64_t rows
     _mm512_mask_storeu_ps(y + o * C, mk, r);
   }
 }
-#pragma GCC diagnostic pop
+CSTORCH_INTRINSICS_END
 #endif
 
 // The same over `w` columns with stride `inner` (the softmax dim is not the last).
@@ -315,13 +320,10 @@ void cpu_LogSoftmaxGrad(const ir::KernelContext& ctx, const ir::Node& n, const v
           for (int64_t j = 0; j < v.C; ++j) s += static_cast<float>(load(gr[j]));
           const float sf = static_cast<float>(s);
           if constexpr (std::is_same_v<T, float>) {
-            alignas(64) float ex[kExpChunk];
-            for (int64_t j0 = 0; j0 < v.C; j0 += kExpChunk) {
-              const int64_t len = std::min(kExpChunk, v.C - j0);
-              vexp_n(yr + j0, ex, len);
+            exp_chunks(yr, v.C, 0.0f, [&](int64_t j0, const float* ex, int64_t len) {
 #pragma omp simd
               for (int64_t j = 0; j < len; ++j) dr[j0 + j] = gr[j0 + j] - ex[j] * sf;
-            }
+            });
             continue;
           }
 #pragma omp simd
@@ -391,13 +393,10 @@ void cpu_CrossEntropyGrad(const ir::KernelContext& ctx, const ir::Node& n, const
         O* dr = dx + o * v.C;
         const float yt = valid ? static_cast<float>(load(yr[t])) : 0.0f;
         if constexpr (std::is_same_v<T, float>) {
-          alignas(64) float ex[kExpChunk];
-          for (int64_t j0 = 0; j0 < v.C; j0 += kExpChunk) {
-            const int64_t len = std::min(kExpChunk, v.C - j0);
-            vexp_n(yr + j0, ex, len);
+          exp_chunks(yr, v.C, 0.0f, [&](int64_t j0, const float* ex, int64_t len) {
 #pragma omp simd
             for (int64_t j = 0; j < len; ++j) dr[j0 + j] = put(0.0f - ex[j] * sf);
-          }
+          });
         } else {
 #pragma omp simd
           for (int64_t j = 0; j < v.C; ++j)

@@ -10,11 +10,7 @@ namespace cstorch::cpu {
 
 // GCC 12's unpack and shuffle intrinsics start from _mm512_undefined_ps(), which its
 // -Wuninitialized reports once inlined (a false positive).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+CSTORCH_INTRINSICS_BEGIN
 
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (rows, cols <= 16); lanes
 // rows..width-1 of each written dst row are zero (panel padding). width <= 16.
@@ -74,7 +70,7 @@ inline void transpose16(const float* src, int64_t lds, int rows, int cols, float
   }
 }
 
-#pragma GCC diagnostic pop
+CSTORCH_INTRINSICS_END
 
 }  // namespace cstorch::cpu
 #endif

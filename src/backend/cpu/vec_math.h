@@ -47,13 +47,7 @@ namespace cstorch::cpu {
 }
 
 #if CSTORCH_AVX512_KERNELS
-// GCC 12 reports the intrinsics' _mm512_undefined_ps() pass-through as uninitialised (a false
-// positive, as in gemm.cpp); silenced for this code.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+CSTORCH_INTRINSICS_BEGIN
 // vexp on 16 lanes, bitwise the scalar form as GCC compiles it in the AVX-512 variant (which
 // contracts its multiply-adds into FMAs as written here). GCC vectorises the scalar form's
 // selects into chains of mask operations (~3.3 cycles an element on a Zen 4); min / max and
@@ -81,7 +75,7 @@ namespace cstorch::cpu {
                            k(std::numeric_limits<float>::infinity()));
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
 }
-#pragma GCC diagnostic pop
+CSTORCH_INTRINSICS_END
 #endif
 
 // o[i] = vexp(x[i] - shift) for i < n, bitwise the scalar forms (x - shift rounded, then vexp);
