@@ -318,6 +318,39 @@ TEST(CpuVariants, GeluIsBitwiseTheSameInEveryVariant) {
   }
 }
 
+// The rows' exps of log_softmax's gradient (and of cross_entropy_grad and the softmax rows, which
+// take them the same way): the AVX-512 variant's vector exp (vexp_n) bitwise the AVX2 variant's
+// loop of the scalar vexp, on 2^20 - 1 values spread over every float bit pattern (NaNs,
+// infinities, denormals; rows of 1023, a masked tail after two 512-element chunks). The gradient
+// is all ones, so each row's sum is exact whatever the order of its additions.
+TEST(CpuVariants, VectorExpIsBitwiseTheScalarOneInEveryVariant) {
+  const cpu::KernelVariant *avx512 = nullptr, *avx2 = nullptr;
+  for (const cpu::KernelVariant* v : cpu::built_variants()) {
+    if (!cpu::runs_here(*v)) continue;
+    if (std::string(v->name) == "avx512") avx512 = v;
+    if (std::string(v->name) == "avx2") avx2 = v;
+  }
+  if (!avx512 || !avx2)
+    GTEST_SKIP() << "the vector exp is in the AVX-512 variant, which this CPU (or build) lacks";
+  const int64_t R = 1025, C = 1023, n = R * C;
+  std::vector<float> y(static_cast<size_t>(n)), g(static_cast<size_t>(n), 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto u = static_cast<uint32_t>(static_cast<uint64_t>(i) * 4093u + 17u);
+    std::memcpy(&y[static_cast<size_t>(i)], &u, 4);
+  }
+  y[0] = 0.0f;
+  y[1] = -0.0f;
+  y[2] = std::numeric_limits<float>::quiet_NaN();
+  y[3] = std::numeric_limits<float>::infinity();
+  y[4] = -std::numeric_limits<float>::infinity();
+  const auto grad = op(ir::OpCode::LogSoftmaxGrad, ir::DimAttrs{1}, {leaf({R, C}), leaf({R, C})});
+  const auto a = run(*avx512, *grad, {&g, &y}), b = run(*avx2, *grad, {&g, &y});
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0)
+        << "at y = " << y[i] << " (element " << i << "): avx512 " << a[i] << ", avx2 " << b[i];
+}
+
 // Every variant this CPU runs against the running one, on kernels whose code differs between
 // instruction sets: the own AVX-512 GEMM against OpenBLAS (products of K = 784 and 96), the
 // AVX-512 short-row softmax against the generic rows, and vectorised elementwise maths and
