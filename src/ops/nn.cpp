@@ -326,7 +326,7 @@ void infer_LayerNormParamGrad(ir::Node& n) {
 // each wanted one sliced out of its rows.
 std::vector<Tensor> vjp_LayerNorm(const VjpArgs& a) {
   const auto& at = a.node.attr<ir::LayerNormAttrs>();
-  const Tensor dy = amp::detail::to_f32(a.grad);
+  const Tensor& dy = a.grad;  // f32: the gradient of LayerNorm's f32 output
   std::vector<Tensor> r(a.inputs.size());
   if (a.needs[0]) {
     std::vector<Tensor> in{dy, a.inputs[0]};

@@ -35,12 +35,14 @@ OCI view_dim(const Shape& s, int64_t dim) {
 constexpr int64_t kExpChunk = 512;  // exps computed together into a stack buffer (2 KB)
 
 // Calls f(j0, e, len) for the chunks of a row x of n floats, e[j] = vexp(x[j0 + j] - shift) for
-// j < len (vexp_n: the vector exp where the variant has one).
+// j < len (vexp_n: the vector exp where the variant has one). The exps go to out + j0 where out
+// is given (a row that keeps them), else to a stack buffer.
 template <class F>
-void exp_chunks(const float* x, int64_t n, float shift, F&& f) {
-  alignas(64) float e[kExpChunk];
+void exp_chunks(const float* x, int64_t n, float shift, float* out, F&& f) {
+  alignas(64) float buf[kExpChunk];
   for (int64_t j0 = 0; j0 < n; j0 += kExpChunk) {
     const int64_t len = std::min(kExpChunk, n - j0);
+    float* e = out ? out + j0 : buf;
     vexp_n(x + j0, e, len, shift);
     f(j0, static_cast<const float*>(e), len);
   }
@@ -62,12 +64,12 @@ void softmax_row(const T* __restrict x, T* __restrict y, int64_t C) {
   }
   double s = 0;
   if constexpr (std::is_same_v<T, float>) {
-    exp_chunks(x, C, m, [&](int64_t j0, const float* e, int64_t len) {
+    // Softmax keeps its exps in the output (normalised below).
+    exp_chunks(x, C, m, kLog ? nullptr : y, [&](int64_t, const float* e, int64_t len) {
       double cs = 0;
 #pragma omp simd reduction(+ : cs)
       for (int64_t j = 0; j < len; ++j) cs += e[j];
       s += cs;
-      if constexpr (!kLog) std::memcpy(y + j0, e, sizeof(float) * len);  // normalised below
     });
     if constexpr (kLog) {
       const float ls = static_cast<float>(std::log(s));
@@ -322,7 +324,7 @@ void cpu_LogSoftmaxGrad(const ir::KernelContext& ctx, const ir::Node& n, const v
           for (int64_t j = 0; j < v.C; ++j) s += static_cast<float>(load(gr[j]));
           const float sf = static_cast<float>(s);
           if constexpr (std::is_same_v<T, float>) {
-            exp_chunks(yr, v.C, 0.0f, [&](int64_t j0, const float* ex, int64_t len) {
+            exp_chunks(yr, v.C, 0.0f, nullptr, [&](int64_t j0, const float* ex, int64_t len) {
 #pragma omp simd
               for (int64_t j = 0; j < len; ++j) dr[j0 + j] = gr[j0 + j] - ex[j] * sf;
             });
@@ -395,7 +397,7 @@ void cpu_CrossEntropyGrad(const ir::KernelContext& ctx, const ir::Node& n, const
         O* dr = dx + o * v.C;
         const float yt = valid ? static_cast<float>(load(yr[t])) : 0.0f;
         if constexpr (std::is_same_v<T, float>) {
-          exp_chunks(yr, v.C, 0.0f, [&](int64_t j0, const float* ex, int64_t len) {
+          exp_chunks(yr, v.C, 0.0f, nullptr, [&](int64_t j0, const float* ex, int64_t len) {
 #pragma omp simd
             for (int64_t j = 0; j < len; ++j) dr[j0 + j] = put(0.0f - ex[j] * sf);
           });

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/device.h"
@@ -237,18 +238,25 @@ TEST(CpuVariants, FusedStraightLinesAreBitwiseTheInterpreter) {
   EXPECT_GE(compared, 1);
 }
 
-// The tanh-form gelu and its gradient (the Gelu and GeluGrad kernels, f32 and bf16, and a Fused
-// program's gelu instructions): the AVX-512 variant's vector code (elementwise_math.h) bitwise
-// the AVX2 variant's scalar loops, which GCC compiles with the same fused multiply-adds. On
-// 2^20 + 9 inputs spread over every float bit pattern (all exponents, both signs, NaNs,
-// infinities, denormals; a ragged last vector), the gradient at dy of several magnitudes.
-TEST(CpuVariants, GeluIsBitwiseTheSameInEveryVariant) {
+// The AVX-512 and AVX2 variants where this CPU runs both (either null where it does not): the
+// vector code of the one against the scalar loops of the other.
+std::pair<const cpu::KernelVariant*, const cpu::KernelVariant*> avx512_and_avx2() {
   const cpu::KernelVariant *avx512 = nullptr, *avx2 = nullptr;
   for (const cpu::KernelVariant* v : cpu::built_variants()) {
     if (!cpu::runs_here(*v)) continue;
     if (std::string(v->name) == "avx512") avx512 = v;
     if (std::string(v->name) == "avx2") avx2 = v;
   }
+  return {avx512, avx2};
+}
+
+// The tanh-form gelu and its gradient (the Gelu and GeluGrad kernels, f32 and bf16, and a Fused
+// program's gelu instructions): the AVX-512 variant's vector code (elementwise_math.h) bitwise
+// the AVX2 variant's scalar loops, which GCC compiles with the same fused multiply-adds. On
+// 2^20 + 9 inputs spread over every float bit pattern (all exponents, both signs, NaNs,
+// infinities, denormals; a ragged last vector), the gradient at dy of several magnitudes.
+TEST(CpuVariants, GeluIsBitwiseTheSameInEveryVariant) {
+  const auto [avx512, avx2] = avx512_and_avx2();
   if (!avx512 || !avx2)
     GTEST_SKIP() << "the vector gelu is in the AVX-512 variant, which this CPU (or build) lacks";
   const int64_t n = (int64_t{1} << 20) + 9;
@@ -324,12 +332,7 @@ TEST(CpuVariants, GeluIsBitwiseTheSameInEveryVariant) {
 // infinities, denormals; rows of 1023, a masked tail after two 512-element chunks). The gradient
 // is all ones, so each row's sum is exact whatever the order of its additions.
 TEST(CpuVariants, VectorExpIsBitwiseTheScalarOneInEveryVariant) {
-  const cpu::KernelVariant *avx512 = nullptr, *avx2 = nullptr;
-  for (const cpu::KernelVariant* v : cpu::built_variants()) {
-    if (!cpu::runs_here(*v)) continue;
-    if (std::string(v->name) == "avx512") avx512 = v;
-    if (std::string(v->name) == "avx2") avx2 = v;
-  }
+  const auto [avx512, avx2] = avx512_and_avx2();
   if (!avx512 || !avx2)
     GTEST_SKIP() << "the vector exp is in the AVX-512 variant, which this CPU (or build) lacks";
   const int64_t R = 1025, C = 1023, n = R * C;
