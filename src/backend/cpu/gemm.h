@@ -80,6 +80,12 @@ bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
 bool bf16_gemm_runs_here();
 // Floats of the scratch area one thread of sgemm_bf16 needs (0 where it does not run).
 size_t sgemm_bf16_scratch_floats();
+// Whether sgemm_bf16 runs on AMX tiles (TDPBF16PS) rather than VDPBF16PS: the CPU has AMX-BF16,
+// the OS granted this process the tile state, and neither CSTORCH_AMX=0 in the environment (read
+// once) nor an earlier bf16_gemm_amx(0) turned them off. mode 0 turns them off, 1 back on (where
+// available), -1 only asks. The two paths round differently in the last bits of a sum; each
+// gives results that do not depend on the thread count.
+bool bf16_gemm_amx(int mode);
 // Whether sgemm_bf16 computes this product as its transpose, C^T = op(B)^T op(A)^T: an A B^T
 // product (a linear layer's forward) with more columns than rows, at least 64 rows and an even K.
 inline bool bf16_gemm_swaps(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {

@@ -14,11 +14,17 @@
 // The instructions exist only on CPUs with avx512_bf16 (Zen 4 and later, Cooper Lake, Sapphire
 // Rapids): the functions using them carry that target themselves and run only after
 // bf16_gemm_runs_here() said yes; elsewhere 16-bit products are widened to f32 (linalg.cpp).
+#include <cpuid.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/isa.h"
@@ -64,16 +70,18 @@ static_assert(kAWords >= kMr * kKp && kBWords >= kNr * kKp);
 
 // Packs X[e][k] = x[e * es + k * ks] (bf16 bits) for elements [e0, e0 + m) of the panel dim
 // (A's rows, B's columns) and pairs [p0, p0 + kp) into panels of P elements: panel q at
-// out + q * kp * P, word (p, e) at [p * P + e] = X[e][2p] | X[e][2p + 1] << 16. Elements past m
-// and the half past K of an odd last pair are zero.
+// out + q * kps * P, word (p, e) at [p * P + e] = X[e][2p] | X[e][2p + 1] << 16. Elements past
+// m, the half past K of an odd last pair and the pairs [kp, kps) (kps >= kp: the AMX tiles'
+// whole chunks of 16 pairs) are zero.
 template <int P>
 __attribute__((target("avx512f,avx512bw"))) void pack_pairs(const uint16_t* x, int64_t es,
                                                             int64_t ks, int64_t e0, int64_t m,
                                                             int64_t K, int64_t p0, int64_t kp,
-                                                            uint32_t* out) {
+                                                            int64_t kps, uint32_t* out) {
   const int64_t full = std::min(kp, K / 2 - p0);  // pairs with both halves inside K
   for (int64_t q = 0; q < ceil_div(m, P); ++q) {
-    uint32_t* o = out + q * kp * P;
+    uint32_t* o = out + q * kps * P;
+    if (kps > kp) std::memset(o + kp * P, 0, sizeof(uint32_t) * (kps - kp) * P);
     const int n = static_cast<int>(std::min<int64_t>(P, m - q * P));
     const uint16_t* base = x + (e0 + q * P) * es + 2 * p0 * ks;
     if (es == 1) {
@@ -354,6 +362,285 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(int64_t k
           : store_tile<false, false, false, false>(acc, rows, cols, o);
 }
 
+// ---- AMX tiles (TDPBF16PS) ----
+// On CPUs with AMX (Sapphire Rapids and later) the products run on the tile unit: one TDPBF16PS
+// multiplies a 16 x 32 bf16 tile of A by a 32 x 16 tile of B into a 16 x 16 f32 tile of C, 16
+// times the multiply-adds of a VDPBF16PS. The micro-kernel keeps a 32 x 32 block of C in four
+// tiles (0-3), the two 16-row groups of A in tiles 4-5 and the two 16-column groups of B in 6-7,
+// and steps along K 16 pairs at a time:
+//   - op(A) as rows of pairs: in place (A's own rows, an even K in whole chunks of 16 pairs) or
+//     packed in groups of 16 rows, word (r, p) at [r * kps + p];
+//   - op(B) as pack_pairs<16> panels (16 columns, p-major): each chunk a contiguous 1 KiB tile.
+// K keeps the blocks of the VDPBF16PS path (at most kKp pairs, their sums added into C in
+// order), rounded up to whole chunks; the last chunk of a block is zero-padded in both operands.
+// The tile unit sums each block its own way (its results differ in the last bits from
+// VDPBF16PS's pair-by-pair sums, measured), the same way for every element wherever it lies in
+// a tile, so results still do not depend on the team size or the swapped form (tested).
+constexpr int64_t kChunk = 16;  // pairs of one tile step
+constexpr int kAmxM = 32, kAmxN = 32;
+
+// The tile configuration every thread loads before its tiles: palette 1, eight tiles of 16
+// rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// Loads the configuration on the calling thread / releases its tiles.
+__attribute__((target("amx-tile"))) void tiles_on() {
+  static const TileConfig config;
+  _tile_loadconfig(&config);
+}
+__attribute__((target("amx-tile"))) void tiles_off() {
+  _tile_release();
+}
+
+// Packs op(A)[e][k] = x[e * es + k * ks] for rows [e0, e0 + m) and pairs [p0, p0 + kp) into
+// groups of 16 rows: group g at out + g * 16 * kps, word (r, p) at [r * kps + p]; rows past m,
+// the half past K of an odd last pair and pairs [kp, kps) zero. kps is a multiple of 16.
+__attribute__((target("avx512f,avx512bw"))) void pack_rows(const uint16_t* x, int64_t es,
+                                                           int64_t ks, int64_t e0, int64_t m,
+                                                           int64_t K, int64_t p0, int64_t kp,
+                                                           int64_t kps, uint32_t* out) {
+  const int64_t groups = ceil_div(m, 16);
+  if (ks == 1) {  // each row's k run contiguous: a copy of its halves
+    const int64_t halves = std::min(2 * kp, K - 2 * p0);
+    for (int64_t r = 0; r < groups * 16; ++r) {
+      uint16_t* o = reinterpret_cast<uint16_t*>(out + r * kps);
+      const int64_t n = r < m ? halves : 0;
+      if (n > 0) std::memcpy(o, x + (e0 + r) * es + 2 * p0, sizeof(uint16_t) * n);
+      std::memset(o + n, 0, sizeof(uint16_t) * (2 * kps - n));
+    }
+    return;
+  }
+  // Rows along k (A^T stored): 16 rows x 16 pairs at a time as a pack_pairs panel (p-major),
+  // then transposed as 32-bit words.
+  alignas(64) uint32_t panel[kChunk * 16];
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t rows = std::min<int64_t>(16, m - 16 * g);
+    for (int64_t pb = 0; pb < kps; pb += kChunk) {
+      uint32_t* o = out + g * 16 * kps + pb;
+      const int64_t n = std::max<int64_t>(0, std::min<int64_t>(kChunk, kp - pb));
+      pack_pairs<16>(x, es, ks, e0 + 16 * g, rows, K, p0 + pb, n, kChunk, panel);
+      transpose16<true>(reinterpret_cast<const float*>(panel), 16, 16, 16,
+                        reinterpret_cast<float*>(o), kps, 16);
+    }
+  }
+}
+
+// A 32 x 32 block of C (kRg row groups, kCg column groups of 16) over kps pairs into t (32
+// floats a row): row group g of A at a[g] (bf16 bits, its pair p at a[g] + 2p), rows sa[g]
+// bytes apart; column group h of B at b[h] (16 words a pair).
+template <int kRg, int kCg>
+__attribute__((target("amx-tile,amx-bf16"))) void micro_amx(int64_t kps,
+                                                            const uint16_t* const (&a)[2],
+                                                            const int64_t (&sa)[2],
+                                                            const uint32_t* const (&b)[2],
+                                                            float (*t)[kAmxN]) {
+  _tile_zero(0);
+  if constexpr (kCg == 2) _tile_zero(1);
+  if constexpr (kRg == 2) _tile_zero(2);
+  if constexpr (kRg == 2 && kCg == 2) _tile_zero(3);
+  for (int64_t p = 0; p < kps; p += kChunk) {
+    _tile_loadd(4, a[0] + 2 * p, sa[0]);
+    _tile_loadd(6, b[0] + p * 16, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (kCg == 2) {
+      _tile_loadd(7, b[1] + p * 16, 64);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (kRg == 2) {
+      _tile_loadd(5, a[1] + 2 * p, sa[1]);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (kCg == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, &t[0][0], kAmxN * 4);
+  if constexpr (kCg == 2) _tile_stored(1, &t[0][16], kAmxN * 4);
+  if constexpr (kRg == 2) _tile_stored(2, &t[16][0], kAmxN * 4);
+  if constexpr (kRg == 2 && kCg == 2) _tile_stored(3, &t[16][16], kAmxN * 4);
+}
+
+// Stores rows [0, rows) x columns [0, cols) of a 32 x 32 block held in t as store_tile does.
+template <bool kAccumulate, bool kC16, bool kBias, bool kRound>
+__attribute__((target("avx512f,avx512bw"))) void store_block(const float (*t)[kAmxN], int rows,
+                                                             int cols, const TileOut& o) {
+  if (o.transposed) {  // two 16-row halves, each transposed
+    store_transposed<kAccumulate, kC16, kBias, kRound>(t, std::min(rows, 16), cols, o);
+    if (rows > 16) {
+      TileOut h = o;
+      h.c += 16;
+      if (h.c16) h.c16 += 16;
+      if (h.bias) h.bias += 16;
+      store_transposed<kAccumulate, kC16, kBias, kRound>(t + 16, rows - 16, cols, h);
+    }
+    return;
+  }
+  const __mmask16 m[2] = {static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1),
+                          static_cast<__mmask16>(cols >= 32  ? 0xFFFF
+                                                 : cols > 16 ? (1u << (cols - 16)) - 1
+                                                             : 0)};
+  __m512 bias[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  if constexpr (kBias) {
+    bias[0] = _mm512_maskz_loadu_ps(m[0], o.bias);
+    bias[1] = _mm512_maskz_loadu_ps(m[1], o.bias + 16);
+  }
+  for (int r = 0; r < rows; ++r)
+    for (int v = 0; v < (cols > 16 ? 2 : 1); ++v)
+      store_vec<kAccumulate, kC16, kBias, kRound>(_mm512_load_ps(&t[r][16 * v]), m[v],
+                                                  r * o.ldc + 16 * v, bias[v], o);
+}
+
+void store_block(const float (*t)[kAmxN], int rows, int cols, const TileOut& o) {
+  const bool acc_c = o.accumulate;
+  if (o.c16 && o.bias)
+    acc_c ? store_block<true, true, true, false>(t, rows, cols, o)
+          : store_block<false, true, true, false>(t, rows, cols, o);
+  else if (o.c16)
+    acc_c ? store_block<true, true, false, false>(t, rows, cols, o)
+          : store_block<false, true, false, false>(t, rows, cols, o);
+  else if (o.round_c)
+    acc_c ? store_block<true, false, false, true>(t, rows, cols, o)
+          : store_block<false, false, false, true>(t, rows, cols, o);
+  else
+    acc_c ? store_block<true, false, false, false>(t, rows, cols, o)
+          : store_block<false, false, false, false>(t, rows, cols, o);
+}
+
+// Whether the CPU has AMX-BF16 tiles and the OS lets this process use them (Linux grants the
+// tile data state on request, once per process: arch_prctl(ARCH_REQ_XCOMP_PERM)).
+bool amx_available() {
+  static const bool yes = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!(d & (1u << 22)) || !(d & (1u << 24))) return false;  // AMX-BF16, AMX-TILE
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return yes;
+}
+
+// Whether sgemm_bf16 runs on the tiles: available, and not turned off by CSTORCH_AMX=0 or
+// bf16_gemm_amx(0).
+std::atomic<int>& amx_mode() {
+  static std::atomic<int> mode{[] {
+    const char* env = std::getenv("CSTORCH_AMX");
+    return env && std::string_view(env) == "0" ? 0 : 1;
+  }()};
+  return mode;
+}
+bool amx_on() {
+  return amx_mode().load(std::memory_order_relaxed) != 0 && amx_available();
+}
+
+// sgemm_bf16_run on the tiles (same arguments, same blocking of the team and of K).
+__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw"))) void sgemm_amx_run(
+    bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+    const uint16_t* B, int64_t ldb, float* C, int64_t ldc, int threads, const Scratch& ws,
+    const Bf16Result& out, bool transposed) {
+  const int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
+  const int64_t brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
+  const int64_t pairs = ceil_div(K, 2);
+  const int64_t kpb = ceil_div(ceil_div(pairs, ceil_div(pairs, kKp)), kChunk) * kChunk;
+  const int64_t kblocks = ceil_div(pairs, kpb);
+  const int64_t mc_max = std::max<int64_t>(kAmxM, kAWords / kpb / kAmxM * kAmxM);
+  const int64_t nc_max = std::max<int64_t>(kAmxN, kBWords / kpb / kAmxN * kAmxN);
+  const int64_t nbp = ceil_div(N, kAmxN), nmp = ceil_div(M, kAmxM);
+  // A's rows read in place when they hold whole chunks of pairs (K a multiple of 32); a last
+  // group of fewer than 16 rows is packed (a tile load would read past A).
+  const bool a_in_place = !ta && K % (2 * kChunk) == 0;
+  threads = omp_in_parallel() ? 1 : std::max(1, std::min<int>(threads, ws.slots));
+  const bool split_cols = nbp >= threads && M <= N;
+  threads = static_cast<int>(std::min<int64_t>(threads, split_cols ? nbp : nmp));
+  const int first_slot = threads == 1 ? omp_get_thread_num() : 0;
+  ws.slot(first_slot + threads - 1, kAreaWords);
+  auto body = [&](int t, int nt) {
+    tiles_on();
+    uint32_t* apack = reinterpret_cast<uint32_t*>(ws.base + (first_slot + t) * ws.stride);
+    uint32_t* bpack = apack + (mc_max * kpb + 15) / 16 * 16;
+    const int64_t r0 = split_cols ? 0 : std::min(M, nmp * t / nt * kAmxM);
+    const int64_t r1 = split_cols ? M : std::min(M, nmp * (t + 1) / nt * kAmxM);
+    const int64_t c0 = split_cols ? std::min(N, nbp * t / nt * kAmxN) : 0;
+    const int64_t c1 = split_cols ? std::min(N, nbp * (t + 1) / nt * kAmxN) : N;
+    const bool b_outer = r1 - r0 > mc_max;
+    alignas(64) float tile[kAmxM][kAmxN];
+    auto run = [&](int64_t kb, int64_t p0, int64_t kps, int64_t ic, int64_t mc, int64_t jc,
+                   int64_t nc) {
+      for (int64_t jq = 0; jq < ceil_div(nc, kAmxN); ++jq) {
+        const int cols = static_cast<int>(std::min<int64_t>(kAmxN, nc - jq * kAmxN));
+        const uint32_t* const b[2] = {bpack + 2 * jq * kps * 16, bpack + (2 * jq + 1) * kps * 16};
+        for (int64_t iq = 0; iq < ceil_div(mc, kAmxM); ++iq) {
+          const int rows = static_cast<int>(std::min<int64_t>(kAmxM, mc - iq * kAmxM));
+          const uint16_t* a[2];
+          int64_t sa[2];
+          for (int g = 0; g < 2; ++g) {
+            const int64_t r = iq * kAmxM + 16 * g;  // the group's first row in the block
+            if (a_in_place && r + 16 <= mc) {
+              a[g] = A + (ic + r) * lda + 2 * p0;
+              sa[g] = lda * 2;
+            } else {
+              a[g] = reinterpret_cast<const uint16_t*>(apack + r * kps);
+              sa[g] = kps * 4;
+            }
+          }
+          if (rows > 16)
+            cols > 16 ? micro_amx<2, 2>(kps, a, sa, b, tile) : micro_amx<2, 1>(kps, a, sa, b, tile);
+          else
+            cols > 16 ? micro_amx<1, 2>(kps, a, sa, b, tile) : micro_amx<1, 1>(kps, a, sa, b, tile);
+          const int64_t i = ic + iq * kAmxM, j = jc + jq * kAmxN;
+          const bool last = kb == kblocks - 1;
+          const int64_t at = transposed ? j * ldc + i : i * ldc + j;
+          TileOut o;
+          o.c = C + at;
+          o.ldc = ldc;
+          o.accumulate = kb > 0;
+          o.c16 = last && out.c16 ? out.c16 + at : nullptr;
+          o.bias = last && out.bias ? out.bias + (transposed ? i : j) : nullptr;
+          o.round_c = last && out.round_c;
+          o.transposed = transposed;
+          store_block(tile, rows, cols, o);
+        }
+      }
+    };
+    auto pack_a = [&](int64_t ic, int64_t mc, int64_t p0, int64_t kp, int64_t kps) {
+      if (!a_in_place) {
+        pack_rows(A, ars, acs, ic, mc, K, p0, kp, kps, apack);
+      } else if (mc % 16) {  // only the last, partial group
+        const int64_t r = mc / 16 * 16;
+        pack_rows(A, ars, acs, ic + r, mc - r, K, p0, kp, kps, apack + r * kps);
+      }
+    };
+    for (int64_t kb = 0; kb < kblocks; ++kb) {
+      const int64_t p0 = kb * kpb, kp = std::min(kpb, pairs - p0);
+      const int64_t kps = ceil_div(kp, kChunk) * kChunk;
+      if (b_outer) {
+        for (int64_t jc = c0; jc < c1; jc += nc_max) {
+          const int64_t nc = std::min(nc_max, c1 - jc);
+          pack_pairs<16>(B, bcs, brs, jc, nc, K, p0, kp, kps, bpack);
+          for (int64_t ic = r0; ic < r1; ic += mc_max) {
+            const int64_t mc = std::min(mc_max, r1 - ic);
+            pack_a(ic, mc, p0, kp, kps);
+            run(kb, p0, kps, ic, mc, jc, nc);
+          }
+        }
+      } else {
+        const int64_t mc = r1 - r0;
+        if (mc <= 0) continue;
+        pack_a(r0, mc, p0, kp, kps);
+        for (int64_t jc = c0; jc < c1; jc += nc_max) {
+          const int64_t nc = std::min(nc_max, c1 - jc);
+          pack_pairs<16>(B, bcs, brs, jc, nc, K, p0, kp, kps, bpack);
+          run(kb, p0, kps, r0, mc, jc, nc);
+        }
+      }
+    }
+    tiles_off();
+  };
+  run_on_team(threads, body);
+}
+
 }  // namespace
 
 bool bf16_gemm_runs_here() {
@@ -363,6 +650,11 @@ bool bf16_gemm_runs_here() {
 
 size_t sgemm_bf16_scratch_floats() {
   return bf16_gemm_runs_here() ? kAreaWords : 0;
+}
+
+bool bf16_gemm_amx(int mode) {
+  if (mode >= 0) amx_mode().store(mode != 0 ? 1 : 0, std::memory_order_relaxed);
+  return bf16_gemm_runs_here() && amx_on();
 }
 
 namespace {
@@ -397,7 +689,15 @@ bool sgemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_
   // 256 rows, 190.6 -> 214.5 GFLOP/s (N = 3072), 195.6 -> 218.6 (K = 3072), 195.3 -> 211.8 (N
   // = 2304), 183.3 -> 207.4 (the vocabulary head), run as the swapped shapes. Few rows (M < 64)
   // would fill few of a vector's 16 lanes: those keep the direct form.
-  if (bf16_gemm_swaps(ta, tb, M, N, K))
+  const bool swap = bf16_gemm_swaps(ta, tb, M, N, K);
+  if (amx_on()) {
+    if (swap)
+      sgemm_amx_run(false, true, N, M, K, B, ldb, A, lda, C, ldc, threads, ws, out, true);
+    else
+      sgemm_amx_run(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, threads, ws, out, false);
+    return true;
+  }
+  if (swap)
     return sgemm_bf16_run(false, true, N, M, K, B, ldb, A, lda, C, ldc, threads, ws, out, true);
   return sgemm_bf16_run(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, threads, ws, out, false);
 }
@@ -465,14 +765,14 @@ bool sgemm_bf16_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uin
       }
     };
     auto pack_a = [&](int64_t ic, int64_t mc, int64_t p0, int64_t kp) {
-      if (!a_in_place) pack_pairs<kMr>(A, ars, acs, ic, mc, K, p0, kp, apack);
+      if (!a_in_place) pack_pairs<kMr>(A, ars, acs, ic, mc, K, p0, kp, kp, apack);
     };
     for (int64_t kb = 0; kb < kblocks; ++kb) {
       const int64_t p0 = kb * kpb, kp = std::min(kpb, pairs - p0);
       if (b_outer) {
         for (int64_t jc = c0; jc < c1; jc += nc_max) {
           const int64_t nc = std::min(nc_max, c1 - jc);
-          pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, bpack);
+          pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, kp, bpack);
           for (int64_t ic = r0; ic < r1; ic += mc_max) {
             const int64_t mc = std::min(mc_max, r1 - ic);
             pack_a(ic, mc, p0, kp);
@@ -485,7 +785,7 @@ bool sgemm_bf16_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uin
         pack_a(r0, mc, p0, kp);
         for (int64_t jc = c0; jc < c1; jc += nc_max) {
           const int64_t nc = std::min(nc_max, c1 - jc);
-          pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, bpack);
+          pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, kp, bpack);
           run(kb, p0, kp, r0, mc, jc, nc);
         }
       }
@@ -505,6 +805,9 @@ bool bf16_gemm_runs_here() {
 }
 size_t sgemm_bf16_scratch_floats() {
   return 0;
+}
+bool bf16_gemm_amx(int) {
+  return false;
 }
 bool sgemm_bf16(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*,
                 int64_t, float*, int64_t, int, const Scratch&, const Bf16Result&) {

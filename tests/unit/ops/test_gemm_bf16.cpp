@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -105,30 +106,67 @@ void check(const Case& c, std::mt19937& rng) {
   }
 }
 
+// The paths sgemm_bf16 can take on this CPU: VDPBF16PS, and AMX tiles where the CPU has them.
+// Runs f once on each (turning the tiles off for the second) and leaves them as they were.
+template <class F>
+void on_each_path(F&& f) {
+  const bool amx = cpu::kernels().bf16_gemm_amx(-1);
+  for (bool tiles : {true, false}) {
+    if (tiles && !amx) continue;
+    cpu::kernels().bf16_gemm_amx(tiles ? 1 : 0);
+    SCOPED_TRACE(tiles ? "AMX tiles" : "VDPBF16PS");
+    f();
+  }
+  cpu::kernels().bf16_gemm_amx(amx ? 1 : 0);
+}
+
+// Where /proc/cpuinfo lists AMX-BF16 and the tiles, the products run on them (Linux grants the
+// tile state on request since 5.16); elsewhere never.
+TEST(GemmBf16, TilesRunWhereTheCpuHasThem) {
+  std::ifstream info("/proc/cpuinfo");
+  std::string line;
+  bool amx_bf16 = false, amx_tile = false;
+  while (std::getline(info, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    amx_bf16 = line.find(" amx_bf16") != std::string::npos;
+    amx_tile = line.find(" amx_tile") != std::string::npos;
+    break;
+  }
+  const bool runs = cpu::kernels().bf16_gemm_runs_here();
+  EXPECT_EQ(cpu::kernels().bf16_gemm_amx(-1), runs && amx_bf16 && amx_tile);
+}
+
 TEST(GemmBf16, MatchesTheDoubleProductOnEveryLayout) {
   if (!cpu::kernels().bf16_gemm_runs_here())
     GTEST_SKIP() << "this CPU has no avx512_bf16 (or the variant no AVX-512): bf16 products are "
                     "widened to f32 there (GemmBf16.KernelsAgreeWithF32 checks that path)";
-  std::mt19937 rng(11);
-  const Case cases[] = {
-      {1, 1, 1, false, false},
-      {12, 32, 2, false, true},
-      {13, 33, 3, true, false},
-      {25, 70, 513, false, true},
-      {40, 100, 1031, true, true},
-      {7, 600, 64, false, false},
-      {400, 40, 17, true, false},
-      {64, 1100, 96, false, true},
-      {390, 530, 520, false, false},
-      // Three K blocks of 267 pairs, whose A blocks (180 rows) and B blocks (480 columns) are
-      // each several on one thread.
-      {200, 600, 1600, true, false},
-      // A linear layer's forward with more columns than rows, computed as C^T = B A^T (the
-      // weight read in place): edges in both dims, three K blocks, unaligned weight rows.
-      {70, 300, 1800, false, true},
-      {100, 2000, 64, false, true},
-  };
-  for (const Case& c : cases) check(c, rng);
+  on_each_path([] {
+    std::mt19937 rng(11);
+    const Case cases[] = {
+        {1, 1, 1, false, false},
+        {12, 32, 2, false, true},
+        {13, 33, 3, true, false},
+        {25, 70, 513, false, true},
+        {40, 100, 1031, true, true},
+        {7, 600, 64, false, false},
+        {400, 40, 17, true, false},
+        {64, 1100, 96, false, true},
+        {390, 530, 520, false, false},
+        // Three K blocks of 267 pairs, whose A blocks (180 rows) and B blocks (480 columns) are
+        // each several on one thread.
+        {200, 600, 1600, true, false},
+        // A linear layer's forward with more columns than rows, computed as C^T = B A^T (the
+        // weight read in place): edges in both dims, three K blocks, unaligned weight rows.
+        {70, 300, 1800, false, true},
+        {100, 2000, 64, false, true},
+        // Rows read in place (K a multiple of 32) with a last group of fewer than 16 rows; then
+        // several K blocks of whole tile chunks in place, and a few rows in one group.
+        {77, 50, 768, false, false},
+        {250, 40, 3072, false, true},
+        {5, 17, 1024, false, false},
+    };
+    for (const Case& c : cases) check(c, rng);
+  });
 }
 
 // The swapped form (A B^T with N > M, computed as C^T = B A^T) against the direct form of the
@@ -138,54 +176,57 @@ TEST(GemmBf16, MatchesTheDoubleProductOnEveryLayout) {
 TEST(GemmBf16, SwappedFormIsBitwiseTheDirectForm) {
   if (!cpu::kernels().bf16_gemm_runs_here())
     GTEST_SKIP() << "this CPU has no avx512_bf16 (or the variant no AVX-512)";
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  struct Shape {
-    int64_t M, N, K;
-  };
-  for (const Shape sh :
-       {Shape{64, 65, 2}, Shape{77, 500, 768}, Shape{96, 1234, 1602}, Shape{256, 3072, 768}}) {
-    const int64_t M = sh.M, N = sh.N, K = sh.K, lda = K + 1, ldbt = K + 3, ldb = N + 5, ldc = N + 2;
-    // The first call below takes the swapped form, the second the direct one.
-    ASSERT_TRUE(cpu::bf16_gemm_swaps(false, true, M, N, K));
-    ASSERT_FALSE(cpu::bf16_gemm_swaps(false, false, M, N, K));
-    std::vector<uint16_t> A(M * lda), Bt(N * ldbt), B(K * ldb);
-    for (auto& x : A) x = to_bf16(u(rng));
-    for (auto& x : Bt) x = to_bf16(u(rng));
-    for (int64_t j = 0; j < N; ++j)
-      for (int64_t k = 0; k < K; ++k) B[k * ldb + j] = Bt[j * ldbt + k];
-    std::vector<float> bias(N);
-    for (auto& x : bias) x = u(rng);
-    const size_t floats = cpu::kernels().sgemm_bf16_scratch_floats();
-    for (int threads : {1, 2}) {
-      std::vector<float> ws(floats * threads + 16);
-      float* base = ws.data();
-      while (reinterpret_cast<uintptr_t>(base) % 64) ++base;
-      const cpu::Scratch scratch{base, floats, floats, threads};
-      for (int form = 0; form < 3; ++form) {  // f32, bf16 with a bias, f32 rounded to bf16
-        std::vector<float> swapped(M * ldc, 5.f), direct(M * ldc, 5.f);
-        std::vector<uint16_t> s16(M * ldc, 0xBEEF), d16(M * ldc, 0xBEEF);
-        cpu::Bf16Result so, dout;
-        if (form == 1) {
-          so = {s16.data(), bias.data()};
-          dout = {d16.data(), bias.data()};
-        }
-        so.round_c = dout.round_c = form == 2;
-        ASSERT_TRUE(cpu::kernels().sgemm_bf16(false, true, M, N, K, A.data(), lda, Bt.data(), ldbt,
-                                              swapped.data(), ldc, threads, scratch, so));
-        ASSERT_TRUE(cpu::kernels().sgemm_bf16(false, false, M, N, K, A.data(), lda, B.data(), ldb,
-                                              direct.data(), ldc, threads, scratch, dout));
-        const std::string what = "M" + std::to_string(M) + " N" + std::to_string(N) + " K" +
-                                 std::to_string(K) + ", form " + std::to_string(form) + ", " +
-                                 std::to_string(threads) + " threads";
-        if (form == 1) {
-          ASSERT_EQ(s16, d16) << what;
-        } else {
-          ASSERT_EQ(swapped, direct) << what;
+  on_each_path([] {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    struct Shape {
+      int64_t M, N, K;
+    };
+    for (const Shape sh :
+         {Shape{64, 65, 2}, Shape{77, 500, 768}, Shape{96, 1234, 1602}, Shape{256, 3072, 768}}) {
+      const int64_t M = sh.M, N = sh.N, K = sh.K, lda = K + 1, ldbt = K + 3, ldb = N + 5,
+                    ldc = N + 2;
+      // The first call below takes the swapped form, the second the direct one.
+      ASSERT_TRUE(cpu::bf16_gemm_swaps(false, true, M, N, K));
+      ASSERT_FALSE(cpu::bf16_gemm_swaps(false, false, M, N, K));
+      std::vector<uint16_t> A(M * lda), Bt(N * ldbt), B(K * ldb);
+      for (auto& x : A) x = to_bf16(u(rng));
+      for (auto& x : Bt) x = to_bf16(u(rng));
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t k = 0; k < K; ++k) B[k * ldb + j] = Bt[j * ldbt + k];
+      std::vector<float> bias(N);
+      for (auto& x : bias) x = u(rng);
+      const size_t floats = cpu::kernels().sgemm_bf16_scratch_floats();
+      for (int threads : {1, 2}) {
+        std::vector<float> ws(floats * threads + 16);
+        float* base = ws.data();
+        while (reinterpret_cast<uintptr_t>(base) % 64) ++base;
+        const cpu::Scratch scratch{base, floats, floats, threads};
+        for (int form = 0; form < 3; ++form) {  // f32, bf16 with a bias, f32 rounded to bf16
+          std::vector<float> swapped(M * ldc, 5.f), direct(M * ldc, 5.f);
+          std::vector<uint16_t> s16(M * ldc, 0xBEEF), d16(M * ldc, 0xBEEF);
+          cpu::Bf16Result so, dout;
+          if (form == 1) {
+            so = {s16.data(), bias.data()};
+            dout = {d16.data(), bias.data()};
+          }
+          so.round_c = dout.round_c = form == 2;
+          ASSERT_TRUE(cpu::kernels().sgemm_bf16(false, true, M, N, K, A.data(), lda, Bt.data(),
+                                                ldbt, swapped.data(), ldc, threads, scratch, so));
+          ASSERT_TRUE(cpu::kernels().sgemm_bf16(false, false, M, N, K, A.data(), lda, B.data(), ldb,
+                                                direct.data(), ldc, threads, scratch, dout));
+          const std::string what = "M" + std::to_string(M) + " N" + std::to_string(N) + " K" +
+                                   std::to_string(K) + ", form " + std::to_string(form) + ", " +
+                                   std::to_string(threads) + " threads";
+          if (form == 1) {
+            ASSERT_EQ(s16, d16) << what;
+          } else {
+            ASSERT_EQ(swapped, direct) << what;
+          }
         }
       }
     }
-  }
+  });
 }
 
 // The bf16 Linear and Matmul kernels (VDPBF16PS here, widened f32 products elsewhere) against
