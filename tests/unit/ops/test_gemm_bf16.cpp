@@ -229,6 +229,51 @@ TEST(GemmBf16, SwappedFormIsBitwiseTheDirectForm) {
   });
 }
 
+// On the AMX path a final f32 result of 8 MiB or more with 64-byte aligned rows is stored around
+// the caches (streaming stores), directly or transposed (the swapped form): bitwise what the
+// plain stores give the same product into a C whose rows are not aligned, as f32 and as f32
+// rounded to bf16, at 1 and 2 threads.
+TEST(GemmBf16, ResultsStoredAroundTheCachesAreThePlainOnes) {
+  if (!cpu::kernels().bf16_gemm_amx(-1)) GTEST_SKIP() << "no AMX tiles here: no streamed stores";
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const size_t floats = cpu::kernels().sgemm_bf16_scratch_floats();
+  struct Shape {
+    int64_t M, N, K;
+    bool tb;
+  };
+  // 2048 x 1100 direct; 1040 x 2100 as A B^T with N > M, computed as C^T = B A^T.
+  for (const Shape sh : {Shape{2048, 1100, 64, false}, Shape{1040, 2100, 96, true}}) {
+    const int64_t M = sh.M, N = sh.N, K = sh.K, lda = K, ldb = sh.tb ? K : N;
+    std::vector<uint16_t> A(M * lda), B((sh.tb ? N : K) * ldb);
+    for (auto& x : A) x = to_bf16(u(rng));
+    for (auto& x : B) x = to_bf16(u(rng));
+    for (int threads : {1, 2}) {
+      std::vector<float> ws(floats * threads + 16);
+      float* base = ws.data();
+      while (reinterpret_cast<uintptr_t>(base) % 64) ++base;
+      const cpu::Scratch scratch{base, floats, floats, threads};
+      for (bool round : {false, true}) {
+        const int64_t ld_aligned = (N + 15) / 16 * 16, ld_plain = N + 1;
+        std::vector<float> streamed(M * ld_aligned + 16, 5.f), plain(M * ld_plain, 5.f);
+        float* cs = streamed.data();
+        while (reinterpret_cast<uintptr_t>(cs) % 64) ++cs;
+        cpu::Bf16Result out;
+        out.round_c = round;
+        ASSERT_TRUE(cpu::kernels().sgemm_bf16(false, sh.tb, M, N, K, A.data(), lda, B.data(), ldb,
+                                              cs, ld_aligned, threads, scratch, out));
+        ASSERT_TRUE(cpu::kernels().sgemm_bf16(false, sh.tb, M, N, K, A.data(), lda, B.data(), ldb,
+                                              plain.data(), ld_plain, threads, scratch, out));
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j)
+            ASSERT_EQ(cs[i * ld_aligned + j], plain[i * ld_plain + j])
+                << "M" << M << " N" << N << " tb" << sh.tb << " round " << round << ", " << threads
+                << " threads, at (" << i << ", " << j << ")";
+      }
+    }
+  }
+}
+
 // The bf16 Linear and Matmul kernels (VDPBF16PS here, widened f32 products elsewhere) against
 // the f32 ops on the same bf16-valued inputs: within the bf16 rounding of the result (2^-8
 // relative) plus f32 summation.
