@@ -2,7 +2,8 @@
 // GPT-2 124M training step against it.
 //
 //   bench_peak --threads N            the fp32 FMA peak (and the bf16 dot-product peak where
-//                                     the CPU has avx512_bf16) at N threads: a register-only
+//                                     the CPU has avx512_bf16, the AMX tile peak where it has
+//                                     AMX-BF16) at N threads: a register-only
 //                                     loop of independent multiply-adds, no memory traffic;
 //                                     and the main-memory bandwidth (read, triad) at N threads
 //   bench_peak --threads N --gemm     also each product shape of GPT-2 124M (B=4, T=64): the
@@ -11,8 +12,11 @@
 //
 // Prints one JSON line. The probe's instruction set is picked at run time (AVX-512, else
 // AVX2 + FMA, else SSE2), whatever the build targets.
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -104,6 +108,49 @@ __attribute__((target("avx512f,avx512bf16"))) float dot_bf16(int64_t iters) {
 #pragma GCC unroll 16
     for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
   return sum_lanes(acc);
+}
+
+// TDPBF16PS: a 16 x 32 bf16 tile times a 32 x 16 one into a 16 x 16 f32 tile (16 x 16 x 32
+// multiply-adds), four independent accumulator tiles from two source tiles each, as the AMX
+// GEMM's 2 x 2 block. Each thread loads its own tile configuration; the caller has asked Linux for
+// the tile state (amx_usable).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+constexpr double kAmxFlopsPerIter = 4.0 * 16 * 16 * 32 * 2;
+constexpr int64_t kAmxIterDivisor = 16;  // rate()'s loop count / this: each iteration is long
+__attribute__((target("amx-tile,amx-bf16"))) float dot_amx(int64_t iters) {
+  const TileConfig config;
+  _tile_loadconfig(&config);
+  alignas(64) static const uint16_t ones[16 * 32] = {};  // zero bits: the values do not matter
+  alignas(64) float out[16 * 16];
+  _tile_loadd(4, ones, 64);
+  _tile_loadd(5, ones, 64);
+  _tile_loadd(6, ones, 64);
+  _tile_loadd(7, ones, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t it = 0; it < iters / kAmxIterDivisor; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+// Whether this CPU has AMX-BF16 tiles and Linux lets the process use them.
+bool amx_usable() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if (!(d & (1u << 22)) || !(d & (1u << 24))) return false;
+  return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
 }
 
 // GFLOP/s of f(iters) on `threads` threads at once (each runs the whole loop): the best of 5.
@@ -224,6 +271,11 @@ int main(int argc, char** argv) {
   } else {
     j["bf16_peak_gflops"] = nullptr;
   }
+  // The tile unit's peak where the CPU has one (the bf16 GEMM runs there: gemm.h).
+  j["amx_bf16_peak_gflops"] = nullptr;
+  if (amx_usable())
+    j["amx_bf16_peak_gflops"] = rate(threads, kAmxFlopsPerIter / kAmxIterDivisor, dot_amx);
+  j["bf16_gemm_on_amx"] = cstorch::cpu::kernels().bf16_gemm_amx(-1);
 
   const Bandwidth bw = memory_bandwidth(threads);
   j["memory_read_gbs"] = bw.read_gbs;
