@@ -93,7 +93,10 @@ inline bool bf16_gemm_swaps(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
 }
 // C[M, N] = op(A)[M, K] @ op(B)[K, N] in f32 from bf16 operands (their bits, row-major, op =
 // transpose when ta / tb): exact bf16 products summed in f32 (VDPBF16PS: pairs along K, then
-// equal blocks of at most 768 along K, in order; input and output denormals flushed to zero). On a
+// equal blocks of at most 768 along K, in order; input and output denormals flushed to zero; on
+// AMX tiles, bf16_gemm_amx, the tile unit's own order within each block, the blocks rounded up
+// to multiples of 32 and added in order; a final f32 C of 8 MiB or more in one block is written
+// with streaming stores). On a
 // team of `threads` threads (capped at ws.slots and at one per panel of the split dimension),
 // each packing into its own area of ws (sgemm_bf16_scratch_floats). Results do not depend on the
 // team size, nor on whether an A B^T product is computed as its transpose B A^T (which it is

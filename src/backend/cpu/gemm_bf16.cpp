@@ -14,6 +14,7 @@
 // The instructions exist only on CPUs with avx512_bf16 (Zen 4 and later, Cooper Lake, Sapphire
 // Rapids): the functions using them carry that target themselves and run only after
 // bf16_gemm_runs_here() said yes; elsewhere 16-bit products are widened to f32 (linalg.cpp).
+// On CPUs that also have AMX tiles the products run on those instead (sgemm_amx_run below).
 #include <cpuid.h>
 #include <omp.h>
 #include <sys/syscall.h>
