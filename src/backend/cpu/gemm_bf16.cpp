@@ -206,6 +206,48 @@ struct TileOut {
   bool stream = false;
 };
 
+// Calls f.template operator()<kAccumulate, kC16, kBias, kRound>() with the flags of what a
+// tile's store does (o.accumulate, o.c16, o.bias, o.round_c): a bias is added to bf16 results
+// only, round_c applies to f32 ones.
+template <class F>
+__attribute__((always_inline)) inline void with_store_flags(const TileOut& o, F&& f) {
+  const bool acc = o.accumulate;
+  if (o.c16 && o.bias)
+    acc ? f.template operator()<true, true, true, false>()
+        : f.template operator()<false, true, true, false>();
+  else if (o.c16)
+    acc ? f.template operator()<true, true, false, false>()
+        : f.template operator()<false, true, false, false>();
+  else if (o.round_c)
+    acc ? f.template operator()<true, false, false, true>()
+        : f.template operator()<false, false, false, true>();
+  else
+    acc ? f.template operator()<true, false, false, false>()
+        : f.template operator()<false, false, false, false>();
+}
+
+// The f32 value of v's lanes rounded to bf16 (their bf16 bits as the high half of the word).
+__attribute__((target("avx512f,avx512bw"))) inline __m512 rounded_to_bf16(__m512 v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(v)), 16));
+}
+
+// The lane masks of a row of `cols` (<= 32) results as two vectors, and the bias under them.
+template <bool kBias>
+struct RowStore {
+  __mmask16 m[2];
+  __m512 bias[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  __attribute__((target("avx512f,avx512bw"))) RowStore(int cols, const TileOut& o)
+      : m{static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1),
+          static_cast<__mmask16>(cols >= 32  ? 0xFFFF
+                                 : cols > 16 ? (1u << (cols - 16)) - 1
+                                             : 0)} {
+    if constexpr (kBias) {
+      bias[0] = _mm512_maskz_loadu_ps(m[0], o.bias);
+      bias[1] = _mm512_maskz_loadu_ps(m[1], o.bias + 16);
+    }
+  }
+};
+
 // Stores one vector of results (lanes under m) at element `at` of the tile's C (and C16): plus
 // C's partial sums of the earlier K blocks (kAccumulate), then as bf16 with the bias added
 // (kC16, kBias), or as f32 (rounded to bf16 with kRound). The template arguments are the tile's
@@ -221,7 +263,7 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline void store_vec
     _mm256_mask_storeu_epi16(o.c16 + at, m, to_bf16_bits(v));
   } else {
     if constexpr (kRound)  // bf16 bits back to f32: the high half of the word
-      v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(v)), 16));
+      v = rounded_to_bf16(v);
     _mm512_mask_storeu_ps(o.c + at, m, v);
   }
 }
@@ -259,15 +301,9 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline void store_til
     store_transposed<kAccumulate, kC16, kBias, kRound>(t, rows, cols, o);
     return;
   }
-  const __mmask16 m[2] = {static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1),
-                          static_cast<__mmask16>(cols >= 32  ? 0xFFFF
-                                                 : cols > 16 ? (1u << (cols - 16)) - 1
-                                                             : 0)};
-  __m512 bias[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  if constexpr (kBias) {
-    bias[0] = _mm512_maskz_loadu_ps(m[0], o.bias);
-    bias[1] = _mm512_maskz_loadu_ps(m[1], o.bias + 16);
-  }
+  const RowStore<kBias> rs(cols, o);
+  const __mmask16(&m)[2] = rs.m;
+  const __m512(&bias)[2] = rs.bias;
 #pragma GCC unroll 12
   for (int r = 0; r < kMr; ++r) {
     if (r == rows) break;
@@ -349,21 +385,76 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_bf16(int64_t k
       }
     }
   }
-  // The tile's store decided once: store_tile instantiated for what this tile does (a bias is
-  // added to bf16 results only, round_c applies to f32 ones).
-  const bool acc_c = o.accumulate;
-  if (o.c16 && o.bias)
-    acc_c ? store_tile<true, true, true, false>(acc, rows, cols, o)
-          : store_tile<false, true, true, false>(acc, rows, cols, o);
-  else if (o.c16)
-    acc_c ? store_tile<true, true, false, false>(acc, rows, cols, o)
-          : store_tile<false, true, false, false>(acc, rows, cols, o);
-  else if (o.round_c)
-    acc_c ? store_tile<true, false, false, true>(acc, rows, cols, o)
-          : store_tile<false, false, false, true>(acc, rows, cols, o);
-  else
-    acc_c ? store_tile<true, false, false, false>(acc, rows, cols, o)
-          : store_tile<false, false, false, false>(acc, rows, cols, o);
+  // The tile's store decided once: store_tile instantiated for what this tile does.
+  with_store_flags(
+      o, [&]<bool kA, bool kC, bool kB, bool kR>()
+             __attribute__((always_inline)) { store_tile<kA, kC, kB, kR>(acc, rows, cols, o); });
+}
+
+// Thread t of a team of nt's rows [r0, r1) and columns [c0, c1) of C[M, N]: its slice of the
+// column panels (nr wide) when split_cols, else of the row panels (mr high).
+struct Share {
+  int64_t r0, r1, c0, c1;
+};
+Share share_of(bool split_cols, int64_t M, int64_t N, int64_t mr, int64_t nr, int t, int nt) {
+  if (split_cols) {
+    const int64_t panels = ceil_div(N, nr);
+    return {0, M, std::min(N, panels * t / nt * nr), std::min(N, panels * (t + 1) / nt * nr)};
+  }
+  const int64_t panels = ceil_div(M, mr);
+  return {std::min(M, panels * t / nt * mr), std::min(M, panels * (t + 1) / nt * mr), 0, N};
+}
+
+// Where the tile at row i, column j of the product goes in K block kb (of kblocks): C's element
+// (C[i][j], or C[j][i] when the product runs transposed), and the bf16 output and bias in the
+// last block only.
+TileOut tile_out(float* C, int64_t ldc, const Bf16Result& out, int64_t i, int64_t j, int64_t kb,
+                 int64_t kblocks, bool transposed) {
+  const bool last = kb == kblocks - 1;
+  const int64_t at = transposed ? j * ldc + i : i * ldc + j;
+  TileOut o;
+  o.c = C + at;
+  o.ldc = ldc;
+  o.accumulate = kb > 0;
+  o.c16 = last && out.c16 ? out.c16 + at : nullptr;
+  o.bias = last && out.bias ? out.bias + (transposed ? i : j) : nullptr;
+  o.round_c = last && out.round_c;
+  o.transposed = transposed;
+  return o;
+}
+
+// One thread's share of a product: its rows [r0, r1) and columns [c0, c1), over K blocks of kpb
+// pairs (kblocks of them, the last shorter). In each K block, B blocks of nc_max columns are
+// packed once (pack_b(jc, nc, p0, kp)) and A blocks of mc_max rows (pack_a(ic, mc, p0, kp)), and
+// run(kb, p0, kp, ic, mc, jc, nc) computes each pair of them: each A block is packed once per K
+// block when the rows fit one A block, else again for each B block.
+template <class PackA, class PackB, class Run>
+void for_each_block(int64_t pairs, int64_t kpb, int64_t kblocks, int64_t r0, int64_t r1, int64_t c0,
+                    int64_t c1, int64_t mc_max, int64_t nc_max, PackA&& pack_a, PackB&& pack_b,
+                    Run&& run) {
+  for (int64_t kb = 0; kb < kblocks; ++kb) {
+    const int64_t p0 = kb * kpb, kp = std::min(kpb, pairs - p0);
+    if (r1 - r0 > mc_max) {
+      for (int64_t jc = c0; jc < c1; jc += nc_max) {
+        const int64_t nc = std::min(nc_max, c1 - jc);
+        pack_b(jc, nc, p0, kp);
+        for (int64_t ic = r0; ic < r1; ic += mc_max) {
+          const int64_t mc = std::min(mc_max, r1 - ic);
+          pack_a(ic, mc, p0, kp);
+          run(kb, p0, kp, ic, mc, jc, nc);
+        }
+      }
+    } else {
+      const int64_t mc = r1 - r0;  // one A block
+      if (mc <= 0) continue;
+      pack_a(r0, mc, p0, kp);
+      for (int64_t jc = c0; jc < c1; jc += nc_max) {
+        const int64_t nc = std::min(nc_max, c1 - jc);
+        pack_b(jc, nc, p0, kp);
+        run(kb, p0, kp, r0, mc, jc, nc);
+      }
+    }
+  }
 }
 
 // ---- AMX tiles (TDPBF16PS) ----
@@ -472,17 +563,23 @@ template <bool kAccumulate, bool kC16, bool kBias, bool kRound>
 __attribute__((target("avx512f,avx512bw"))) void store_block(const float (*t)[kAmxN], int rows,
                                                              int cols, const TileOut& o) {
   if constexpr (!kAccumulate && !kC16) {
-    if (o.stream && o.transposed && rows == kAmxM) {  // C[j][r] for all 32 r: whole rows of C
-      alignas(64) float u[kAmxN][kAmxM];              // u[j][r] = t[r][j]
-      for (int rh = 0; rh < 2; ++rh)
-        for (int ch = 0; ch < 2; ++ch)
-          transpose16<true>(&t[16 * rh][16 * ch], kAmxN, 16, 16, &u[16 * ch][16 * rh], kAmxM, 16);
-      for (int j = 0; j < cols; ++j)
+    // Streamed: whole rows of 32 results in C (all 32 columns; transposed, all 32 rows).
+    if (o.stream && (o.transposed ? rows == kAmxM : cols == kAmxN)) {
+      alignas(64) float u[kAmxN][kAmxM];  // transposed: u[j][r] = t[r][j]
+      const float(*src)[kAmxN] = t;
+      int n = rows;
+      if (o.transposed) {
+        for (int rh = 0; rh < 2; ++rh)
+          for (int ch = 0; ch < 2; ++ch)
+            transpose16<true>(&t[16 * rh][16 * ch], kAmxN, 16, 16, &u[16 * ch][16 * rh], kAmxM, 16);
+        src = u;
+        n = cols;
+      }
+      for (int i = 0; i < n; ++i)
         for (int v = 0; v < 2; ++v) {
-          __m512 x = _mm512_load_ps(&u[j][16 * v]);
-          if constexpr (kRound)
-            x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(x)), 16));
-          _mm512_stream_ps(o.c + j * o.ldc + 16 * v, x);
+          __m512 x = _mm512_load_ps(&src[i][16 * v]);
+          if constexpr (kRound) x = rounded_to_bf16(x);
+          _mm512_stream_ps(o.c + i * o.ldc + 16 * v, x);
         }
       return;
     }
@@ -498,27 +595,9 @@ __attribute__((target("avx512f,avx512bw"))) void store_block(const float (*t)[kA
     }
     return;
   }
-  if constexpr (!kAccumulate && !kC16) {
-    if (o.stream && cols == kAmxN) {
-      for (int r = 0; r < rows; ++r)
-        for (int v = 0; v < 2; ++v) {
-          __m512 x = _mm512_load_ps(&t[r][16 * v]);
-          if constexpr (kRound)
-            x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16_bits(x)), 16));
-          _mm512_stream_ps(o.c + r * o.ldc + 16 * v, x);
-        }
-      return;
-    }
-  }
-  const __mmask16 m[2] = {static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1),
-                          static_cast<__mmask16>(cols >= 32  ? 0xFFFF
-                                                 : cols > 16 ? (1u << (cols - 16)) - 1
-                                                             : 0)};
-  __m512 bias[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  if constexpr (kBias) {
-    bias[0] = _mm512_maskz_loadu_ps(m[0], o.bias);
-    bias[1] = _mm512_maskz_loadu_ps(m[1], o.bias + 16);
-  }
+  const RowStore<kBias> rs(cols, o);
+  const __mmask16(&m)[2] = rs.m;
+  const __m512(&bias)[2] = rs.bias;
   for (int r = 0; r < rows; ++r)
     for (int v = 0; v < (cols > 16 ? 2 : 1); ++v)
       store_vec<kAccumulate, kC16, kBias, kRound>(_mm512_load_ps(&t[r][16 * v]), m[v],
@@ -526,19 +605,9 @@ __attribute__((target("avx512f,avx512bw"))) void store_block(const float (*t)[kA
 }
 
 void store_block(const float (*t)[kAmxN], int rows, int cols, const TileOut& o) {
-  const bool acc_c = o.accumulate;
-  if (o.c16 && o.bias)
-    acc_c ? store_block<true, true, true, false>(t, rows, cols, o)
-          : store_block<false, true, true, false>(t, rows, cols, o);
-  else if (o.c16)
-    acc_c ? store_block<true, true, false, false>(t, rows, cols, o)
-          : store_block<false, true, false, false>(t, rows, cols, o);
-  else if (o.round_c)
-    acc_c ? store_block<true, false, false, true>(t, rows, cols, o)
-          : store_block<false, false, false, true>(t, rows, cols, o);
-  else
-    acc_c ? store_block<true, false, false, false>(t, rows, cols, o)
-          : store_block<false, false, false, false>(t, rows, cols, o);
+  with_store_flags(o, [&]<bool kA, bool kC, bool kB, bool kR>() {
+    store_block<kA, kC, kB, kR>(t, rows, cols, o);
+  });
 }
 
 // Whether the CPU has AMX-BF16 tiles and the OS lets this process use them (Linux grants the
@@ -599,11 +668,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw"))) void sgemm_amx_run
     tiles_on();
     uint32_t* apack = reinterpret_cast<uint32_t*>(ws.base + (first_slot + t) * ws.stride);
     uint32_t* bpack = apack + (mc_max * kpb + 15) / 16 * 16;
-    const int64_t r0 = split_cols ? 0 : std::min(M, nmp * t / nt * kAmxM);
-    const int64_t r1 = split_cols ? M : std::min(M, nmp * (t + 1) / nt * kAmxM);
-    const int64_t c0 = split_cols ? std::min(N, nbp * t / nt * kAmxN) : 0;
-    const int64_t c1 = split_cols ? std::min(N, nbp * (t + 1) / nt * kAmxN) : N;
-    const bool b_outer = r1 - r0 > mc_max;
+    const auto [r0, r1, c0, c1] = share_of(split_cols, M, N, kAmxM, kAmxN, t, nt);
     alignas(64) float tile[kAmxM][kAmxN];
     auto run = [&](int64_t kb, int64_t p0, int64_t kps, int64_t ic, int64_t mc, int64_t jc,
                    int64_t nc) {
@@ -628,23 +693,15 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw"))) void sgemm_amx_run
             cols > 16 ? micro_amx<2, 2>(kps, a, sa, b, tile) : micro_amx<2, 1>(kps, a, sa, b, tile);
           else
             cols > 16 ? micro_amx<1, 2>(kps, a, sa, b, tile) : micro_amx<1, 1>(kps, a, sa, b, tile);
-          const int64_t i = ic + iq * kAmxM, j = jc + jq * kAmxN;
-          const bool last = kb == kblocks - 1;
-          const int64_t at = transposed ? j * ldc + i : i * ldc + j;
-          TileOut o;
-          o.c = C + at;
-          o.ldc = ldc;
-          o.accumulate = kb > 0;
-          o.c16 = last && out.c16 ? out.c16 + at : nullptr;
-          o.bias = last && out.bias ? out.bias + (transposed ? i : j) : nullptr;
-          o.round_c = last && out.round_c;
-          o.transposed = transposed;
-          o.stream = stream && last;
+          TileOut o =
+              tile_out(C, ldc, out, ic + iq * kAmxM, jc + jq * kAmxN, kb, kblocks, transposed);
+          o.stream = stream && kb == kblocks - 1;
           store_block(tile, rows, cols, o);
         }
       }
     };
-    auto pack_a = [&](int64_t ic, int64_t mc, int64_t p0, int64_t kp, int64_t kps) {
+    auto pack_a = [&](int64_t ic, int64_t mc, int64_t p0, int64_t kp) {
+      const int64_t kps = ceil_div(kp, kChunk) * kChunk;
       if (!a_in_place) {
         pack_rows(A, ars, acs, ic, mc, K, p0, kp, kps, apack);
       } else if (mc % 16) {  // only the last, partial group
@@ -652,30 +709,12 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw"))) void sgemm_amx_run
         pack_rows(A, ars, acs, ic + r, mc - r, K, p0, kp, kps, apack + r * kps);
       }
     };
-    for (int64_t kb = 0; kb < kblocks; ++kb) {
-      const int64_t p0 = kb * kpb, kp = std::min(kpb, pairs - p0);
-      const int64_t kps = ceil_div(kp, kChunk) * kChunk;
-      if (b_outer) {
-        for (int64_t jc = c0; jc < c1; jc += nc_max) {
-          const int64_t nc = std::min(nc_max, c1 - jc);
-          pack_pairs<16>(B, bcs, brs, jc, nc, K, p0, kp, kps, bpack);
-          for (int64_t ic = r0; ic < r1; ic += mc_max) {
-            const int64_t mc = std::min(mc_max, r1 - ic);
-            pack_a(ic, mc, p0, kp, kps);
-            run(kb, p0, kps, ic, mc, jc, nc);
-          }
-        }
-      } else {
-        const int64_t mc = r1 - r0;
-        if (mc <= 0) continue;
-        pack_a(r0, mc, p0, kp, kps);
-        for (int64_t jc = c0; jc < c1; jc += nc_max) {
-          const int64_t nc = std::min(nc_max, c1 - jc);
-          pack_pairs<16>(B, bcs, brs, jc, nc, K, p0, kp, kps, bpack);
-          run(kb, p0, kps, r0, mc, jc, nc);
-        }
-      }
-    }
+    auto pack_b = [&](int64_t jc, int64_t nc, int64_t p0, int64_t kp) {
+      pack_pairs<16>(B, bcs, brs, jc, nc, K, p0, kp, ceil_div(kp, kChunk) * kChunk, bpack);
+    };
+    for_each_block(pairs, kpb, kblocks, r0, r1, c0, c1, mc_max, nc_max, pack_a, pack_b,
+                   [&](int64_t kb, int64_t p0, int64_t kp, int64_t ic, int64_t mc, int64_t jc,
+                       int64_t nc) { run(kb, p0, ceil_div(kp, kChunk) * kChunk, ic, mc, jc, nc); });
     tiles_off();
     if (stream) _mm_sfence();  // the streamed stores visible before the team's barrier
   };
@@ -773,13 +812,7 @@ bool sgemm_bf16_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uin
   auto body = [&](int t, int nt) {
     uint32_t* apack = reinterpret_cast<uint32_t*>(ws.base + (first_slot + t) * ws.stride);
     uint32_t* bpack = apack + (mc_max * kpb + 15) / 16 * 16;
-    const int64_t r0 = split_cols ? 0 : std::min(M, nmp * t / nt * kMr);
-    const int64_t r1 = split_cols ? M : std::min(M, nmp * (t + 1) / nt * kMr);
-    const int64_t c0 = split_cols ? std::min(N, nbp * t / nt * kNr) : 0;
-    const int64_t c1 = split_cols ? std::min(N, nbp * (t + 1) / nt * kNr) : N;
-    // Each block of A and of B is packed once per K block when the thread's rows fit one A
-    // block or its columns one B block; otherwise A blocks are packed again for each B block.
-    const bool b_outer = r1 - r0 > mc_max;
+    const auto [r0, r1, c0, c1] = share_of(split_cols, M, N, kMr, kNr, t, nt);
     auto run = [&](int64_t kb, int64_t p0, int64_t kp, int64_t ic, int64_t mc, int64_t jc,
                    int64_t nc) {
       for (int64_t jq = 0; jq < ceil_div(nc, kNr); ++jq) {
@@ -787,16 +820,7 @@ bool sgemm_bf16_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uin
         for (int64_t iq = 0; iq < ceil_div(mc, kMr); ++iq) {
           const int rows = static_cast<int>(std::min<int64_t>(kMr, mc - iq * kMr));
           const int64_t i = ic + iq * kMr, j = jc + jq * kNr;
-          const bool last = kb == kblocks - 1;
-          const int64_t at = transposed ? j * ldc + i : i * ldc + j;  // the tile's C element
-          TileOut o;
-          o.c = C + at;
-          o.ldc = ldc;
-          o.accumulate = kb > 0;
-          o.c16 = last && out.c16 ? out.c16 + at : nullptr;
-          o.bias = last && out.bias ? out.bias + (transposed ? i : j) : nullptr;
-          o.round_c = last && out.round_c;
-          o.transposed = transposed;
+          const TileOut o = tile_out(C, ldc, out, i, j, kb, kblocks, transposed);
           if (a_in_place)
             micro_bf16<true>(kp, {nullptr, A + i * lda + 2 * p0, lda}, bpack + jq * kp * kNr, rows,
                              cols, o);
@@ -808,29 +832,10 @@ bool sgemm_bf16_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uin
     auto pack_a = [&](int64_t ic, int64_t mc, int64_t p0, int64_t kp) {
       if (!a_in_place) pack_pairs<kMr>(A, ars, acs, ic, mc, K, p0, kp, kp, apack);
     };
-    for (int64_t kb = 0; kb < kblocks; ++kb) {
-      const int64_t p0 = kb * kpb, kp = std::min(kpb, pairs - p0);
-      if (b_outer) {
-        for (int64_t jc = c0; jc < c1; jc += nc_max) {
-          const int64_t nc = std::min(nc_max, c1 - jc);
-          pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, kp, bpack);
-          for (int64_t ic = r0; ic < r1; ic += mc_max) {
-            const int64_t mc = std::min(mc_max, r1 - ic);
-            pack_a(ic, mc, p0, kp);
-            run(kb, p0, kp, ic, mc, jc, nc);
-          }
-        }
-      } else {
-        const int64_t mc = r1 - r0;  // one A block
-        if (mc <= 0) continue;
-        pack_a(r0, mc, p0, kp);
-        for (int64_t jc = c0; jc < c1; jc += nc_max) {
-          const int64_t nc = std::min(nc_max, c1 - jc);
-          pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, kp, bpack);
-          run(kb, p0, kp, r0, mc, jc, nc);
-        }
-      }
-    }
+    auto pack_b = [&](int64_t jc, int64_t nc, int64_t p0, int64_t kp) {
+      pack_pairs<kNr>(B, bcs, brs, jc, nc, K, p0, kp, kp, bpack);
+    };
+    for_each_block(pairs, kpb, kblocks, r0, r1, c0, c1, mc_max, nc_max, pack_a, pack_b, run);
   };
   run_on_team(threads, body);
   return true;

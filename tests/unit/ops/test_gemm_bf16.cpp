@@ -4,6 +4,8 @@
 // stored as bf16 (with a bias) bitwise the f32 result rounded; then the
 // bf16 Linear and Matmul kernels against their f32 products.
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -120,8 +122,8 @@ void on_each_path(F&& f) {
   cpu::kernels().bf16_gemm_amx(amx ? 1 : 0);
 }
 
-// Where /proc/cpuinfo lists AMX-BF16 and the tiles, the products run on them (Linux grants the
-// tile state on request since 5.16); elsewhere never.
+// Where /proc/cpuinfo lists AMX-BF16 and the tiles and Linux grants this process the tile state
+// (since 5.16, unless a sandbox refuses the request), the products run on them; elsewhere never.
 TEST(GemmBf16, TilesRunWhereTheCpuHasThem) {
   std::ifstream info("/proc/cpuinfo");
   std::string line;
@@ -133,6 +135,9 @@ TEST(GemmBf16, TilesRunWhereTheCpuHasThem) {
     break;
   }
   const bool runs = cpu::kernels().bf16_gemm_runs_here();
+  if (runs && amx_bf16 && amx_tile &&
+      syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0)
+    GTEST_SKIP() << "the CPU has AMX tiles but this process may not use them (the OS refused)";
   EXPECT_EQ(cpu::kernels().bf16_gemm_amx(-1), runs && amx_bf16 && amx_tile);
 }
 
