@@ -269,33 +269,46 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
   }
   // Rows contiguous along k: addressed as TileRows (tile_rows.h).
   TileRows<float, R> rows(a, astride);
-  for (int64_t k = 0; k < kc; ++k) {
-    if constexpr (kcontig) rows.hide_strides();
-    // Software prefetch: B rows kPfB ahead, and each A row's next cache lines once per 16 k
-    // (in-place operands are often cold after the previous op; measured 10-20% on those).
-    _mm_prefetch(reinterpret_cast<const char*>(b + (k + kPfB) * bks), _MM_HINT_T0);
-    if constexpr (V == 2)
-      _mm_prefetch(reinterpret_cast<const char*>(b + (k + kPfB) * bks + 16), _MM_HINT_T0);
-    if (kcontig && (k & 15) == 0) {
+  // The K loop instantiated twice: a tile of all 16 * V columns (nearly every tile) loads B's
+  // rows without masks. Measured on an Intel Xeon (2 threads): GPT-2 124M's products 304-305 ->
+  // 325-327 GFLOP/s (bench_peak --gemm, two alternations with the masked loads), its f32 step
+  // 815-858 -> 770-842 ms (five alternated pairs). Why the masked form is slower there was not
+  // established (hardware counters were not available).
+  auto k_loop = [&]<bool kFull>() __attribute__((always_inline)) {
+    for (int64_t k = 0; k < kc; ++k) {
+      if constexpr (kcontig) rows.hide_strides();
+      // Software prefetch: B rows kPfB ahead, and each A row's next cache lines once per 16 k
+      // (in-place operands are often cold after the previous op; measured 10-20% on those).
+      _mm_prefetch(reinterpret_cast<const char*>(b + (k + kPfB) * bks), _MM_HINT_T0);
+      if constexpr (V == 2)
+        _mm_prefetch(reinterpret_cast<const char*>(b + (k + kPfB) * bks + 16), _MM_HINT_T0);
+      if (kcontig && (k & 15) == 0) {
 #pragma GCC unroll 12
-      for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(rows.row(r) + 64), _MM_HINT_T0);
-    }
-    // A transposed (each k a row of a wide matrix, often a different page): the next micro-panels'
-    // piece of row k, which no hardware prefetcher tracks over hundreds of rows.
-    if (!kcontig)
-      _mm_prefetch(reinterpret_cast<const char*>(a + k * astride + 3 * kMr), _MM_HINT_T0);
-    __m512 bv[V];
+        for (int r = 0; r < R; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(rows.row(r) + 64), _MM_HINT_T0);
+      }
+      // A transposed (each k a row of a wide matrix, often a different page): the next
+      // micro-panels' piece of row k, which no hardware prefetcher tracks over hundreds of rows.
+      if (!kcontig)
+        _mm_prefetch(reinterpret_cast<const char*>(a + k * astride + 3 * kMr), _MM_HINT_T0);
+      __m512 bv[V];
 #pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) bv[v] = _mm512_maskz_loadu_ps(mask[v], b + k * bks + 16 * v);
+      for (int v = 0; v < V; ++v)
+        bv[v] = kFull ? _mm512_loadu_ps(b + k * bks + 16 * v)
+                      : _mm512_maskz_loadu_ps(mask[v], b + k * bks + 16 * v);
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(kcontig ? *rows.row(r) : a[k * astride + r]);
+      for (int r = 0; r < R; ++r) {
+        const __m512 av = _mm512_set1_ps(kcontig ? *rows.row(r) : a[k * astride + r]);
 #pragma GCC unroll 2
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+      }
+      if constexpr (kcontig) rows.advance(1);
     }
-    if constexpr (kcontig) rows.advance(1);
-  }
+  };
+  if (cols == 16 * V)
+    k_loop.template operator()<true>();
+  else
+    k_loop.template operator()<false>();
   store_tile<R, V>(acc, mask, c, ldc, alpha, beta, e);
 }
 
