@@ -12,11 +12,8 @@
 //
 // Prints one JSON line. The probe's instruction set is picked at run time (AVX-512, else
 // AVX2 + FMA, else SSE2), whatever the build targets.
-#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -28,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/amx.h"
 #include "backend/cpu/variant.h"
 #include "cstorch/cstorch.h"
 #include "cstorch/version.h"
@@ -113,17 +111,11 @@ __attribute__((target("avx512f,avx512bf16"))) float dot_bf16(int64_t iters) {
 // TDPBF16PS: a 16 x 32 bf16 tile times a 32 x 16 one into a 16 x 16 f32 tile (16 x 16 x 32
 // multiply-adds), four independent accumulator tiles from two source tiles each, as the AMX
 // GEMM's 2 x 2 block. Each thread loads its own tile configuration; the caller has asked Linux for
-// the tile state (amx_usable).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
+// the tile state (amx_granted).
 constexpr double kAmxFlopsPerIter = 4.0 * 16 * 16 * 32 * 2;
 constexpr int64_t kAmxIterDivisor = 16;  // rate()'s loop count / this: each iteration is long
 __attribute__((target("amx-tile,amx-bf16"))) float dot_amx(int64_t iters) {
-  const TileConfig config;
+  const cstorch::cpu::TileConfig config;
   _tile_loadconfig(&config);
   alignas(64) static const uint16_t ones[16 * 32] = {};  // zero bits: the values do not matter
   alignas(64) float out[16 * 16];
@@ -144,13 +136,6 @@ __attribute__((target("amx-tile,amx-bf16"))) float dot_amx(int64_t iters) {
   _tile_stored(0, out, 64);
   _tile_release();
   return out[0];
-}
-// Whether this CPU has AMX-BF16 tiles and Linux lets the process use them.
-bool amx_usable() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  if (!(d & (1u << 22)) || !(d & (1u << 24))) return false;
-  return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
 }
 
 // GFLOP/s of f(iters) on `threads` threads at once (each runs the whole loop): the best of 5.
@@ -273,7 +258,7 @@ int main(int argc, char** argv) {
   }
   // The tile unit's peak where the CPU has one (the bf16 GEMM runs there: gemm.h).
   j["amx_bf16_peak_gflops"] = nullptr;
-  if (amx_usable())
+  if (cstorch::cpu::amx_granted())
     j["amx_bf16_peak_gflops"] = rate(threads, kAmxFlopsPerIter / kAmxIterDivisor, dot_amx);
   j["bf16_gemm_on_amx"] = cstorch::cpu::kernels().bf16_gemm_amx(-1);
 

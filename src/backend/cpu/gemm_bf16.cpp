@@ -15,10 +15,7 @@
 // Rapids): the functions using them carry that target themselves and run only after
 // bf16_gemm_runs_here() said yes; elsewhere 16-bit products are widened to f32 (linalg.cpp).
 // On CPUs that also have AMX tiles the products run on those instead (sgemm_amx_run below).
-#include <cpuid.h>
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,6 +24,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "backend/cpu/amx.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/parallel.h"
@@ -474,15 +472,6 @@ void for_each_block(int64_t pairs, int64_t kpb, int64_t kblocks, int64_t r0, int
 constexpr int64_t kChunk = 16;  // pairs of one tile step
 constexpr int kAmxM = 32, kAmxN = 32;
 
-// The tile configuration every thread loads before its tiles: palette 1, eight tiles of 16
-// rows of 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-
 // Loads the configuration on the calling thread / releases its tiles.
 __attribute__((target("amx-tile"))) void tiles_on() {
   static const TileConfig config;
@@ -610,16 +599,9 @@ void store_block(const float (*t)[kAmxN], int rows, int cols, const TileOut& o) 
   });
 }
 
-// Whether the CPU has AMX-BF16 tiles and the OS lets this process use them (Linux grants the
-// tile data state on request, once per process: arch_prctl(ARCH_REQ_XCOMP_PERM)).
+// Whether the CPU has AMX tiles and the OS lets this process use them (asked once).
 bool amx_available() {
-  static const bool yes = [] {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    if (!(d & (1u << 22)) || !(d & (1u << 24))) return false;  // AMX-BF16, AMX-TILE
-    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
-  }();
+  static const bool yes = amx_granted();
   return yes;
 }
 
@@ -670,8 +652,11 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw"))) void sgemm_amx_run
     uint32_t* bpack = apack + (mc_max * kpb + 15) / 16 * 16;
     const auto [r0, r1, c0, c1] = share_of(split_cols, M, N, kAmxM, kAmxN, t, nt);
     alignas(64) float tile[kAmxM][kAmxN];
-    auto run = [&](int64_t kb, int64_t p0, int64_t kps, int64_t ic, int64_t mc, int64_t jc,
+    // Pairs of a K block's packed operands: whole tile chunks.
+    auto chunked = [](int64_t kp) { return ceil_div(kp, kChunk) * kChunk; };
+    auto run = [&](int64_t kb, int64_t p0, int64_t kp, int64_t ic, int64_t mc, int64_t jc,
                    int64_t nc) {
+      const int64_t kps = chunked(kp);
       for (int64_t jq = 0; jq < ceil_div(nc, kAmxN); ++jq) {
         const int cols = static_cast<int>(std::min<int64_t>(kAmxN, nc - jq * kAmxN));
         const uint32_t* const b[2] = {bpack + 2 * jq * kps * 16, bpack + (2 * jq + 1) * kps * 16};
@@ -695,13 +680,13 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw"))) void sgemm_amx_run
             cols > 16 ? micro_amx<1, 2>(kps, a, sa, b, tile) : micro_amx<1, 1>(kps, a, sa, b, tile);
           TileOut o =
               tile_out(C, ldc, out, ic + iq * kAmxM, jc + jq * kAmxN, kb, kblocks, transposed);
-          o.stream = stream && kb == kblocks - 1;
+          o.stream = stream;  // (only with one K block: always its last)
           store_block(tile, rows, cols, o);
         }
       }
     };
     auto pack_a = [&](int64_t ic, int64_t mc, int64_t p0, int64_t kp) {
-      const int64_t kps = ceil_div(kp, kChunk) * kChunk;
+      const int64_t kps = chunked(kp);
       if (!a_in_place) {
         pack_rows(A, ars, acs, ic, mc, K, p0, kp, kps, apack);
       } else if (mc % 16) {  // only the last, partial group
@@ -710,11 +695,9 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw"))) void sgemm_amx_run
       }
     };
     auto pack_b = [&](int64_t jc, int64_t nc, int64_t p0, int64_t kp) {
-      pack_pairs<16>(B, bcs, brs, jc, nc, K, p0, kp, ceil_div(kp, kChunk) * kChunk, bpack);
+      pack_pairs<16>(B, bcs, brs, jc, nc, K, p0, kp, chunked(kp), bpack);
     };
-    for_each_block(pairs, kpb, kblocks, r0, r1, c0, c1, mc_max, nc_max, pack_a, pack_b,
-                   [&](int64_t kb, int64_t p0, int64_t kp, int64_t ic, int64_t mc, int64_t jc,
-                       int64_t nc) { run(kb, p0, ceil_div(kp, kChunk) * kChunk, ic, mc, jc, nc); });
+    for_each_block(pairs, kpb, kblocks, r0, r1, c0, c1, mc_max, nc_max, pack_a, pack_b, run);
     tiles_off();
     if (stream) _mm_sfence();  // the streamed stores visible before the team's barrier
   };

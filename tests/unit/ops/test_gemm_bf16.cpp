@@ -4,8 +4,6 @@
 // stored as bf16 (with a bias) bitwise the f32 result rounded; then the
 // bf16 Linear and Matmul kernels against their f32 products.
 #include <gtest/gtest.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -14,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/amx.h"
 #include "backend/cpu/variant.h"
 #include "cstorch/cstorch.h"
 
@@ -135,8 +134,7 @@ TEST(GemmBf16, TilesRunWhereTheCpuHasThem) {
     break;
   }
   const bool runs = cpu::kernels().bf16_gemm_runs_here();
-  if (runs && amx_bf16 && amx_tile &&
-      syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0)
+  if (runs && amx_bf16 && amx_tile && !cpu::amx_granted())
     GTEST_SKIP() << "the CPU has AMX tiles but this process may not use them (the OS refused)";
   EXPECT_EQ(cpu::kernels().bf16_gemm_amx(-1), runs && amx_bf16 && amx_tile);
 }
