@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
     };
     std::vector<float> scratch;
     auto own = [&](const Shape& s, const float* A, const float* B, float* C) {
-      const size_t per = v.sgemm_scratch_floats(s.N, s.K, s.tb, false);
+      const size_t per = v.sgemm_scratch_floats(s.N, s.K, s.ta, s.tb, false);
       const size_t stride = (per + 15) / 16 * 16;
       if (scratch.size() < stride * threads + 16) scratch.resize(stride * threads + 16);
       const cstorch::cpu::Scratch ws{scratch.data(), stride, per, threads};

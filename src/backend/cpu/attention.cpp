@@ -143,13 +143,13 @@ size_t tile_floats(const ir::Node& n) {
 size_t gemm_floats(const ir::Node& n) {
   const Geo g = geometry(n);
   const int64_t bk = std::min(g.Tk, kBkMax);
-  size_t f = std::max(sgemm_avx512_scratch_floats(bk, g.D, true, false),
-                      sgemm_avx512_scratch_floats(g.Dv, bk, false, false));
+  size_t f = std::max(sgemm_avx512_scratch_floats(bk, g.D, false, true, false),
+                      sgemm_avx512_scratch_floats(g.Dv, bk, false, false, false));
   if (n.op == ir::OpCode::AttentionGrad) {
-    for (size_t x : {sgemm_avx512_scratch_floats(bk, g.Dv, true, false),
-                     sgemm_avx512_scratch_floats(g.Dv, kBq, false, false),
-                     sgemm_avx512_scratch_floats(g.D, bk, false, false),
-                     sgemm_avx512_scratch_floats(g.D, kBq, false, false)})
+    for (size_t x : {sgemm_avx512_scratch_floats(bk, g.Dv, false, true, false),
+                     sgemm_avx512_scratch_floats(g.Dv, kBq, false, false, false),
+                     sgemm_avx512_scratch_floats(g.D, bk, false, false, false),
+                     sgemm_avx512_scratch_floats(g.D, kBq, false, false, false)})
       f = std::max(f, x);
   }
   return (f + 15) / 16 * 16;

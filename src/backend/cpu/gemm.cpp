@@ -56,14 +56,17 @@ int64_t k_blocks(int64_t K, bool addend) {
 }
 
 // Whether B is packed: always when transposed (its rows run along K); when read in place it
-// would stream more than one K block of rows past every A micro-panel (large K); and when its
+// would stream more than one K block of rows past every A micro-panel (large K); when its
 // rows are a page or more apart (N >= 1024) and enough row panels of A reuse the packing: read
 // in place, each k is then a new page, and with a row stride of a multiple of 4 KiB all of a
 // panel's rows share one L1 set (GPT-2's [768, 3072] weight gradient, K = 256: 192 -> 232
-// GFLOP/s on one core when packed). `M` < 0: any M (the scratch bound).
+// GFLOP/s on one core when packed); and with a transposed A (weight gradients) of enough rows
+// and more than one column panel, whose micro-panels are then copied too (copies_at). `M` < 0:
+// any M (the scratch bound).
 constexpr int64_t kWideB = 1024, kPackRowsMin = 8 * kMr;
-bool packs_b(bool tb, int64_t M, int64_t N, int64_t K) {
-  return tb || K > kKc || (N >= kWideB && (M < 0 || M >= kPackRowsMin));
+bool packs_b(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+  return tb || K > kKc || (N >= kWideB && (M < 0 || M >= kPackRowsMin)) ||
+         (ta && N > kNr && (M < 0 || M >= kPackRowsMin));
 }
 
 // Floats of one thread's packed B panels: the column panels of one N block, kNr * kc_max each.
@@ -86,8 +89,25 @@ int64_t a_copy_stride(int64_t kc_max) {
   const int64_t s = kc_max + 16;
   return s % 1024 == 0 ? s + 16 : s;
 }
+// A transposed A (op(A)[i][k] = A[k * lda + i]) gives the micro-kernel a micro-panel whose K
+// steps are rows of A lda floats apart: for the weight gradients of a step, lda is a layer's
+// width (768, 2304, 3072, 50304 floats), so the panel's kc lines fall into a few L1 sets (a
+// multiple of 4 KiB apart: one set) and are fetched from L2 again for every column panel. Such
+// a micro-panel is copied, once per K block and reused by every column panel, into kc lines of
+// kAtLine floats (12 used). Measured on an Intel Xeon (AVX-512, 2 threads, bench_peak --gemm,
+// medians of five alternated runs): GPT-2 124M's weight-gradient products 264-308 -> 313-378
+// GFLOP/s with B packed too, all its products together 303 -> 335.
+// Such products also take N blocks of up to kAtBlockFloats packed floats a thread (1 MiB, half
+// of an L2 of the Intel Xeon): with 384-column blocks, GPT-2 124M's head weight gradient
+// (50304 x 768 x 256) read its A twice; measured there (same runs), its weight-gradient
+// products 282-346 -> 324-390 GFLOP/s at 2 threads, 138-173 -> 171-191 at one.
+constexpr int64_t kAtLine = 16, kAtBlockFloats = int64_t{1} << 18;
+bool copies_at(bool ta, bool pack_b) {
+  return ta && pack_b;
+}
 int64_t a_copy_floats(int64_t K, bool addend) {
-  return kMr * a_copy_stride(ceil_div(K, k_blocks(K, addend)));
+  const int64_t kc = ceil_div(K, k_blocks(K, addend));
+  return std::max(kMr * a_copy_stride(kc), kAtLine * kc);
 }
 
 }  // namespace
@@ -449,9 +469,15 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   // (2 threads, Zen 5), packing took them from 246-408 to 368-395 GFLOP/s.
   const int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
   const int64_t brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
-  const bool pack_b = packs_b(tb, M, N, K);
+  const int64_t kblocks0 = k_blocks(K, ep.addend != nullptr);
+  // (a transposed A's packing is taken only where the caller's scratch has room for it: callers
+  // that size it for an untransposed A keep reading B in place)
+  const bool pack_b = packs_b(false, tb, M, N, K) ||
+                      (packs_b(ta, tb, M, N, K) &&
+                       ws.floats >= static_cast<size_t>(pack_area(N, K, ep.addend != nullptr) +
+                                                        kAtLine * ceil_div(K, kblocks0)));
   const int64_t astride = acs == 1 ? ars : acs;
-  const int64_t kblocks = k_blocks(K, ep.addend != nullptr);
+  const int64_t kblocks = kblocks0;
   const int64_t kc_max = ceil_div(K, kblocks);
   // Inside a parallel region the product runs on the calling thread (a nested team would have
   // one thread, numbered 0, and every caller would pack into area 0).
@@ -468,6 +494,8 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   const int64_t a_stride = a_copy_stride(kc_max);
   const bool copy_a = use_ws && acs == 1 && a_rows_alias(ars) &&
                       ws.floats >= area + static_cast<size_t>(kMr * a_stride);
+  const bool copy_at = use_ws && acs != 1 && copies_at(ta, pack_b) &&
+                       ws.floats >= area + static_cast<size_t>(kAtLine * kc_max);
   // B read in place streams a kc x nc block past every A micro-panel: at most kNcInPlace columns,
   // so that block (384 x 320 floats, 480 KiB) stays in a core's L2. (The N blocking does not
   // change any sum: each result still adds its K blocks in the same order.)
@@ -479,9 +507,14 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   // 160-168 -> 190-203 GFLOP/s, 1024 x 1024 x 256 172-182 -> 207; N >= 512 (square, 4096 x 512
   // x 512, 1024 x 768 x 768) within +-3%. Each thread's N block is then kNcThread columns.
   const bool rows_first = pack_b && threads > 1 && M >= N && M >= threads * kMr;
+  // A product whose A^T micro-panels are copied takes wider N blocks, up to kAtBlockFloats of
+  // packed B a thread: its A, often the largest operand (the head's logits gradient), is then
+  // read and copied once for fewer blocks.
+  const int64_t nct =
+      copy_at ? std::clamp(kAtBlockFloats / kc_max / kNr * kNr, kNcThread, kNc) : kNcThread;
   const int64_t nc_max = !pack_b      ? kNcInPlace
-                         : rows_first ? kNcThread
-                                      : std::min<int64_t>(kNc, kNcThread * threads);
+                         : rows_first ? nct
+                                      : std::min<int64_t>(kNc, nct * threads);
   auto body = [&](int t, int nt) {
     // Each thread owns a fixed rectangle of C: a range of 32-column panels (or a range of rows:
     // products split by rows first, and those with fewer panels than threads), the same one on
@@ -520,6 +553,13 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
               std::memcpy(ac + r * a_stride, ablk + r * ars, sizeof(float) * kc);
             ablk = ac;
             ast = a_stride;
+          } else if (copy_at) {  // rows [i, i + rows) of each k: one line each
+            float* ac = bp + area;
+            const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
+            for (int64_t k = 0; k < kc; ++k)
+              _mm512_mask_storeu_ps(ac + k * kAtLine, m, _mm512_maskz_loadu_ps(m, ablk + k * acs));
+            ablk = ac;
+            ast = kAtLine;
           }
           for (int64_t jp = j0; jp < j1; ++jp) {
             const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - jp * kNr));
@@ -545,8 +585,8 @@ bool own_gemm_one_k_block(int64_t K) {
   return K <= kKc;
 }
 
-size_t sgemm_avx512_scratch_floats(int64_t N, int64_t K, bool tb, bool addend) {
-  if (!packs_b(tb, -1, N, K) || N <= 0 || K <= 0) return 0;
+size_t sgemm_avx512_scratch_floats(int64_t N, int64_t K, bool ta, bool tb, bool addend) {
+  if (!packs_b(ta, tb, -1, N, K) || N <= 0 || K <= 0) return 0;
   return static_cast<size_t>(pack_area(N, K, addend) + a_copy_floats(K, addend));
 }
 
@@ -564,7 +604,7 @@ bool own_gemm_applies(int64_t, int64_t, int64_t, bool) {
 bool own_gemm_one_k_block(int64_t) {
   return false;
 }
-size_t sgemm_avx512_scratch_floats(int64_t, int64_t, bool, bool) {
+size_t sgemm_avx512_scratch_floats(int64_t, int64_t, bool, bool, bool) {
   return 0;
 }
 bool sgemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,

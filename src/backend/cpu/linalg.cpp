@@ -83,10 +83,10 @@ struct GemmNeed {
   size_t floats = 0;
   int slots = 0;
 };
-GemmNeed gemm_need(bool tb, int64_t M, int64_t N, int64_t K, bool addend, int threads) {
+GemmNeed gemm_need(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool addend, int threads) {
   if (M <= 0 || N <= 0) return {};
   if (own_gemm_applies(M, N, K, tb)) {
-    const size_t f = sgemm_avx512_scratch_floats(N, K, tb, addend);
+    const size_t f = sgemm_avx512_scratch_floats(N, K, ta, tb, addend);
     if (f == 0) return {};
     return {f, macs_of(M, N, K) < kParallelMinMacs ? 1 : std::max(1, threads)};
   }
@@ -272,8 +272,8 @@ Layout matmul_layout(const ir::Node& n, int threads) {
                             : n.inputs[0]->numel() + n.inputs[1]->numel() + (fo ? 0 : n.numel());
   if (g.k == 0) return layout_of(shared, {});
   if (g.folds())
-    return layout_of(shared, gemm_need(g.tb, g.nbatch * g.m, g.n, g.k, false, threads));
-  GemmNeed need = gemm_need(g.tb, g.m, g.n, g.k, false, threads);
+    return layout_of(shared, gemm_need(g.ta, g.tb, g.nbatch * g.m, g.n, g.k, false, threads));
+  GemmNeed need = gemm_need(g.ta, g.tb, g.m, g.n, g.k, false, threads);
   // One task per product: at most one area per thread of the (capped) loop.
   if (g.in_tasks() && need.floats)
     need.slots = static_cast<int>(std::min<int64_t>(std::max(1, threads), g.nbatch));
@@ -289,7 +289,7 @@ Layout linear_layout(const ir::Node& n, int threads) {
   const size_t shared = n.dtype == DType::f32 ? 0
                                               : n.inputs[0]->numel() + n.inputs[1]->numel() +
                                                     (n.inputs.size() > 2 ? N : 0) + n.numel();
-  return layout_of(shared, gemm_need(true, M, N, K, false, threads));
+  return layout_of(shared, gemm_need(false, true, M, N, K, false, threads));
 }
 
 struct GemmGeom {
@@ -305,7 +305,7 @@ GemmGeom gemm_geom(const ir::Node& n) {
 Layout gemm_layout(const ir::Node& n, int threads) {
   const auto& at = n.attr<ir::GemmAttrs>();
   const GemmGeom g = gemm_geom(n);
-  return layout_of(0, gemm_need(at.trans_b, g.M, g.N, g.K, at.addend, threads));
+  return layout_of(0, gemm_need(at.trans_a, at.trans_b, g.M, g.N, g.K, at.addend, threads));
 }
 
 // The kernel's view of its workspace (laid out as `l`, for any team): the shared floats and as

@@ -29,7 +29,7 @@ struct KernelVariant {
   // whether an addend epilogue is bitwise the separate addcmul, its scratch and the GEMM.
   bool (*own_gemm_applies)(int64_t M, int64_t N, int64_t K, bool tb);
   bool (*own_gemm_one_k_block)(int64_t K);
-  size_t (*sgemm_scratch_floats)(int64_t N, int64_t K, bool tb, bool addend);
+  size_t (*sgemm_scratch_floats)(int64_t N, int64_t K, bool ta, bool tb, bool addend);
   bool (*sgemm)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                 int threads, const Scratch& ws, const GemmEpilogue& ep);

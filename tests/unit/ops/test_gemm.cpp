@@ -53,7 +53,7 @@ int check(const Case& c, std::mt19937& rng, const cstorch::cpu::KernelVariant& v
   for (auto& x : bias) x = u(rng);
   // One scratch area per thread of the size sgemm_avx512_scratch_floats gives, a guard of 16
   // floats after each, all filled with a pattern the GEMM must not touch outside the areas.
-  const size_t floats = v.sgemm_scratch_floats(c.N, c.K, c.tb, false);
+  const size_t floats = v.sgemm_scratch_floats(c.N, c.K, c.ta, c.tb, false);
   const size_t stride = floats + 16;
   std::vector<float> ws(stride * c.threads, -7.f);
   const cstorch::cpu::Scratch scratch{ws.data(), stride, floats, c.threads};
@@ -186,7 +186,7 @@ TEST(OwnGemm, AliasingRowsOfACopiedGiveTheSameBits) {
         for (auto& e : *x) e = u(rng);
       for (int64_t i = 0; i < M; ++i)
         for (int64_t k = 0; k < K; ++k) Aw[i * (sh.lda + 16) + k] = A[i * sh.lda + k];
-      const size_t floats = v->sgemm_scratch_floats(N, K, sh.tb, sh.addend);
+      const size_t floats = v->sgemm_scratch_floats(N, K, false, sh.tb, sh.addend);
       ASSERT_GT(floats, 0u) << "B is packed: the copy has room after the panels";
       cpu::GemmEpilogue ep{.bias = bias.data()};
       if (sh.addend) {
@@ -224,6 +224,77 @@ TEST(OwnGemm, AliasingRowsOfACopiedGiveTheSameBits) {
   }
 }
 
+// A transposed A (a weight gradient) with scratch sized for it (ta) is read from a copy of each
+// micro-panel, one line per K step, with B packed and wider N blocks: the same values in the same
+// FMAs as the untransposed product of A^T written out (read in place), so the same bits, with
+// alpha, beta, a bias, several K blocks, one K block with an addend, partial tiles and a row
+// stride of a multiple of 1024 floats, at 1, 2 and 3 threads; and within the fp32 bound of the
+// double product.
+TEST(OwnGemm, TransposedACopiedGivesTheSameBits) {
+  namespace cpu = cstorch::cpu;
+  const auto variants = own_gemm_variants();
+  if (variants.empty())
+    GTEST_SKIP() << "this CPU runs no AVX-512 variant of the kernels: OpenBLAS runs products";
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  struct Shape {
+    int64_t M, N, K, lda;
+    bool addend;
+    float alpha, beta;
+  };
+  for (const auto* v : variants) {
+    for (const Shape sh : {Shape{1024, 256, 300, 1024, false, 1.f, 0.f},    // rows first, 4K rows
+                           Shape{101, 70, 900, 103, false, 0.5f, 0.3f},     // K blocks, partial
+                           Shape{230, 1100, 64, 230, false, 1.f, 1.f},      // columns, N blocks
+                           Shape{800, 450, 300, 805, true, -2.f, 0.5f}}) {  // one block, addend
+      const int64_t M = sh.M, N = sh.N, K = sh.K, ldb = N + 3, ldc = N + 2;
+      std::vector<float> A(K * sh.lda), B(K * ldb), bias(N), add(M * N), C0(M * ldc);
+      for (auto* x : {&A, &B, &bias, &add, &C0})
+        for (auto& e : *x) e = u(rng);
+      // A^T written out, rows K + 5 floats apart (no copy of its own: a_rows_alias)
+      std::vector<float> At(M * (K + 5));
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k) At[i * (K + 5) + k] = A[k * sh.lda + i];
+      const size_t copied_floats = v->sgemm_scratch_floats(N, K, true, false, sh.addend);
+      const size_t plain_floats = v->sgemm_scratch_floats(N, K, false, false, sh.addend);
+      ASSERT_GT(copied_floats, 0u) << "A^T needs room for B's panels and its copy";
+      cpu::GemmEpilogue ep{.bias = bias.data()};
+      if (sh.addend) {
+        ep.addend = add.data();
+        ep.ld_addend = N;
+        ep.addend_scale = -0.5f;
+      }
+      auto run = [&](bool ta, size_t floats, int threads) {
+        std::vector<float> ws(std::max<size_t>(1, floats * threads));
+        const cpu::Scratch scratch{ws.data(), floats, floats, threads};
+        std::vector<float> C = C0;
+        EXPECT_TRUE(v->sgemm(ta, false, M, N, K, sh.alpha, ta ? A.data() : At.data(),
+                             ta ? sh.lda : K + 5, B.data(), ldb, sh.beta, C.data(), ldc, threads,
+                             scratch, ep));
+        return C;
+      };
+      const std::vector<float> in_place = run(false, plain_floats, 1);
+      for (int threads : {1, 2, 3})
+        ASSERT_EQ(run(true, copied_floats, threads), in_place)
+            << v->name << ": M" << M << " N" << N << " K" << K << ", " << threads << " threads";
+      for (int64_t i = 0; i < M; i += 7) {
+        for (int64_t j = 0; j < N; j += 5) {
+          double d = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = static_cast<double>(A[k * sh.lda + i]) * B[k * ldb + j];
+            d += p;
+            mag += std::fabs(p);
+          }
+          const double want = sh.alpha * d + sh.beta * C0[i * ldc + j] + bias[j] +
+                              (sh.addend ? -0.5 * add[i * N + j] : 0.0);
+          ASSERT_NEAR(in_place[i * ldc + j], want, 1e-6 * (K + 1.0) * (mag + 1.0) * 1.2)
+              << v->name << ": C(" << i << "," << j << ")";
+        }
+      }
+    }
+  }
+}
+
 // The team's split of C (columns of packed B panels; rows for products with at least as many
 // rows as columns, or too few panels; rows for B read in place) never changes a result: every
 // element adds the same products in the same order on 1-4 threads, so the bits equal the
@@ -255,7 +326,7 @@ TEST(OwnGemm, TeamSplitNeverChangesTheBits) {
           C0(M * ldc);
       for (auto* x : {&A, &B, &bias, &add, &C0})
         for (auto& e : *x) e = u(rng);
-      const size_t floats = v->sgemm_scratch_floats(N, K, sh.tb, sh.addend);
+      const size_t floats = v->sgemm_scratch_floats(N, K, sh.ta, sh.tb, sh.addend);
       cpu::GemmEpilogue ep{.bias = bias.data()};
       if (sh.addend) {
         ep.addend = add.data();
