@@ -60,13 +60,17 @@ int64_t k_blocks(int64_t K, bool addend) {
 // rows are a page or more apart (N >= 1024) and enough row panels of A reuse the packing: read
 // in place, each k is then a new page, and with a row stride of a multiple of 4 KiB all of a
 // panel's rows share one L1 set (GPT-2's [768, 3072] weight gradient, K = 256: 192 -> 232
-// GFLOP/s on one core when packed); and with a transposed A (weight gradients) of enough rows
-// and more than one column panel, whose micro-panels are then copied too (copies_at). `M` < 0:
-// any M (the scratch bound).
-constexpr int64_t kWideB = 1024, kPackRowsMin = 8 * kMr;
+// GFLOP/s on one core when packed); and with a transposed A (weight gradients) of enough rows,
+// more than one column panel and at least kAtMinK steps along K, whose micro-panels are then
+// copied too (copies_at). Below kAtMinK (FC-MNIST's weight gradients over a batch of 128) the
+// product alone ran faster so (256 x 784 x 128: 308 -> 337 GFLOP/s, 2 threads) but the step did
+// not: 533 -> 555 us at 2 threads (five alternated pairs), the larger scratch having moved the
+// planner's layout under the products after it (the first backward product 7 -> 19 us, with
+// the copy itself turned off); not pursued. `M` < 0: any M (the scratch bound).
+constexpr int64_t kWideB = 1024, kPackRowsMin = 8 * kMr, kAtMinK = 256;
 bool packs_b(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
   return tb || K > kKc || (N >= kWideB && (M < 0 || M >= kPackRowsMin)) ||
-         (ta && N > kNr && (M < 0 || M >= kPackRowsMin));
+         (ta && N > kNr && K >= kAtMinK && (M < 0 || M >= kPackRowsMin));
 }
 
 // Floats of one thread's packed B panels: the column panels of one N block, kNr * kc_max each.
@@ -506,7 +510,15 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   // Measured at 2 threads (Zen 4): GPT-2 tiny's 1024 x 256 x 1024 and 1024 x 256 x 8192 products
   // 160-168 -> 190-203 GFLOP/s, 1024 x 1024 x 256 172-182 -> 207; N >= 512 (square, 4096 x 512
   // x 512, 1024 x 768 x 768) within +-3%. Each thread's N block is then kNcThread columns.
-  const bool rows_first = pack_b && threads > 1 && M >= N && M >= threads * kMr;
+  // A product packed only for its transposed A (copies_at) splits rows too, as it did with B
+  // read in place: the optimizer update fused into a weight gradient's epilogue, and the ops
+  // after it, then find each thread's rows where they were. Measured on the Intel Xeon (2
+  // threads): GPT-2 124M's products 328 -> 340 GFLOP/s (bench_peak --gemm, medians of four
+  // alternations); FC-MNIST's 256 x 784 x 128 weight gradient with the fused SGD update (then
+  // still copied) 180 -> 155-159 us in its step, where split by columns it had been slower
+  // than read in place (163).
+  const bool packed_for_at = pack_b && !packs_b(false, tb, M, N, K);
+  const bool rows_first = pack_b && threads > 1 && (M >= N || packed_for_at) && M >= threads * kMr;
   // A product whose A^T micro-panels are copied takes wider N blocks, up to kAtBlockFloats of
   // packed B a thread: its A, often the largest operand (the head's logits gradient), is then
   // read and copied once for fewer blocks.

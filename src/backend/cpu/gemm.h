@@ -58,12 +58,12 @@ struct GemmEpilogue {
 
 // Floats of the scratch area one thread of sgemm_avx512 needs for a product of N columns and
 // inner size K, with an addend epilogue or not: its packed B panels when tb (B^T), K spans more
-// than one K block, N >= 1024 (a wide B, packed when M has enough rows), or ta (A^T: packed when
-// M has enough rows and N more than 32 columns), and after them a copy of one A micro-panel (used
-// when A's rows are a multiple of 1024 floats apart, where they would evict each other in L1, and
-// for A^T); 0 when B is always read in place or the variant has no AVX-512. Enough for any M and
-// for any N' <= N. A product given less (sized with ta false) reads a B it would pack for A^T in
-// place.
+// than one K block, N >= 1024 (a wide B, packed when M has enough rows), or ta with K >= 256
+// (A^T: packed when M has enough rows and N more than 32 columns), and after them a copy of one
+// A micro-panel (used when A's rows are a multiple of 1024 floats apart, where they would evict
+// each other in L1, and for A^T); 0 when B is always read in place or the variant has no
+// AVX-512. Enough for any M and for any N' <= N. A product given less (sized with ta false)
+// reads a B it would pack for A^T in place.
 size_t sgemm_avx512_scratch_floats(int64_t N, int64_t K, bool ta, bool tb, bool addend);
 
 // C[M, N] = epilogue(alpha * op(A)[M, K] @ op(B)[K, N] + beta * C), row-major (op = transpose
