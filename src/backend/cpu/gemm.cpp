@@ -104,7 +104,7 @@ int64_t a_copy_stride(int64_t kc_max) {
 // Such products also take N blocks of up to kAtBlockFloats packed floats a thread (1 MiB, half
 // of an L2 of the Intel Xeon): with 384-column blocks, GPT-2 124M's head weight gradient
 // (50304 x 768 x 256) read its A twice; measured there (same runs), its weight-gradient
-// products 282-346 -> 324-390 GFLOP/s at 2 threads, 138-173 -> 171-191 at one.
+// products 282-356 -> 324-390 GFLOP/s at 2 threads, 138-173 -> 171-191 at one.
 constexpr int64_t kAtLine = 16, kAtBlockFloats = int64_t{1} << 18;
 bool copies_at(bool ta, bool pack_b) {
   return ta && pack_b;
