@@ -62,11 +62,12 @@ int64_t k_blocks(int64_t K, bool addend) {
 // panel's rows share one L1 set (GPT-2's [768, 3072] weight gradient, K = 256: 192 -> 232
 // GFLOP/s on one core when packed); and with a transposed A (weight gradients) of enough rows,
 // more than one column panel and at least kAtMinK steps along K, whose micro-panels are then
-// copied too (copies_at). Below kAtMinK (FC-MNIST's weight gradients over a batch of 128) the
-// product alone ran faster so (256 x 784 x 128: 308 -> 337 GFLOP/s, 2 threads) but the step did
-// not: 533 -> 555 us at 2 threads (five alternated pairs), the larger scratch having moved the
-// planner's layout under the products after it (the first backward product 7 -> 19 us, with
-// the copy itself turned off); not pursued. `M` < 0: any M (the scratch bound).
+// copied too (copy_at, where any packed product's transposed A is copied). Below kAtMinK
+// (FC-MNIST's weight gradients over a batch of 128) the product alone ran faster so (256 x 784 x
+// 128: 308 -> 337 GFLOP/s, 2 threads) but the step did not: 533 -> 555 us at 2 threads (five
+// alternated pairs), the larger scratch having moved the planner's layout under the products after
+// it (the first backward product 7 -> 19 us, with the copy itself turned off); not pursued. `M` <
+// 0: any M (the scratch bound).
 constexpr int64_t kWideB = 1024, kPackRowsMin = 8 * kMr, kAtMinK = 256;
 bool packs_b(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
   return tb || K > kKc || (N >= kWideB && (M < 0 || M >= kPackRowsMin)) ||
@@ -106,9 +107,6 @@ int64_t a_copy_stride(int64_t kc_max) {
 // (50304 x 768 x 256) read its A twice; measured there (same runs), its weight-gradient
 // products 282-356 -> 324-390 GFLOP/s at 2 threads, 138-173 -> 171-191 at one.
 constexpr int64_t kAtLine = 16, kAtBlockFloats = int64_t{1} << 18;
-bool copies_at(bool ta, bool pack_b) {
-  return ta && pack_b;
-}
 int64_t a_copy_floats(int64_t K, bool addend) {
   const int64_t kc = ceil_div(K, k_blocks(K, addend));
   return std::max(kMr * a_copy_stride(kc), kAtLine * kc);
@@ -473,22 +471,23 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   // (2 threads, Zen 5), packing took them from 246-408 to 368-395 GFLOP/s.
   const int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
   const int64_t brs = tb ? 1 : ldb, bcs = tb ? ldb : 1;
-  const int64_t kblocks0 = k_blocks(K, ep.addend != nullptr);
-  // (a transposed A's packing is taken only where the caller's scratch has room for it: callers
-  // that size it for an untransposed A keep reading B in place)
-  const bool pack_b = packs_b(false, tb, M, N, K) ||
-                      (packs_b(ta, tb, M, N, K) &&
-                       ws.floats >= static_cast<size_t>(pack_area(N, K, ep.addend != nullptr) +
-                                                        kAtLine * ceil_div(K, kblocks0)));
-  const int64_t astride = acs == 1 ? ars : acs;
-  const int64_t kblocks = kblocks0;
+  const int64_t kblocks = k_blocks(K, ep.addend != nullptr);
   const int64_t kc_max = ceil_div(K, kblocks);
+  const size_t b_area = static_cast<size_t>(pack_area(N, K, ep.addend != nullptr));
+  // B packed whatever A's layout, or (packed_for_at) only for a transposed A: taken only where
+  // the caller's scratch has room for the A copy too; callers that size it for an untransposed A
+  // keep reading B in place.
+  const bool packs_anyway = packs_b(false, tb, M, N, K);
+  const bool packed_for_at = !packs_anyway && packs_b(ta, tb, M, N, K) &&
+                             ws.floats >= b_area + static_cast<size_t>(kAtLine * kc_max);
+  const bool pack_b = packs_anyway || packed_for_at;
+  const int64_t astride = acs == 1 ? ars : acs;
   // Inside a parallel region the product runs on the calling thread (a nested team would have
   // one thread, numbered 0, and every caller would pack into area 0).
   threads = omp_in_parallel() ? 1 : std::max(1, threads);
   // Each thread packs the B panels it reads into its own area of ws (panel stride kNr * kc_max):
   // team thread t into area t, a lone calling thread into its own slot; at most ws.slots threads.
-  const size_t area = pack_b ? static_cast<size_t>(pack_area(N, K, ep.addend != nullptr)) : 0;
+  const size_t area = pack_b ? b_area : 0;
   const bool use_ws = area > 0;  // (K = 0 packs nothing)
   if (use_ws) threads = std::max(1, std::min(threads, ws.slots));
   const int first_slot = threads == 1 ? omp_get_thread_num() : 0;  // area of team thread 0
@@ -498,8 +497,7 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   const int64_t a_stride = a_copy_stride(kc_max);
   const bool copy_a = use_ws && acs == 1 && a_rows_alias(ars) &&
                       ws.floats >= area + static_cast<size_t>(kMr * a_stride);
-  const bool copy_at = use_ws && acs != 1 && copies_at(ta, pack_b) &&
-                       ws.floats >= area + static_cast<size_t>(kAtLine * kc_max);
+  const bool copy_at = use_ws && ta && ws.floats >= area + static_cast<size_t>(kAtLine * kc_max);
   // B read in place streams a kc x nc block past every A micro-panel: at most kNcInPlace columns,
   // so that block (384 x 320 floats, 480 KiB) stays in a core's L2. (The N blocking does not
   // change any sum: each result still adds its K blocks in the same order.)
@@ -510,14 +508,13 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   // Measured at 2 threads (Zen 4): GPT-2 tiny's 1024 x 256 x 1024 and 1024 x 256 x 8192 products
   // 160-168 -> 190-203 GFLOP/s, 1024 x 1024 x 256 172-182 -> 207; N >= 512 (square, 4096 x 512
   // x 512, 1024 x 768 x 768) within +-3%. Each thread's N block is then kNcThread columns.
-  // A product packed only for its transposed A (copies_at) splits rows too, as it did with B
+  // A product packed only for its transposed A (packed_for_at) splits rows too, as it did with B
   // read in place: the optimizer update fused into a weight gradient's epilogue, and the ops
   // after it, then find each thread's rows where they were. Measured on the Intel Xeon (2
   // threads): GPT-2 124M's products 328 -> 340 GFLOP/s (bench_peak --gemm, medians of four
   // alternations); FC-MNIST's 256 x 784 x 128 weight gradient with the fused SGD update (then
   // still copied) 180 -> 155-159 us in its step, where split by columns it had been slower
   // than read in place (163).
-  const bool packed_for_at = pack_b && !packs_b(false, tb, M, N, K);
   const bool rows_first = pack_b && threads > 1 && (M >= N || packed_for_at) && M >= threads * kMr;
   // A product whose A^T micro-panels are copied takes wider N blocks, up to kAtBlockFloats of
   // packed B a thread: its A, often the largest operand (the head's logits gradient), is then
