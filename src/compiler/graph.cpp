@@ -86,8 +86,11 @@ std::string attrs_str(const ir::Node& n) {
                              a.f32_out ? " f32_out" : "");
         else if constexpr (std::is_same_v<A, ir::GemmAttrs>)
           return fmt::format(
-              "trans_a={} trans_b={} bias={} addend={} relu={} relu_grad={} update={}", a.trans_a,
-              a.trans_b, a.bias, a.addend, a.relu, a.relu_grad, a.update);
+              "trans_a={} trans_b={} bias={} addend={} relu={} relu_grad={} update={}{}", a.trans_a,
+              a.trans_b, a.bias, a.addend, a.relu, a.relu_grad, a.update,
+              !a.gelu_grad  ? ""
+              : a.gelu_tanh ? " gelu_grad(tanh)"
+                            : " gelu_grad");
         else if constexpr (std::is_same_v<A, ir::DimAttrs>)
           return fmt::format("dim={}", a.dim);
         else if constexpr (std::is_same_v<A, ir::ShapeAttrs>)

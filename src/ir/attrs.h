@@ -102,22 +102,28 @@ struct MatmulAttrs {
   size_t hash() const { return trans_a * 4 + trans_b * 2 + f32_out; }
 };
 // A Gemm node (made by src/compiler/passes/fuse_gemm_epilogue.cpp): out = op(A) @ op(B)
-// [+ bias] [+ C * s], then [relu], then [zeroed where y <= 0 (relu's gradient)]. Inputs: A, B,
-// then bias [N] when `bias`, then C (the output's shape) and s (one element) when `addend`, then
-// y (the output's shape) when `relu_grad`, then P (the output's shape) and r (one element) when
-// `update`: then the kernel also writes P <- P + out * r in place (SGD's parameter update from
-// the new momentum; the graph holds P's new value as an After node). A without trans_a may have
-// leading dims (flattened into rows, as Linear's input); with trans_a it is 2-d. B is 2-d.
+// [+ bias] [+ C * s], then [relu], then [zeroed where y <= 0 (relu's gradient)] or [gelu's
+// gradient at x: gelu_grad(out, x), the tanh form when gelu_tanh]. Inputs: A, B, then bias [N]
+// when `bias`, then C (the output's shape) and s (one element) when `addend`, then y or x (the
+// output's shape) when `relu_grad` or `gelu_grad` (not both), then P (the output's shape) and r
+// (one element) when `update`: then the kernel also writes P <- P + out * r in place (SGD's
+// parameter update from the new momentum; the graph holds P's new value as an After node).
+// gelu_grad takes no addend, relu or update. A without trans_a may have leading dims
+// (flattened into rows, as Linear's input); with trans_a it is 2-d. B is 2-d.
 struct GemmAttrs {
   bool trans_a = false, trans_b = false;
   bool bias = false, addend = false, relu = false, relu_grad = false, update = false;
+  bool gelu_grad = false, gelu_tanh = false;
   bool operator==(const GemmAttrs&) const = default;
   size_t hash() const {
-    return trans_a * 64 + trans_b * 32 + bias * 16 + addend * 8 + relu * 4 + relu_grad * 2 + update;
+    return gelu_grad * 512 + gelu_tanh * 256 + trans_a * 64 + trans_b * 32 + bias * 16 +
+           addend * 8 + relu * 4 + relu_grad * 2 + update;
   }
+  // Whether the epilogue reads a second operand of the output's shape (y or x).
+  bool gated() const { return relu_grad || gelu_grad; }
   // Input positions of the optional operands.
   size_t addend_index() const { return 2 + bias; }
-  size_t update_index() const { return 2 + bias + 2 * addend + relu_grad; }
+  size_t update_index() const { return 2 + bias + 2 * addend + gated(); }
 };
 struct DimAttrs {
   int64_t dim = 0;

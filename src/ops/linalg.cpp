@@ -127,9 +127,11 @@ std::vector<Tensor> vjp_Matmul(const VjpArgs& a) {
 void infer_Gemm(ir::Node& n) {
   const auto& at = n.attr<ir::GemmAttrs>();
   const size_t want =
-      2 + (at.bias ? 1 : 0) + (at.addend ? 2 : 0) + (at.relu_grad ? 1 : 0) + (at.update ? 2 : 0);
+      2 + (at.bias ? 1 : 0) + (at.addend ? 2 : 0) + (at.gated() ? 1 : 0) + (at.update ? 2 : 0);
   CS_CHECK(n.inputs.size() == want, "gemm: expected {} inputs for its flags, got {}", want,
            n.inputs.size());
+  CS_CHECK(!at.gelu_grad || !(at.addend || at.relu || at.relu_grad || at.update),
+           "gemm: gelu_grad takes no addend, relu, relu_grad or update");
   for (size_t i = 0; i < n.inputs.size(); ++i)
     CS_CHECK(n.inputs[i]->dtype == DType::f32, "gemm: input {} is {}; only f32 is supported", i,
              dtype_name(n.inputs[i]->dtype));
@@ -156,10 +158,10 @@ void infer_Gemm(ir::Node& n) {
     CS_CHECK(n.inputs[next + 1]->numel() == 1, "gemm: addend scale must have one element, got {}",
              shape_str(n.inputs[next + 1]->shape));
   }
-  if (at.relu_grad) {
+  if (at.gated()) {
     const auto& y = *n.inputs[at.update_index() - 1];
-    CS_CHECK(y.shape == out, "gemm: relu output shape {} must be the output's {}",
-             shape_str(y.shape), shape_str(out));
+    CS_CHECK(y.shape == out, "gemm: {} shape {} must be the output's {}",
+             at.relu_grad ? "relu output" : "gelu input", shape_str(y.shape), shape_str(out));
   }
   if (at.update) {
     const auto& p = *n.inputs[at.update_index()];

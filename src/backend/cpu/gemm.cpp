@@ -28,6 +28,7 @@
 
 #include "cstorch/core/error.h"
 
+#include "backend/cpu/elementwise_math.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/tile_rows.h"
@@ -368,6 +369,23 @@ TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_
   return t;
 }
 
+// gelu's gradient over a finished block of C in place (rows x cols at c, its first element
+// result (i0, j0)): the GeluGrad kernel's own functions on the stored product, so the result is
+// bitwise the separate kernel's. Called on each tile right after the micro-kernel stored it,
+// while its lines are in L1; the product is then never written to memory and read back.
+void gelu_grad_block(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, int64_t j0,
+                     int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = c + r * ldc;
+    const float* x = ep.gelu_x + (i0 + r) * ep.ld_gelu_x + j0;
+    if (ep.gelu_tanh) {
+      gelu_tanh_grad_n(row, x, row, cols);
+    } else {
+      for (int j = 0; j < cols; ++j) row[j] = gelu_erf_grad(row[j], x[j]);
+    }
+  }
+}
+
 // Products of a few rows with a transposed B (a small batch through a linear layer: B is the
 // [N, K] weight): each result is the dot product of two rows contiguous along K, so B is read
 // in place, once, instead of being transposed into panels that few rows would reuse. Measured
@@ -440,6 +458,7 @@ void dot_columns(int64_t M, int64_t j0, int64_t j1, int64_t K, float alpha, cons
         __m512 acc[1][1] = {{_mm512_load_ps(out[r])}};
         store_tile<1, 1>(acc, &mask, C + (i + r) * ldc + j, ldc, alpha, beta,
                          tile_epilogue(ep, true, true, i + r, j));
+        if (ep.gelu_x) gelu_grad_block(ep, C + (i + r) * ldc + j, ldc, i + r, j, 1, cols);
       }
     }
   }
@@ -573,9 +592,11 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
           for (int64_t jp = j0; jp < j1; ++jp) {
             const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - jp * kNr));
             const float* bt = pack_b ? bp + (jp - j0) * kNr * kc_max : bblk + jp * kNr;
-            kKernels[acs == 1][cols > 16][rows](
-                kc, ablk, ast, bt, pack_b ? kNr : brs, C + i * ldc + jc + jp * kNr, ldc, cols,
-                alpha, beta_k, tile_epilogue(ep, first, last, i, jc + jp * kNr));
+            float* ct = C + i * ldc + jc + jp * kNr;
+            kKernels[acs == 1][cols > 16][rows](kc, ablk, ast, bt, pack_b ? kNr : brs, ct, ldc,
+                                                cols, alpha, beta_k,
+                                                tile_epilogue(ep, first, last, i, jc + jp * kNr));
+            if (last && ep.gelu_x) gelu_grad_block(ep, ct, ldc, i, jc + jp * kNr, rows, cols);
           }
         }
       }

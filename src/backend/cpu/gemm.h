@@ -54,6 +54,12 @@ struct GemmEpilogue {
   float* update = nullptr;
   int64_t ld_update = 0;
   float update_scale = 0.f;
+  // gelu's gradient at gelu_x[i * ld_gelu_x + j] with x as the incoming gradient (the tanh form
+  // when gelu_tanh): gelu_tanh_grad_n / gelu_erf_grad, applied to each finished tile while it is
+  // in L1. Not with addend, relu, gate or update.
+  const float* gelu_x = nullptr;
+  int64_t ld_gelu_x = 0;
+  bool gelu_tanh = false;
 };
 
 // Floats of the scratch area one thread of sgemm_avx512 needs for a product of N columns and

@@ -131,8 +131,8 @@ void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
 
 // The epilogue of an OpenBLAS product, as one pass over the finished product P (into C; P is C
 // unless C is the addend's storage). The bias was accumulated into P already. Same formulas as
-// the separate kernels: x + addend * s (contracted to one FMA, as addcmul), relu, relu_grad,
-// then the update p + x * r.
+// the separate kernels: x + addend * s (contracted to one FMA, as addcmul), relu, relu_grad
+// or gelu_grad, then the update p + x * r.
 void epilogue_pass(int64_t M, int64_t N, const float* P, float* C, int64_t ldc,
                    const GemmEpilogue& ep) {
   parallel_for(M, std::max<int64_t>(1, kElementwiseGrain / N), [&](int64_t b, int64_t e) {
@@ -155,6 +155,14 @@ void epilogue_pass(int64_t M, int64_t N, const float* P, float* C, int64_t ldc,
         const float* y = ep.gate + i * ep.ld_gate;
 #pragma omp simd
         for (int64_t j = 0; j < N; ++j) row[j] = relu_grad_f(prod[j], y[j]);
+      }
+      if (ep.gelu_x) {  // the GeluGrad kernel's functions (prod is row: no addend or relu)
+        const float* x = ep.gelu_x + i * ep.ld_gelu_x;
+        if (ep.gelu_tanh) {
+          gelu_tanh_grad_n(prod, x, row, N);
+        } else {
+          for (int64_t j = 0; j < N; ++j) row[j] = gelu_erf_grad(prod[j], x[j]);
+        }
       }
       if (ep.update) {
         float* p = ep.update + i * ep.ld_update;
@@ -191,7 +199,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
     beta = 1.f;
   }
   blas_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, P, ldc, threads);
-  if (ep.addend || ep.relu || ep.gate || ep.update) epilogue_pass(M, N, P, C, ldc, ep);
+  if (ep.addend || ep.relu || ep.gate || ep.gelu_x || ep.update) epilogue_pass(M, N, P, C, ldc, ep);
 }
 
 struct MatmulGeom {
@@ -471,7 +479,8 @@ void cpu_Linear(const ir::KernelContext& ctx, const ir::Node& n, const void* con
 }
 
 // Gemm (the compiler's fused product, GemmAttrs): out = op(A) @ op(B) [+ bias] [+ C * s], then
-// [relu], then [relu_grad by y], then [P += out * r in place]: gemm with its epilogue.
+// [relu], then [relu_grad by y | gelu_grad at x], then [P += out * r in place]: gemm with its
+// epilogue.
 void cpu_Gemm(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in, void* out) {
   const auto& at = n.attr<ir::GemmAttrs>();
   const auto [M, N, K] = gemm_geom(n);
@@ -487,6 +496,11 @@ void cpu_Gemm(const ir::KernelContext& ctx, const ir::Node& n, const void* const
   if (at.relu_grad) {
     ep.gate = static_cast<const float*>(in[at.update_index() - 1]);
     ep.ld_gate = N;
+  }
+  if (at.gelu_grad) {
+    ep.gelu_x = static_cast<const float*>(in[at.update_index() - 1]);
+    ep.ld_gelu_x = N;
+    ep.gelu_tanh = at.gelu_tanh;
   }
   if (at.update) {
     // The one kernel that writes an input: the planner's After node makes this buffer the

@@ -4,6 +4,8 @@
 //   relu(linear(x, W[, b]))                  -> gemm{trans_b, bias, relu}(x, W[, b])
 //   addcmul(matmul(A, B), C, s), s one value -> gemm{trans flags, addend}(A, B, C, s)
 //   relu_grad(matmul(A, B), y)               -> gemm{trans flags, relu_grad}(A, B, y)
+//   gelu_grad(matmul(A, B), x)               -> gemm{trans flags, gelu_grad}(A, B, x), also
+//                                               through a Linear's input-gradient reshapes
 //   then addcmul(p, that momentum gemm, r)   -> the same gemm also writes p <- p + m * r in
 //                                               place, and p's new value is After(p, gemm)
 // And a bf16 product's cast to f32 (directly or through a reshape) becomes the product itself,
@@ -14,9 +16,12 @@
 // loss's kernel (LossAttrs::bf16_out).
 // The second is SGD's momentum update, grad + buf * momentum, with the weight gradient as the
 // product: the new momentum comes out of the weight-gradient GEMM, and the gradient itself is
-// never stored. The third is the backward of a hidden layer: the input gradient of the next
-// layer, masked by where this layer's relu was positive. The planner may write it in place over the
-// old momentum (the kernel reads each addend element just before writing that element).
+// never stored. The planner may write it in place over the old momentum (the kernel reads each
+// addend element just before writing that element). The third is the backward of a hidden
+// layer: the input gradient of the next layer, masked by where this layer's relu was positive;
+// the fourth the same for a gelu layer (a transformer's MLP), the gradient applied to each tile
+// of the product while it is in L1, so that the [tokens, 4 x width] product is not written out
+// and read back.
 //
 // Conditions: the product's backend applies an epilogue for free at this shape (the capability
 // query DeviceBackend::gemm_epilogue_applies; the CPU answers for its own GEMM, elsewhere the
@@ -208,6 +213,45 @@ class FuseGemmEpilogue : public Pass {
         std::vector<ir::NodePtr> inputs = {mm.inputs[0], mm.inputs[1], y};
         n->op = OpCode::Gemm;
         n->attrs = ir::GemmAttrs{.trans_a = ma.trans_a, .trans_b = ma.trans_b, .relu_grad = true};
+        n->inputs = std::move(inputs);
+        changed = true;
+      } else if (n->op == OpCode::GeluGrad && f32(*n)) {
+        // The product is the next layer's input gradient: a Matmul of 2-d operands, reshaped to
+        // the activation's [batch, tokens, features] when the Linear had leading dims (its A
+        // then a reshape of the incoming gradient to rows, or rows already). The Gemm takes
+        // that gradient with the leading dims (an untransposed A may have them: the reshape's
+        // input, or a new reshape of A), and so has gelu_grad's shape.
+        const ir::NodePtr dy = n->inputs[0], x = n->inputs[1];
+        const bool through = dy->op == OpCode::Reshape && sole_use(*dy);
+        const ir::Node& mm = through ? *dy->inputs[0] : *dy;
+        if (mm.op != OpCode::Matmul || !f32(mm) || !sole_use(mm) ||
+            mm.inputs[0]->shape.size() != 2 || mm.inputs[1]->shape.size() != 2 ||
+            x->shape != n->shape || !epilogue_is_free(mm))
+          continue;
+        const auto& ma = mm.attr<ir::MatmulAttrs>();
+        ir::NodePtr a = mm.inputs[0];
+        if (mm.shape != n->shape) {
+          if (ma.trans_a) continue;
+          Shape lead = n->shape;
+          lead.back() = a->shape[1];
+          if (a->op == OpCode::Reshape && a->inputs[0]->shape == lead) {
+            a = a->inputs[0];
+          } else {
+            ir::NodePtr r = ir::Node::make(OpCode::Reshape, ir::ShapeAttrs{lead}, {a});
+            r->device = a->device;
+            r->trace_id = n->trace_id;
+            ir::op_info(OpCode::Reshape).infer(*r);
+            inserts.push_back({r, n.get()});
+            a = r;
+          }
+        }
+        const bool tanh_form = n->attr<ir::GeluAttrs>().tanh_approx;
+        std::vector<ir::NodePtr> inputs = {a, mm.inputs[1], x};
+        n->op = OpCode::Gemm;
+        n->attrs = ir::GemmAttrs{.trans_a = ma.trans_a,
+                                 .trans_b = ma.trans_b,
+                                 .gelu_grad = true,
+                                 .gelu_tanh = tanh_form};
         n->inputs = std::move(inputs);
         changed = true;
       } else if (n->op == OpCode::Cast && n->dtype == DType::bf16) {

@@ -442,6 +442,73 @@ TEST(GemmEpilogue, WeightDecayJoinsTheProductAndStaysBitwiseEqual) {
   expect_fc_sgd_bitwise(1e-2);
 }
 
+// ---- gelu's gradient applied by its input-gradient product (GemmAttrs::gelu_grad) ------------
+
+namespace {
+
+// Two gelu layers, the tanh form and the erf form.
+cs::nn::Sequential gelu_net() {
+  cs::manual_seed(6);
+  return cs::nn::Sequential(cs::nn::Linear(12, 32), cs::nn::GELU("tanh"), cs::nn::Linear(32, 32),
+                            cs::nn::GELU(), cs::nn::Linear(32, 5));
+}
+// One AdamW step; with `tokens`, the batch goes through the net as [batch, tokens, features]
+// (a transformer MLP's layout: the input gradients come back through reshapes).
+Tensor gelu_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x, const Tensor& y,
+                 const cs::Shape& tokens) {
+  Tensor logits = m(tokens.empty() ? x : x.reshape(tokens));
+  if (!tokens.empty()) logits = logits.reshape({y.numel(), logits.shape().back()});
+  auto loss = cs::cross_entropy(logits, y);
+  loss.backward();
+  o.step();
+  o.zero_grad();
+  return loss;
+}
+
+}  // namespace
+
+TEST(GemmEpilogue, GeluGradientsJoinTheirInputGradientProducts) {
+  if (!cs::cpu::kernels().own_gemm_applies(24, 32, 32, false))
+    GTEST_SKIP() << "no own GEMM in this variant (no AVX-512): products run on OpenBLAS, "
+                    "epilogues are not fused";
+  for (const cs::Shape& tokens : {cs::Shape{}, cs::Shape{4, 6, 12}}) {
+    SCOPED_TRACE(tokens.empty() ? "rows" : "tokens");
+    auto m = gelu_net();
+    cs::optim::AdamW opt(m->parameters(), 1e-2);
+    const Tensor y = cs::from_vector(std::vector<int64_t>(24, 1), {24});
+    cc::Graph g = cs::testing::record_step(
+        {24, 12}, [&](const Tensor& x) { return gelu_step(m, opt, x, y, tokens); });
+    cc::optimize(g, "gemm_epilogue");
+    size_t fused = 0, tanh_form = 0;
+    for (auto& n : g.nodes) {
+      if (n->op != OpCode::Gemm || !n->attr<cs::ir::GemmAttrs>().gelu_grad) continue;
+      ++fused;
+      tanh_form += n->attr<cs::ir::GemmAttrs>().gelu_tanh;
+      // With tokens the product keeps the incoming gradient's leading dims.
+      EXPECT_EQ(n->shape, n->inputs[2]->shape) << g.dump();
+      EXPECT_EQ(n->inputs[0]->shape.size(), tokens.empty() ? 2u : 3u) << g.dump();
+    }
+    EXPECT_EQ(fused, 2u) << g.dump();
+    EXPECT_EQ(tanh_form, 1u) << g.dump();
+    EXPECT_EQ(count(g, OpCode::GeluGrad), 0u) << g.dump();
+  }
+}
+
+TEST(GemmEpilogue, GeluStepsAreBitwiseEqualWithFusionOnAndOff) {
+  for (const cs::Shape& tokens : {cs::Shape{}, cs::Shape{4, 6, 12}}) {
+    SCOPED_TRACE(tokens.empty() ? "rows" : "tokens");
+    auto m1 = gelu_net();
+    auto m2 = gelu_net();
+    cs::optim::AdamW o1(m1->parameters(), 1e-2);
+    cs::optim::AdamW o2(m2->parameters(), 1e-2);
+    cs::manual_seed(13);
+    expect_training_bitwise(
+        [&](const Tensor& x, const Tensor& y) { return gelu_step(m1, o1, x, y, tokens); },
+        [&](const Tensor& x, const Tensor& y) { return gelu_step(m2, o2, x, y, tokens); }, {24, 12},
+        5, 5, m1->parameters(), m2->parameters());
+  }
+}
+
 // ---- a bf16 product's cast to f32 stored by the product (MatmulAttrs::f32_out) ---------------
 
 namespace {

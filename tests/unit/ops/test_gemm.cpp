@@ -382,10 +382,10 @@ std::vector<float> random_vec(size_t n, std::mt19937& rng) {
   return v;
 }
 
-// For one product shape: relu(linear), relu_grad(matmul, y) and addcmul(matmul, C, s) (also
-// written in place over C, as the planner places a momentum update, and with the parameter
-// update P + out * r written in place into P) through cpu_Gemm, and the
-// same through the separate kernels: bitwise equal (an addend over several K blocks, which the
+// For one product shape: relu(linear), relu_grad(matmul, y), gelu_grad(matmul, x) in both forms
+// and addcmul(matmul, C, s) (also written in place over C, as the planner places a momentum
+// update, and with the parameter update P + out * r written in place into P) through cpu_Gemm,
+// and the same through the separate kernels: bitwise equal (an addend over several K blocks, which the
 // fusion pass never creates, within 1e-4), with variant v's kernels: every shape runs on the own
 // GEMM in the AVX-512 variant (M <= 4 with a transposed B and K >= 64: its dot path), and on
 // OpenBLAS with the epilogue pass in the others.
@@ -428,6 +428,21 @@ void expect_gemm_node_matches(const cpu::KernelVariant& v, int64_t M, int64_t N,
     const void* in_g[] = {a.data(), bm.data(), yv.data()};
     kernel(ir::OpCode::Gemm)(ws(*g).ctx, *g, in_g, got.data());
     EXPECT_EQ(got, want) << "relu_grad(matmul) M" << M << " N" << N << " K" << K;
+  }
+  // gelu_grad(matmul, x), both forms (x: y's values, scaled to reach gelu's tails)
+  for (bool tanh_form : {true, false}) {
+    std::vector<float> xv(yv);
+    for (auto& e : xv) e *= 3.f;
+    auto gg = op(ir::OpCode::GeluGrad, ir::GeluAttrs{tanh_form}, {mm, y});
+    const void* in_gg[] = {tmp.data(), xv.data()};
+    kernel(ir::OpCode::GeluGrad)(ir::KernelContext{}, *gg, in_gg, want.data());
+    auto g =
+        op(ir::OpCode::Gemm,
+           ir::GemmAttrs{.trans_a = ta, .gelu_grad = true, .gelu_tanh = tanh_form}, {A, Bm, y});
+    const void* in_g[] = {a.data(), bm.data(), xv.data()};
+    kernel(ir::OpCode::Gemm)(ws(*g).ctx, *g, in_g, got.data());
+    EXPECT_EQ(got, want) << v.name << ": gelu_grad(matmul) tanh " << tanh_form << " M" << M << " N"
+                         << N << " K" << K;
   }
   // addcmul(matmul, C, s), into a fresh buffer and in place over C
   {
@@ -478,7 +493,8 @@ TEST(GemmKernel, EqualsTheSeparateKernelsOnBothPaths) {
     expect_gemm_node_matches(*v, 64, 70, 900, false);  // bias over several K blocks
     expect_gemm_node_matches(*v, 20, 30, 4, true);     // a weight gradient over 4 samples
     expect_gemm_node_matches(*v, 20, 30, 4, false);
-    expect_gemm_node_matches(*v, 4, 50, 784, false);  // linear of 4 samples: the dot path
+    expect_gemm_node_matches(*v, 4, 50, 784, false);    // linear of 4 samples: the dot path
+    expect_gemm_node_matches(*v, 200, 300, 40, false);  // several tiles and threads
   }
 }
 
