@@ -385,9 +385,9 @@ std::vector<float> random_vec(size_t n, std::mt19937& rng) {
 // For one product shape: relu(linear), relu_grad(matmul, y), gelu_grad(matmul, x) in both forms
 // and addcmul(matmul, C, s) (also written in place over C, as the planner places a momentum
 // update, and with the parameter update P + out * r written in place into P) through cpu_Gemm,
-// and the same through the separate kernels: bitwise equal (an addend over several K blocks, which the
-// fusion pass never creates, within 1e-4), with variant v's kernels: every shape runs on the own
-// GEMM in the AVX-512 variant (M <= 4 with a transposed B and K >= 64: its dot path), and on
+// and the same through the separate kernels: bitwise equal (an addend over several K blocks, which
+// the fusion pass never creates, within 1e-4), with variant v's kernels: every shape runs on the
+// own GEMM in the AVX-512 variant (M <= 4 with a transposed B and K >= 64: its dot path), and on
 // OpenBLAS with the epilogue pass in the others.
 void expect_gemm_node_matches(const cpu::KernelVariant& v, int64_t M, int64_t N, int64_t K,
                               bool ta) {
