@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -452,11 +453,18 @@ cs::nn::Sequential gelu_net() {
   return cs::nn::Sequential(cs::nn::Linear(12, 32), cs::nn::GELU("tanh"), cs::nn::Linear(32, 32),
                             cs::nn::GELU(), cs::nn::Linear(32, 5));
 }
-// One AdamW step; with `tokens`, the batch goes through the net as [batch, tokens, features]
-// (a transformer MLP's layout: the input gradients come back through reshapes).
-Tensor gelu_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x, const Tensor& y,
-                 const cs::Shape& tokens) {
-  Tensor logits = m(tokens.empty() ? x : x.reshape(tokens));
+// One optimizer step, the forward under bf16 autocast when `bf16`. With `tokens`, the batch goes
+// through the net reshaped to it ([batch, tokens, features], a transformer MLP's layout: the
+// input gradients come back through reshapes) and the logits come back flattened to one row per
+// label.
+Tensor net_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x, const Tensor& y,
+                const cs::Shape& tokens, bool bf16) {
+  Tensor logits;
+  {
+    std::optional<cs::amp::autocast> ac;
+    if (bf16) ac.emplace(cs::DType::bf16);
+    logits = m(tokens.empty() ? x : x.reshape(tokens));
+  }
   if (!tokens.empty()) logits = logits.reshape({y.numel(), logits.shape().back()});
   auto loss = cs::cross_entropy(logits, y);
   loss.backward();
@@ -477,7 +485,7 @@ TEST(GemmEpilogue, GeluGradientsJoinTheirInputGradientProducts) {
     cs::optim::AdamW opt(m->parameters(), 1e-2);
     const Tensor y = cs::from_vector(std::vector<int64_t>(24, 1), {24});
     cc::Graph g = cs::testing::record_step(
-        {24, 12}, [&](const Tensor& x) { return gelu_step(m, opt, x, y, tokens); });
+        {24, 12}, [&](const Tensor& x) { return net_step(m, opt, x, y, tokens, false); });
     cc::optimize(g, "gemm_epilogue");
     size_t fused = 0, tanh_form = 0;
     for (auto& n : g.nodes) {
@@ -503,9 +511,9 @@ TEST(GemmEpilogue, GeluStepsAreBitwiseEqualWithFusionOnAndOff) {
     cs::optim::AdamW o2(m2->parameters(), 1e-2);
     cs::manual_seed(13);
     expect_training_bitwise(
-        [&](const Tensor& x, const Tensor& y) { return gelu_step(m1, o1, x, y, tokens); },
-        [&](const Tensor& x, const Tensor& y) { return gelu_step(m2, o2, x, y, tokens); }, {24, 12},
-        5, 5, m1->parameters(), m2->parameters());
+        [&](const Tensor& x, const Tensor& y) { return net_step(m1, o1, x, y, tokens, false); },
+        [&](const Tensor& x, const Tensor& y) { return net_step(m2, o2, x, y, tokens, false); },
+        {24, 12}, 5, 5, m1->parameters(), m2->parameters());
   }
 }
 
@@ -517,21 +525,10 @@ cs::nn::Sequential autocast_net() {
   cs::manual_seed(4);
   return cs::nn::Sequential(cs::nn::Linear(40, 48), cs::nn::GELU(), cs::nn::Linear(48, 10));
 }
-// One AdamW step under bf16 autocast. With `tokens`, the batch goes through the net reshaped to
-// it ([batch, tokens, features]) and the logits come back flattened to one row per label.
+// One step under bf16 autocast (net_step).
 Tensor autocast_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x,
                      const Tensor& y, const cs::Shape& tokens = {}) {
-  Tensor logits;
-  {
-    cs::amp::autocast ac(cs::DType::bf16);
-    logits = m(tokens.empty() ? x : x.reshape(tokens));
-  }
-  if (!tokens.empty()) logits = logits.reshape({y.numel(), logits.shape().back()});
-  auto loss = cs::cross_entropy(logits, y);
-  loss.backward();
-  o.step();
-  o.zero_grad();
-  return loss;
+  return net_step(m, o, x, y, tokens, true);
 }
 
 // Casts a graph computes: Cast nodes, and Fused programs that end in one (stored as bf16).

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/device.h"
@@ -157,6 +158,31 @@ TEST(OwnGemm, TrainingShapesAndEdges) {
       EXPECT_EQ(check(c, rng, *v), 0) << v->name << ": M" << c.M << " N" << c.N << " K" << c.K;
 }
 
+// Every 7th row and 5th column of C against the double-precision alpha * op(A) op(B) + beta * C0
+// + bias (+ -0.5 * addend, row-major [M, N], when given), op(A)(i, k) = a(i, k) and op(B)(k, j) =
+// b(k, j): within the fp32 bound of a K-term sum (1e-6 (K + 1) (sum of |products| + 1), with 20%
+// headroom for the epilogue's roundings).
+template <class FA, class FB>
+void expect_near_double_product(const std::string& name, const std::vector<float>& C, int64_t ldc,
+                                int64_t M, int64_t N, int64_t K, FA a, FB b, float alpha,
+                                float beta, const std::vector<float>& C0,
+                                const std::vector<float>& bias, const std::vector<float>* add) {
+  for (int64_t i = 0; i < M; i += 7) {
+    for (int64_t j = 0; j < N; j += 5) {
+      double d = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = static_cast<double>(a(i, k)) * b(k, j);
+        d += p;
+        mag += std::fabs(p);
+      }
+      const double want =
+          alpha * d + beta * C0[i * ldc + j] + bias[j] + (add ? -0.5 * (*add)[i * N + j] : 0.0);
+      ASSERT_NEAR(C[i * ldc + j], want, 1e-6 * (K + 1.0) * (mag + 1.0) * 1.2)
+          << name << ": C(" << i << "," << j << ")";
+    }
+  }
+}
+
 // A read in place with rows a multiple of 1024 floats apart (they alias in L1) is read from a
 // copy of each micro-panel instead: the same values in the same FMAs, so the same bits as the
 // same product with a leading dimension 16 floats wider (read in place), with alpha, beta, a
@@ -204,21 +230,10 @@ TEST(OwnGemm, AliasingRowsOfACopiedGiveTheSameBits) {
                              sh.beta, in_place.data(), ldc, threads, scratch, ep));
         ASSERT_EQ(copied, in_place)
             << v->name << ": M" << M << " N" << N << " K" << K << ", " << threads << " threads";
-        for (int64_t i = 0; i < M; i += 7) {
-          for (int64_t j = 0; j < N; j += 5) {
-            double d = 0, mag = 0;
-            for (int64_t k = 0; k < K; ++k) {
-              const double p = static_cast<double>(A[i * sh.lda + k]) *
-                               (sh.tb ? B[j * ldb + k] : B[k * ldb + j]);
-              d += p;
-              mag += std::fabs(p);
-            }
-            const double want = sh.alpha * d + sh.beta * C0[i * ldc + j] + bias[j] +
-                                (sh.addend ? -0.5 * add[i * N + j] : 0.0);
-            ASSERT_NEAR(copied[i * ldc + j], want, 1e-6 * (K + 1.0) * (mag + 1.0) * 1.2)
-                << v->name << ": C(" << i << "," << j << ")";
-          }
-        }
+        expect_near_double_product(
+            v->name, copied, ldc, M, N, K, [&](int64_t i, int64_t k) { return A[i * sh.lda + k]; },
+            [&](int64_t k, int64_t j) { return sh.tb ? B[j * ldb + k] : B[k * ldb + j]; }, sh.alpha,
+            sh.beta, C0, bias, sh.addend ? &add : nullptr);
       }
     }
   }
@@ -277,20 +292,10 @@ TEST(OwnGemm, TransposedACopiedGivesTheSameBits) {
       for (int threads : {1, 2, 3})
         ASSERT_EQ(run(true, copied_floats, threads), in_place)
             << v->name << ": M" << M << " N" << N << " K" << K << ", " << threads << " threads";
-      for (int64_t i = 0; i < M; i += 7) {
-        for (int64_t j = 0; j < N; j += 5) {
-          double d = 0, mag = 0;
-          for (int64_t k = 0; k < K; ++k) {
-            const double p = static_cast<double>(A[k * sh.lda + i]) * B[k * ldb + j];
-            d += p;
-            mag += std::fabs(p);
-          }
-          const double want = sh.alpha * d + sh.beta * C0[i * ldc + j] + bias[j] +
-                              (sh.addend ? -0.5 * add[i * N + j] : 0.0);
-          ASSERT_NEAR(in_place[i * ldc + j], want, 1e-6 * (K + 1.0) * (mag + 1.0) * 1.2)
-              << v->name << ": C(" << i << "," << j << ")";
-        }
-      }
+      expect_near_double_product(
+          v->name, in_place, ldc, M, N, K, [&](int64_t i, int64_t k) { return A[k * sh.lda + i]; },
+          [&](int64_t k, int64_t j) { return B[k * ldb + j]; }, sh.alpha, sh.beta, C0, bias,
+          sh.addend ? &add : nullptr);
     }
   }
 }
