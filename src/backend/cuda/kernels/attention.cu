@@ -202,7 +202,7 @@ __device__ inline void tile_product(float (&acc)[kM][kN], const Rows& a, const f
                                     int col0, int n, int width) {
   static_assert(kN % 4 == 0, "accumulator columns come 4 at a time");
   // Adds a(x) * b's row k into the accumulators.
-  auto add_row = [&](const float(&ax)[kM], int k) {
+  auto add_row = [&](const float (&ax)[kM], int k) {
 #pragma unroll
     for (int g = 0; g < kN / 4; ++g) {
       if (col0 + 4 * g >= width) continue;
