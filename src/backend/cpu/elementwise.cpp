@@ -681,23 +681,14 @@ void cpu_GeluGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* c
     const float* x = static_cast<const float*>(in[1]);
     float* o = static_cast<float*>(out);
     const bool t = n.attr<ir::GeluAttrs>().tanh_approx;
-    parallel_for(n.numel(), kMathGrain, [&](int64_t b, int64_t e) {
-      if (t) {
-        gelu_tanh_grad_n(g + b, x + b, o + b, e - b);
-      } else {
-        for (int64_t i = b; i < e; ++i) o[i] = gelu_erf_grad(g[i], x[i]);
-      }
-    });
+    parallel_for(n.numel(), kMathGrain,
+                 [&](int64_t b, int64_t e) { gelu_grad_n(t, g + b, x + b, o + b, e - b); });
     return;
   }
   if (via_f32_chunks<2>(
           n, in, out,
           [t = n.attr<ir::GeluAttrs>().tanh_approx](const float* const* x, float* o, int64_t m) {
-            if (t) {
-              gelu_tanh_grad_n(x[0], x[1], o, m);
-            } else {
-              for (int64_t i = 0; i < m; ++i) o[i] = gelu_erf_grad(x[0][i], x[1][i]);
-            }
+            gelu_grad_n(t, x[0], x[1], o, m);
           }))
     return;
   if (n.attr<ir::GeluAttrs>().tanh_approx)

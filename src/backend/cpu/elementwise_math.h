@@ -207,5 +207,12 @@ namespace gelu_avx512 {
 #if CSTORCH_AVX512_KERNELS
 CSTORCH_INTRINSICS_END
 #endif
+// gelu's gradient over arrays in either form: the GeluGrad kernel's per-element functions (the
+// kernel, a Fused program's instruction and a GEMM epilogue all call this, so their bits agree).
+// o may be dy.
+inline void gelu_grad_n(bool tanh_form, const float* dy, const float* x, float* o, int64_t n) {
+  if (tanh_form) return gelu_tanh_grad_n(dy, x, o, n);
+  for (int64_t i = 0; i < n; ++i) o[i] = gelu_erf_grad(dy[i], x[i]);
+}
 
 }  // namespace cstorch::cpu

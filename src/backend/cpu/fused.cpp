@@ -130,9 +130,7 @@ void run_instr(const ir::FusedInstr& ins, const float* a, const float* b, const 
     case OpCode::ReluGrad:
       CS_LOOP(relu_grad_f(a[j], b[j]));
     case OpCode::GeluGrad:
-      if (ins.flag) return gelu_tanh_grad_n(a, b, o, len);
-      for (int64_t j = 0; j < len; ++j) o[j] = gelu_erf_grad(a[j], b[j]);
-      return;
+      return gelu_grad_n(ins.flag, a, b, o, len);
     default:  // excluded by the shape rule (ir::fused_instr_supported)
       return;
   }

@@ -375,15 +375,9 @@ TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_
 // while its lines are in L1; the product is then never written to memory and read back.
 void gelu_grad_block(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, int64_t j0,
                      int rows, int cols) {
-  for (int r = 0; r < rows; ++r) {
-    float* row = c + r * ldc;
-    const float* x = ep.gelu_x + (i0 + r) * ep.ld_gelu_x + j0;
-    if (ep.gelu_tanh) {
-      gelu_tanh_grad_n(row, x, row, cols);
-    } else {
-      for (int j = 0; j < cols; ++j) row[j] = gelu_erf_grad(row[j], x[j]);
-    }
-  }
+  for (int r = 0; r < rows; ++r)
+    gelu_grad_n(ep.gelu_tanh, c + r * ldc, ep.gelu_x + (i0 + r) * ep.ld_gelu_x + j0, c + r * ldc,
+                cols);
 }
 
 // Products of a few rows with a transposed B (a small batch through a linear layer: B is the

@@ -55,7 +55,7 @@ struct GemmEpilogue {
   int64_t ld_update = 0;
   float update_scale = 0.f;
   // gelu's gradient at gelu_x[i * ld_gelu_x + j] with x as the incoming gradient (the tanh form
-  // when gelu_tanh): gelu_tanh_grad_n / gelu_erf_grad, applied to each finished tile while it is
+  // when gelu_tanh): gelu_grad_n (elementwise_math.h), applied to each finished tile while it is
   // in L1. Not with addend, relu, gate or update.
   const float* gelu_x = nullptr;
   int64_t ld_gelu_x = 0;

@@ -156,14 +156,8 @@ void epilogue_pass(int64_t M, int64_t N, const float* P, float* C, int64_t ldc,
 #pragma omp simd
         for (int64_t j = 0; j < N; ++j) row[j] = relu_grad_f(prod[j], y[j]);
       }
-      if (ep.gelu_x) {  // the GeluGrad kernel's functions (prod is row: no addend or relu)
-        const float* x = ep.gelu_x + i * ep.ld_gelu_x;
-        if (ep.gelu_tanh) {
-          gelu_tanh_grad_n(prod, x, row, N);
-        } else {
-          for (int64_t j = 0; j < N; ++j) row[j] = gelu_erf_grad(prod[j], x[j]);
-        }
-      }
+      if (ep.gelu_x)  // the GeluGrad kernel's functions (prod is row: no addend or relu)
+        gelu_grad_n(ep.gelu_tanh, prod, ep.gelu_x + i * ep.ld_gelu_x, row, N);
       if (ep.update) {
         float* p = ep.update + i * ep.ld_update;
         const float r = ep.update_scale;
