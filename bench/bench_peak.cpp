@@ -7,7 +7,9 @@
 //                                     loop of independent multiply-adds, no memory traffic;
 //                                     and the main-memory bandwidth (read, triad) at N threads
 //   bench_peak --threads N --gemm     also each product shape of GPT-2 124M (B=4, T=64): the
-//                                     own AVX-512 GEMM and OpenBLAS, GFLOP/s of each
+//                                     own AVX-512 GEMM and OpenBLAS, GFLOP/s of each; and the
+//                                     own GEMM on a small product whose operands stay in the
+//                                     core's caches (gemm_own_cache_resident_gflops)
 //   bench_peak --shape M N K ta tb    also one product of that shape (alone, or beside --gemm's)
 //
 // Prints one JSON line. The probe's instruction set is picked at run time (AVX-512, else
@@ -226,6 +228,35 @@ double gemm_rate(const Shape& s, G gemm) {
   return best;
 }
 
+// GFLOP/s of the own GEMM with its operands in the core's caches: every thread runs back-to-back
+// products of 24 x 32 x 384 (two micro-kernel tiles over one K block, B read in place; 84 KiB
+// of operands, in L1 and L2) on its own buffers, inside one parallel region, so each product
+// runs on its calling thread. The best of 5 batches of 20 ms. What the micro-kernel reaches when
+// memory is not in the way: the ceiling for the GPT-2 products beside it.
+double cache_resident_gemm_rate(int threads, const cstorch::cpu::KernelVariant& v) {
+  constexpr int64_t M = 24, N = 32, K = 384;
+  constexpr int64_t kCalls = 4000;
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    double sec = 0;
+#pragma omp parallel num_threads(threads) reduction(max : sec)
+    {
+      // One buffer, each operand on a 64-byte line as the library's own buffers are.
+      std::vector<float> buf(M * K + K * N + M * N + 16, 0.01f);
+      float* A = buf.data();
+      while (reinterpret_cast<uintptr_t>(A) % 64) ++A;
+      float *B = A + M * K, *C = B + K * N;
+      const cstorch::cpu::Scratch none{nullptr, 0, 0, 1};
+      auto t = Clock::now();
+      for (int64_t c = 0; c < kCalls; ++c)
+        v.sgemm(false, false, M, N, K, 1.f, A, K, B, N, 0.f, C, N, 1, none, {});
+      sec = seconds_since(t);
+    }
+    best = std::max(best, 2.0 * M * N * K * kCalls * threads / sec / 1e9);
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -365,6 +396,8 @@ int main(int argc, char** argv) {
       rows.push_back(r);
     }
     j["gemms"] = rows;
+    if (v.own_gemm_applies(64, 64, 64, false))
+      j["gemm_own_cache_resident_gflops"] = cache_resident_gemm_rate(threads, v);
     if (total_flops > 0) {  // the GPT-2 total (--gemm): FLOP-weighted over its shapes
       if (bf16_sec > 0) j["gemm_own_bf16_gflops"] = total_flops / bf16_sec / 1e9;
       j["gemm_openblas_gflops"] = total_flops / blas_sec / 1e9;
