@@ -73,6 +73,10 @@ std::unique_ptr<Pass> make_simplify_pass();
 std::unique_ptr<Pass> make_gradient_allreduce_pass(double weight, size_t bucket_bytes);
 // Groups chains of elementwise ops into Fused nodes (passes/fuse_elementwise.cpp).
 std::unique_ptr<Pass> make_fuse_elementwise_pass();
+// Attention over the three thirds of a packed QKV projection reads them in place, and its
+// gradient is written as the projection's gradient, instead of slicing and concatenating
+// (passes/pack_attention_qkv.cpp).
+std::unique_ptr<Pass> make_pack_attention_qkv_pass();
 // Folds relu(linear) and addcmul(matmul, C, s) into Gemm nodes (passes/fuse_gemm_epilogue.cpp).
 std::unique_ptr<Pass> make_fuse_gemm_epilogue_pass();
 // After elementwise fusion: a bf16 product stored as f32 (MatmulAttrs::f32_out) and read only by
@@ -87,8 +91,9 @@ std::unique_ptr<Pass> make_cache_state_casts_pass();
 std::unique_ptr<Pass> make_hoist_scalars_pass();
 
 // Runs the standard pipeline: verify, dce, cse, fold, simplify, cse, dce, then `before_fusion`
-// when given (the gradient all-reduce of data-parallel steps), then cache_state_casts,
-// fuse_gemm_epilogue, fuse_elementwise and fused_bf16_operands unless the CSTORCH_FUSION
+// when given (the gradient all-reduce of data-parallel steps), then pack_attention_qkv,
+// cache_state_casts, fuse_gemm_epilogue, fuse_elementwise and fused_bf16_operands unless the
+// CSTORCH_FUSION
 // environment variable is "0", verifying after each. If the CSTORCH_DUMP_GRAPHS environment
 // variable names a directory, the graph is written there before and after every pass
 // (`<prefix>-NN-<pass>.txt` and `.dot`).

@@ -34,14 +34,16 @@ void optimize(Graph& g, const std::string& prefix, std::unique_ptr<Pass> before_
     verify(g, before_fusion->name());
   }
   // Fusion last: the other passes see the plain ops. CSTORCH_FUSION=0 turns these passes off
-  // (to compare speed, or to see every op in CSTORCH_PROFILE=nodes). Cached state casts first,
+  // (to compare speed, or to see every op in CSTORCH_PROFILE=nodes). Attention's packed QKV
+  // first (its slices and concatenation go, so nothing fuses them). Cached state casts next,
   // so that the new casts of updated states can join the updates' elementwise groups; GEMM
   // epilogues before elementwise fusion, so a relu or momentum update after a product joins the
   // product rather than an elementwise group; bf16 operands last, once the Fused programs that
   // may read a product as bf16 are known.
   const char* fusion = std::getenv("CSTORCH_FUSION");
   if (!(fusion && std::string(fusion) == "0")) {
-    std::unique_ptr<Pass> fusions[] = {make_cache_state_casts_pass(),
+    std::unique_ptr<Pass> fusions[] = {make_pack_attention_qkv_pass(),
+                                       make_cache_state_casts_pass(),
                                        make_fuse_gemm_epilogue_pass(), make_fuse_elementwise_pass(),
                                        make_fused_bf16_operands_pass()};
     for (auto& p : fusions) {

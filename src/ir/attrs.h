@@ -178,11 +178,16 @@ struct AttentionAttrs {
   bool has_mask = false;
   bool bthd = false;       // layout [B, T, H, D] instead of [B, H, T, D]
   bool bias_grad = false;  // AttentionGrad: also write the bias gradient
+  // q, k and v are heads [0, H), [H, 2H) and [2H, 3H) of one [B, T, 3H, D] tensor (a packed QKV
+  // projection viewed by heads; bthd only), given as inputs 0, 1 and 2 alike. AttentionGrad
+  // then writes their gradient as that one tensor (dq, dk, dv interleaved by heads; the bias
+  // gradient after it). Set by the compiler (fold_packed_qkv), not by the functional API.
+  bool qkv = false;
   bool operator==(const AttentionAttrs&) const = default;
   size_t hash() const {
     size_t h = hash_mix(std::hash<double>{}(scale), std::hash<double>{}(dropout_p));
     h = hash_mix(h, std::hash<int64_t>{}(causal_offset));
-    return hash_mix(h, causal + 2 * has_bias + 4 * has_mask + 8 * bthd + 16 * bias_grad);
+    return hash_mix(h, causal + 2 * has_bias + 4 * has_mask + 8 * bthd + 16 * bias_grad + 32 * qkv);
   }
 };
 // LayerNorm / LayerNormGrad (src/ops/nn.cpp): each row of input x's trailing `dims` dims (their

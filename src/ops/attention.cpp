@@ -30,6 +30,15 @@ Dims4 check_attention(const ir::Node& n, size_t extra, const char* op) {
   const auto& q = *n.inputs[0];
   const auto& k = *n.inputs[1];
   const auto& v = *n.inputs[2];
+  if (at.qkv) {  // one [B, T, 3H, D] tensor holds q, k and v
+    CS_CHECK(at.bthd && &q == &k && &q == &v,
+             "{}: a packed q, k, v must be one tensor given three times, in the [B, T, H, D] "
+             "layout",
+             op);
+    CS_CHECK(q.dtype == DType::f32 && q.shape.size() == 4 && q.shape[2] % 3 == 0,
+             "{}: a packed q, k, v must be a 4-d f32 [B, T, 3H, D] tensor, got {} {}", op,
+             dtype_name(q.dtype), shape_str(q.shape));
+  }
   for (const auto* t : {&q, &k, &v}) {
     CS_CHECK(t->dtype == DType::f32 && t->shape.size() == 4,
              "{}: q, k and v must be 4-d f32 tensors ({}), got q {} {}, k {} {}, v {} {}", op,
@@ -37,9 +46,10 @@ Dims4 check_attention(const ir::Node& n, size_t extra, const char* op) {
              dtype_name(k.dtype), shape_str(k.shape), dtype_name(v.dtype), shape_str(v.shape));
   }
   const int t = at.bthd ? 1 : 2, h = at.bthd ? 2 : 1;
-  Dims4 d{q.shape[0], q.shape[h], q.shape[t], k.shape[t], q.shape[3], v.shape[3]};
-  CS_CHECK(k.shape[0] == d.B && v.shape[0] == d.B && k.shape[h] == d.H && v.shape[h] == d.H &&
-               v.shape[t] == d.Tk && k.shape[3] == d.D,
+  const int64_t heads = at.qkv ? q.shape[h] / 3 : q.shape[h];
+  Dims4 d{q.shape[0], heads, q.shape[t], k.shape[t], q.shape[3], v.shape[3]};
+  CS_CHECK(at.qkv || (k.shape[0] == d.B && v.shape[0] == d.B && k.shape[h] == d.H &&
+                      v.shape[h] == d.H && v.shape[t] == d.Tk && k.shape[3] == d.D),
            "{}: shapes do not agree: q {}, k {}, v {} (layout {}: batch and heads must match, k "
            "and v the same length, q and k the same head size)",
            op, shape_str(q.shape), shape_str(k.shape), shape_str(v.shape),
@@ -97,7 +107,9 @@ void infer_AttentionGrad(ir::Node& n) {
            shape_str(o), dtype_name(out.dtype), shape_str(out.shape), dtype_name(g.dtype),
            shape_str(g.shape));
   CS_CHECK(!at.bias_grad || at.has_bias, "attention_grad: bias_grad set without a bias input");
-  int64_t total = n.inputs[0]->numel() + n.inputs[1]->numel() + n.inputs[2]->numel();
+  // dq, dk and dv (one tensor's gradient when they are one packed tensor), then the bias's.
+  int64_t total = at.qkv ? n.inputs[0]->numel()
+                         : n.inputs[0]->numel() + n.inputs[1]->numel() + n.inputs[2]->numel();
   if (at.bias_grad) total += n.inputs[3]->numel();
   n.shape = {total};
   n.dtype = DType::f32;

@@ -71,14 +71,17 @@ struct Geo {
   // Row strides (between consecutive positions of one head) and head bases.
   int64_t qrow, krow, vrow, orow;
   bool bthd;
+  // Heads stored at each position of the inputs (H, or 3H for a packed q, k, v: AttentionAttrs
+  // qkv), and the first head of k and of v there (0, or H and 2H).
+  int64_t hs, kh0, vh0;
   int64_t q(int64_t b, int64_t h) const {
-    return bthd ? (b * Tq * H + h) * D : (b * H + h) * Tq * D;
+    return bthd ? (b * Tq * hs + h) * D : (b * H + h) * Tq * D;
   }
   int64_t k(int64_t b, int64_t h) const {
-    return bthd ? (b * Tk * H + h) * D : (b * H + h) * Tk * D;
+    return bthd ? (b * Tk * hs + kh0 + h) * D : (b * H + h) * Tk * D;
   }
   int64_t v(int64_t b, int64_t h) const {
-    return bthd ? (b * Tk * H + h) * Dv : (b * H + h) * Tk * Dv;
+    return bthd ? (b * Tk * hs + vh0 + h) * Dv : (b * H + h) * Tk * Dv;
   }
   int64_t o(int64_t b, int64_t h) const {
     return bthd ? (b * Tq * H + h) * Dv : (b * H + h) * Tq * Dv;
@@ -123,7 +126,18 @@ Geo geometry(const ir::Node& n) {
   const auto& ks = n.inputs[1]->shape;
   const auto& vs = n.inputs[2]->shape;
   const int t = at.bthd ? 1 : 2, h = at.bthd ? 2 : 1;
-  return Geo{qs[0], qs[h], qs[t], ks[t], qs[3], vs[3], 0, 0, 0, 0, at.bthd};
+  Geo g{};
+  g.B = qs[0];
+  g.hs = qs[h];
+  g.H = at.qkv ? g.hs / 3 : g.hs;
+  g.Tq = qs[t];
+  g.Tk = ks[t];
+  g.D = qs[3];
+  g.Dv = vs[3];
+  g.bthd = at.bthd;
+  g.kh0 = at.qkv ? g.H : 0;
+  g.vh0 = at.qkv ? 2 * g.H : 0;
+  return g;
 }
 
 // Floats of one thread's tiles: the forward's score tile, output accumulator and row
@@ -171,10 +185,10 @@ Ctx make_ctx(const ir::KernelContext& ctx, const ir::Node& n, const void* const*
   c.gemm_ws = Scratch{c.ws + tiles, c.slot_floats, c.slot_floats - tiles, c.slots, n.name()};
   Geo& g = c.g;
   g = geometry(n);
-  g.qrow = c.at.bthd ? g.H * g.D : g.D;
+  g.qrow = c.at.bthd ? g.hs * g.D : g.D;
   g.krow = g.qrow;
-  g.vrow = c.at.bthd ? g.H * g.Dv : g.Dv;
-  g.orow = g.vrow;
+  g.vrow = c.at.bthd ? g.hs * g.Dv : g.Dv;
+  g.orow = c.at.bthd ? g.H * g.Dv : g.Dv;
   c.Q = static_cast<const float*>(in[0]);
   c.K = static_cast<const float*>(in[1]);
   c.V = static_cast<const float*>(in[2]);
@@ -462,14 +476,16 @@ void cpu_AttentionGrad(const ir::KernelContext& ctx, const ir::Node& n, const vo
   const float* dO = static_cast<const float*>(in[k - 1]);
   GradOut go{};
   go.dq = static_cast<float*>(out);
-  go.dk = go.dq + n.inputs[0]->numel();
-  go.dv = go.dk + n.inputs[1]->numel();
+  // A packed q, k, v gets its gradient in its own layout: dq, dk and dv share one base and
+  // take their heads' offsets (Geo), as the inputs do.
+  go.dk = c.at.qkv ? go.dq : go.dq + n.inputs[0]->numel();
+  go.dv = c.at.qkv ? go.dq : go.dk + n.inputs[1]->numel();
   go.dbias = nullptr;
   // Tasks that add into the same bias-gradient slice (bias broadcast over B or H) run in one
   // group, one after another; groups run in parallel.
   int64_t gb = g.B, gh = g.H;
   if (c.at.bias_grad) {
-    go.dbias = go.dv + n.inputs[2]->numel();
+    go.dbias = c.at.qkv ? go.dq + n.inputs[0]->numel() : go.dv + n.inputs[2]->numel();
     std::memset(go.dbias, 0, sizeof(float) * n.inputs[3]->numel());
     go.db = bcast_of<float>(*n.inputs[3], go.dbias);
     if (go.db.sb == 0) gb = 1;

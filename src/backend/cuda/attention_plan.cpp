@@ -41,6 +41,11 @@ std::string attention_unsupported(const ir::Node& n) {
     return fmt::format("{}: not an attention node", n.name());
   const auto& at = n.attr<ir::AttentionAttrs>();
   const bool grad = n.op == ir::OpCode::AttentionGrad;
+  if (at.qkv)
+    return fmt::format(
+        "{}: the CUDA kernel reads q, k and v as three tensors, not one packed "
+        "[B, T, 3H, D] tensor",
+        n.name());
   const size_t want = 3 + at.has_bias + at.has_mask + (at.dropout_p > 0) + (grad ? 2 : 0);
   if (n.inputs.size() != want)
     return fmt::format("{}: expected {} inputs, got {}", n.name(), want, n.inputs.size());

@@ -272,6 +272,16 @@ TEST(CudaCapabilities, NodesTheKernelsCannotRunAreNamedWithTheReason) {
             std::string::npos);
   EXPECT_EQ(cuda::unsupported(*node(O::Sum, ir::AxesAttrs{{1, 2}, false}, {f}, {4}, DType::f32)),
             "");
+  // Attention over a packed q, k, v ([B, T, 3H, D], AttentionAttrs::qkv): the CUDA kernels read
+  // three tensors, so the compiler keeps the slices for a CUDA node.
+  auto qkv = leaf({2, 4, 6, 8}, DType::f32), q = leaf({2, 4, 2, 8}, DType::f32);
+  ir::AttentionAttrs at;
+  at.bthd = true;
+  EXPECT_EQ(cuda::unsupported(*node(O::Attention, at, {q, q, q}, {2, 4, 2, 8}, DType::f32)), "");
+  at.qkv = true;
+  EXPECT_NE(cuda::unsupported(*node(O::Attention, at, {qkv, qkv, qkv}, {2, 4, 2, 8}, DType::f32))
+                .find("not one packed [B, T, 3H, D] tensor"),
+            std::string::npos);
   // Comparisons of two dtypes; casts from and to bf16 and f16.
   auto i = leaf({4, 5, 6}, DType::i64);
   EXPECT_NE(cuda::unsupported(*node(O::Eq, ir::NoAttrs{}, {f, i}, {4, 5, 6}, DType::boolean)), "");

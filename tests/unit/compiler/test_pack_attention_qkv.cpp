@@ -1,0 +1,171 @@
+// The pack_attention_qkv pass: attention over the three thirds of a packed QKV projection reads
+// them in place and writes their gradient as the projection's, with no slice or cat left, and
+// training steps are bitwise those of the unrewritten graph.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cstorch/cstorch.h>
+
+#include "compiler/graph.h"
+#include "ir/node.h"
+#include "unit/compiler/record_step.h"
+
+namespace cs = cstorch;
+namespace F = cstorch::nn::functional;
+using cs::Tensor;
+namespace cc = cstorch::compiler;
+using cs::ir::OpCode;
+
+namespace {
+
+constexpr int64_t kB = 2, kT = 6, kE = 16, kH = 2, kD = 8, kClasses = 5;
+
+struct QkvNet {
+  cs::nn::Linear qkv{kE, 3 * kE}, out{kE, kClasses};
+  std::vector<Tensor> parameters() {
+    std::vector<Tensor> p = qkv->parameters();
+    for (auto& t : out->parameters()) p.push_back(t);
+    return p;
+  }
+};
+
+QkvNet make_net() {
+  cs::manual_seed(7);
+  return QkvNet{};
+}
+
+// One AdamW step of a single attention layer on rows x [B T, E]: q, k, v the three thirds of
+// one projection (in `order`: which third each of q, k, v is), heads last.
+Tensor qkv_step(QkvNet& m, cs::optim::Optimizer& o, const Tensor& x, const Tensor& y, bool causal,
+                const int (&order)[3] = {0, 1, 2}) {
+  const Tensor h = m.qkv(x.reshape({kB, kT, kE}));
+  Tensor part[3];
+  for (int i = 0; i < 3; ++i)
+    part[i] = cs::slice(h, 2, order[i] * kE, (order[i] + 1) * kE).reshape({kB, kT, kH, kD});
+  F::AttentionOptions a;
+  a.heads_last = true;
+  a.is_causal = causal;
+  const Tensor att = F::scaled_dot_product_attention(part[0], part[1], part[2], a);
+  auto loss = cs::cross_entropy(m.out(att.reshape({kB * kT, kE})), y);
+  loss.backward();
+  o.step();
+  o.zero_grad();
+  return loss;
+}
+
+Tensor labels() {
+  std::vector<int64_t> v(kB * kT);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(i) % kClasses;
+  return cs::from_vector(v, {kB * kT});
+}
+
+size_t count(const cc::Graph& g, OpCode op) {
+  size_t n = 0;
+  for (auto& x : g.nodes) n += x->op == op;
+  return n;
+}
+
+}  // namespace
+
+TEST(PackAttentionQkv, AttentionReadsTheProjectionAndWritesItsGradient) {
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    auto m = make_net();
+    cs::optim::AdamW opt(m.parameters(), 1e-2);
+    const Tensor y = labels();
+    cc::Graph g = cs::testing::record_step(
+        {kB * kT, kE}, [&](const Tensor& x) { return qkv_step(m, opt, x, y, causal); });
+    cc::optimize(g, "pack_attention_qkv");
+    size_t packed = 0;
+    for (auto& n : g.nodes) {
+      if (n->op != OpCode::Attention && n->op != OpCode::AttentionGrad) continue;
+      EXPECT_TRUE(n->attr<cs::ir::AttentionAttrs>().qkv) << g.dump();
+      // One [B, T, 3H, D] view of the projection, given three times.
+      EXPECT_EQ(n->inputs[0], n->inputs[1]);
+      EXPECT_EQ(n->inputs[0], n->inputs[2]);
+      EXPECT_EQ(n->inputs[0]->op, OpCode::Reshape);
+      EXPECT_EQ(n->inputs[0]->shape, (cs::Shape{kB, kT, 3 * kH, kD}));
+      ++packed;
+    }
+    EXPECT_EQ(packed, 2u) << g.dump();
+    EXPECT_EQ(count(g, OpCode::Slice), 0u) << g.dump();
+    EXPECT_EQ(count(g, OpCode::Cat), 0u) << g.dump();
+  }
+}
+
+TEST(PackAttentionQkv, ThirdsInAnotherOrderAreLeftAlone) {
+  // k from the first third and q from the second: heads [0, H) of the view are not q.
+  auto m = make_net();
+  cs::optim::AdamW opt(m.parameters(), 1e-2);
+  const Tensor y = labels();
+  cc::Graph g = cs::testing::record_step({kB * kT, kE}, [&](const Tensor& x) {
+    return qkv_step(m, opt, x, y, true, {1, 0, 2});
+  });
+  cc::optimize(g, "pack_attention_qkv_order");
+  for (auto& n : g.nodes) {
+    if (n->op == OpCode::Attention || n->op == OpCode::AttentionGrad) {
+      EXPECT_FALSE(n->attr<cs::ir::AttentionAttrs>().qkv) << g.dump();
+    }
+  }
+  EXPECT_EQ(count(g, OpCode::Slice), 6u) << g.dump();  // three forward, three of the gradient
+  EXPECT_EQ(count(g, OpCode::Cat), 1u) << g.dump();
+}
+
+TEST(PackAttentionQkv, StepsAreBitwiseEqualWithThePassOnAndOff) {
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    auto m1 = make_net();
+    auto m2 = make_net();
+    cs::optim::AdamW o1(m1.parameters(), 1e-2);
+    cs::optim::AdamW o2(m2.parameters(), 1e-2);
+    auto packed =
+        cs::trace([&](const Tensor& x, const Tensor& y) { return qkv_step(m1, o1, x, y, causal); });
+    auto plain =
+        cs::trace([&](const Tensor& x, const Tensor& y) { return qkv_step(m2, o2, x, y, causal); });
+    const Tensor y = labels();
+    cs::manual_seed(11);
+    for (int i = 0; i < 4; ++i) {
+      const Tensor x = cs::randn({kB * kT, kE});
+      const Tensor lp = packed(x, y);  // compiled at the first call: the pass on
+      setenv("CSTORCH_FUSION", "0", 1);
+      const Tensor lq = plain(x, y);  // compiled here: fusion passes, this one too, off
+      unsetenv("CSTORCH_FUSION");
+      EXPECT_EQ(lp.item<float>(), lq.item<float>()) << "step " << i;
+    }
+    const auto p1 = m1.parameters(), p2 = m2.parameters();
+    for (size_t i = 0; i < p1.size(); ++i)
+      EXPECT_EQ(p1[i].to_vector<float>(), p2[i].to_vector<float>()) << "param " << i;
+  }
+}
+
+TEST(PackAttentionQkv, APackedNodeMustReadOneTensorThreeTimes) {
+  auto leaf = [](cs::Shape s) {
+    auto n = std::make_shared<cs::ir::Node>();
+    n->op = OpCode::Input;
+    n->shape = std::move(s);
+    n->dtype = cs::DType::f32;
+    return n;
+  };
+  cs::ir::AttentionAttrs at;
+  at.bthd = at.qkv = true;
+  auto x = leaf({kB, kT, 3 * kH, kD}), other = leaf({kB, kT, 3 * kH, kD});
+  auto n = cs::ir::Node::make(OpCode::Attention, at, {x, x, x});
+  cs::ir::op_info(OpCode::Attention).infer(*n);
+  EXPECT_EQ(n->shape, (cs::Shape{kB, kT, kH, kD}));
+  n->inputs[2] = other;
+  try {
+    cs::ir::op_info(OpCode::Attention).infer(*n);
+    ADD_FAILURE() << "no error";
+  } catch (const cs::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one tensor given three times"), std::string::npos)
+        << e.what();
+  }
+  // A width that is not three heads' worth.
+  auto odd = leaf({kB, kT, 3 * kH + 1, kD});
+  n->inputs = {odd, odd, odd};
+  EXPECT_THROW(cs::ir::op_info(OpCode::Attention).infer(*n), cs::Error);
+}
