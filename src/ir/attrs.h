@@ -181,7 +181,8 @@ struct AttentionAttrs {
   // q, k and v are heads [0, H), [H, 2H) and [2H, 3H) of one [B, T, 3H, D] tensor (a packed QKV
   // projection viewed by heads; bthd only), given as inputs 0, 1 and 2 alike. AttentionGrad
   // then writes their gradient as that one tensor (dq, dk, dv interleaved by heads; the bias
-  // gradient after it). Set by the compiler (fold_packed_qkv), not by the functional API.
+  // gradient after it). Set by the compiler (passes/pack_attention_qkv.cpp), not by the functional
+  // API.
   bool qkv = false;
   bool operator==(const AttentionAttrs&) const = default;
   size_t hash() const {
