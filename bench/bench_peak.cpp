@@ -231,7 +231,8 @@ double gemm_rate(const Shape& s, G gemm) {
 // GFLOP/s of the own GEMM with its operands in the core's caches: every thread runs back-to-back
 // products of 24 x 32 x 384 (two micro-kernel tiles over one K block, B read in place; 84 KiB
 // of operands, in L1 and L2) on its own buffers, inside one parallel region, so each product
-// runs on its calling thread. The best of 5 batches of 20 ms. What the micro-kernel reaches when
+// runs on its calling thread. The best of 5 batches of 4000 products
+// (about 10-20 ms each). What the micro-kernel reaches when
 // memory is not in the way: the ceiling for the GPT-2 products beside it.
 double cache_resident_gemm_rate(int threads, const cstorch::cpu::KernelVariant& v) {
   constexpr int64_t M = 24, N = 32, K = 384;

@@ -13,6 +13,7 @@
 #include "modelzoo/models/bert/bert.h"
 #include "modelzoo/models/gpt2/gpt2.h"
 #include "runtime/trace_context.h"
+#include "unit/compiler/record_step.h"
 #include "unit/test_util.h"
 
 using namespace cstorch;
@@ -112,12 +113,6 @@ cc::ProgramStats gpt2_step_stats(bool recompute, std::string* summary) {
   cc::Program p(std::move(g), Device{}, {});
   *summary = p.summary();
   return p.stats();
-}
-
-size_t count(const cc::Graph& g, ir::OpCode op) {
-  size_t c = 0;
-  for (auto& n : g.nodes) c += n->op == op;
-  return c;
 }
 
 }  // namespace
@@ -310,10 +305,11 @@ TEST(Recompute, TracedRerunIsNotMergedByCse) {
       for (auto* p : {&a->weight, &b->weight, &a->bias, &b->bias}) p->set_grad(Tensor());
     }
     cc::optimize(g, "test");
-    EXPECT_EQ(count(g, ir::OpCode::Gelu), ckpt ? 2u : 1u) << g.dump();
-    EXPECT_EQ(count(g, ir::OpCode::RecomputeBarrier), ckpt ? 1u : 0u) << g.dump();
+    EXPECT_EQ(count_nodes(g, ir::OpCode::Gelu), ckpt ? 2u : 1u) << g.dump();
+    EXPECT_EQ(count_nodes(g, ir::OpCode::RecomputeBarrier), ckpt ? 1u : 0u) << g.dump();
     // The forward's first linear and its re-run: two, not one.
-    EXPECT_GE(count(g, ir::OpCode::Linear) + count(g, ir::OpCode::Matmul), ckpt ? 5u : 4u)
+    EXPECT_GE(count_nodes(g, ir::OpCode::Linear) + count_nodes(g, ir::OpCode::Matmul),
+              ckpt ? 5u : 4u)
         << g.dump();
   }
 }

@@ -1,5 +1,6 @@
 // Shared by the compiler tests: a body recorded into a Graph as a traced step would be, with its
-// outputs and its state (reads, and writes where the body wrote).
+// outputs and its state (reads, and writes where the body wrote); the count of a graph's nodes of
+// one op.
 #pragma once
 #include <cstorch/cstorch.h>
 
@@ -33,6 +34,13 @@ compiler::Graph record(const std::vector<RecordInput>& ins, F body) {
   g.nodes = ctx.nodes();
   g.batch_inputs = ctx.batch_inputs();
   return g;
+}
+
+// The nodes of `g` that run `op`.
+inline size_t count_nodes(const compiler::Graph& g, ir::OpCode op) {
+  size_t c = 0;
+  for (auto& n : g.nodes) c += n->op == op;
+  return c;
 }
 
 // One training step: `body(x)` on an f32 batch of `shape`, its loss as the output.

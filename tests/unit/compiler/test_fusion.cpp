@@ -25,17 +25,13 @@ namespace cs = cstorch;
 using cs::Tensor;
 namespace cc = cstorch::compiler;
 using cs::ir::OpCode;
+using cs::testing::count_nodes;
 
 namespace {
 
 using In = cs::testing::RecordInput;
 using cs::testing::record;
 
-size_t count(const cc::Graph& g, OpCode op) {
-  size_t c = 0;
-  for (auto& n : g.nodes) c += n->op == op;
-  return c;
-}
 const cs::ir::Node* first(const cc::Graph& g, OpCode op) {
   for (auto& n : g.nodes)
     if (n->op == op) return n.get();
@@ -49,11 +45,11 @@ void expect_bitwise_equal(const std::vector<In>& ins, F body, size_t min_fused, 
   cc::Graph plain = record(ins, body);
   cc::Graph fused = record(ins, body);
   cc::optimize(plain, "plain");  // the standard pipeline fuses...
-  ASSERT_GE(count(plain, OpCode::Fused), min_fused) << plain.dump();
+  ASSERT_GE(count_nodes(plain, OpCode::Fused), min_fused) << plain.dump();
   setenv("CSTORCH_FUSION", "0", 1);  // ...unless turned off
   cc::optimize(fused, "unfused");
   unsetenv("CSTORCH_FUSION");
-  ASSERT_EQ(count(fused, OpCode::Fused), 0u);
+  ASSERT_EQ(count_nodes(fused, OpCode::Fused), 0u);
   std::swap(plain, fused);  // names: `fused` has Fused nodes, `plain` has none
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -97,7 +93,7 @@ TEST(Fusion, ChainBecomesOneNode) {
   });
   EXPECT_TRUE(cc::make_fuse_elementwise_pass()->run(g));
   cc::verify(g, "test");
-  EXPECT_EQ(g.count_ops() - count(g, OpCode::Full), 1u) << g.dump();
+  EXPECT_EQ(g.count_ops() - count_nodes(g, OpCode::Full), 1u) << g.dump();
   const auto* f = first(g, OpCode::Fused);
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->attr<cs::ir::FusedAttrs>().code.size(), 5u);  // mul exp tanh add sub
@@ -112,9 +108,9 @@ TEST(Fusion, SharedValueEndsAGroup) {
   });
   cc::make_fuse_elementwise_pass()->run(g);
   cc::verify(g, "test");
-  EXPECT_EQ(count(g, OpCode::Fused), 1u) << g.dump();
-  EXPECT_EQ(count(g, OpCode::Add), 1u);
-  EXPECT_EQ(count(g, OpCode::Exp), 0u);
+  EXPECT_EQ(count_nodes(g, OpCode::Fused), 1u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Add), 1u);
+  EXPECT_EQ(count_nodes(g, OpCode::Exp), 0u);
   EXPECT_EQ(first(g, OpCode::Fused)->attr<cs::ir::FusedAttrs>().code.size(), 2u);
 }
 
@@ -126,8 +122,8 @@ TEST(Fusion, OutputsAreNotAbsorbed) {
     return std::vector<Tensor>{b, c};
   });
   cc::make_fuse_elementwise_pass()->run(g);
-  EXPECT_EQ(count(g, OpCode::Fused), 2u) << g.dump();
-  EXPECT_EQ(g.count_ops() - count(g, OpCode::Full), 2u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Fused), 2u) << g.dump();
+  EXPECT_EQ(g.count_ops() - count_nodes(g, OpCode::Full), 2u) << g.dump();
 }
 
 TEST(Fusion, NonElementwiseOpsAndOtherShapesBreakGroups) {
@@ -140,11 +136,11 @@ TEST(Fusion, NonElementwiseOpsAndOtherShapesBreakGroups) {
   });
   cc::make_fuse_elementwise_pass()->run(g);
   cc::verify(g, "test");
-  EXPECT_EQ(count(g, OpCode::Mean), 1u);
-  EXPECT_EQ(count(g, OpCode::Var), 1u);
+  EXPECT_EQ(count_nodes(g, OpCode::Mean), 1u);
+  EXPECT_EQ(count_nodes(g, OpCode::Var), 1u);
   // [N, 1] ops (add eps, rsqrt) form their own group; the [N, D] chain another.
-  EXPECT_EQ(count(g, OpCode::Fused), 2u) << g.dump();
-  EXPECT_EQ(count(g, OpCode::Sub), 0u);
+  EXPECT_EQ(count_nodes(g, OpCode::Fused), 2u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Sub), 0u);
 }
 
 TEST(Fusion, UnsupportedBroadcastIsNotFused) {
@@ -152,7 +148,7 @@ TEST(Fusion, UnsupportedBroadcastIsNotFused) {
   auto g = record({{{4, 3, 8}}, {{4, 1, 8}}},
                   [](auto& in) { return std::vector<Tensor>{cs::exp(in[0]) * in[1]}; });
   cc::make_fuse_elementwise_pass()->run(g);
-  EXPECT_EQ(count(g, OpCode::Fused), 0u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Fused), 0u) << g.dump();
   cs::ir::FusedOperand op;
   EXPECT_FALSE(cs::ir::fused_operand({4, 1, 8}, {4, 3, 8}, op));
   ASSERT_TRUE(cs::ir::fused_operand({3, 1}, {2, 3, 5}, op));
@@ -167,8 +163,8 @@ TEST(Fusion, BoolIntermediatesFuseButBoolRootsDoNot) {
   });
   cc::make_fuse_elementwise_pass()->run(g);
   // The mask is an output (so not absorbed), and bool: it stays a plain comparison.
-  EXPECT_EQ(count(g, OpCode::Gt), 1u);
-  EXPECT_EQ(count(g, OpCode::Fused), 1u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Gt), 1u);
+  EXPECT_EQ(count_nodes(g, OpCode::Fused), 1u) << g.dump();
 }
 
 TEST(Fusion, SettingTurnsThePassOff) {
@@ -177,10 +173,10 @@ TEST(Fusion, SettingTurnsThePassOff) {
   setenv("CSTORCH_FUSION", "0", 1);
   cc::optimize(g, "off");
   unsetenv("CSTORCH_FUSION");
-  EXPECT_EQ(count(g, OpCode::Fused), 0u);
+  EXPECT_EQ(count_nodes(g, OpCode::Fused), 0u);
   auto h = record({{{8}}}, body);
   cc::optimize(h, "on");
-  EXPECT_EQ(count(h, OpCode::Fused), 1u);
+  EXPECT_EQ(count_nodes(h, OpCode::Fused), 1u);
 }
 
 TEST(FusedKernel, BitwiseEqualSameShapeChainsAcrossBlocksAndThreads) {
@@ -281,7 +277,7 @@ TEST(FusedKernel, BitwiseEqualWithBf16OperandsWidenedInTheProgram) {
   auto g = record({{{37, 700}, bf16}, {{37, 700}, bf16}, {{37, 700}}},
                   [&](auto& in) { return std::vector<Tensor>{(f32(in[0]) + f32(in[1])) * in[2]}; });
   cc::optimize(g, "bf16_operands");
-  EXPECT_EQ(count(g, OpCode::Cast), 0u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Cast), 0u) << g.dump();
   const auto* f = first(g, OpCode::Fused);
   ASSERT_NE(f, nullptr) << g.dump();
   EXPECT_EQ(f->inputs[0]->dtype, bf16);
@@ -419,16 +415,16 @@ TEST(GemmEpilogue, ReluReluGradMomentumAndUpdateJoinTheProductsInPlace) {
   // Each weight's update p + m * (-lr) is written by its momentum GEMM (After nodes hold the new
   // values); the biases' updates stay addcmuls.
   EXPECT_EQ(update, 3u) << g.dump();
-  EXPECT_EQ(count(g, OpCode::After), 3u) << g.dump();
-  EXPECT_EQ(count(g, OpCode::Addcmul), 6u) << g.dump();  // 3 bias momenta + 3 bias updates
+  EXPECT_EQ(count_nodes(g, OpCode::After), 3u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Addcmul), 6u) << g.dump();  // 3 bias momenta + 3 bias updates
   // Both hidden layers' input gradients carry the relu mask (the classifier's too, K = 10: the
   // own GEMM takes every K).
   EXPECT_EQ(relu_grad, 2u) << g.dump();
-  EXPECT_EQ(count(g, OpCode::ReluGrad), 0u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::ReluGrad), 0u) << g.dump();
   EXPECT_EQ(relu, 2u) << g.dump();    // both hidden layers
   EXPECT_EQ(addend, 3u) << g.dump();  // each weight's momentum (the biases' grads are sums)
   // The classifier's 10 x 24 weight gradient is fused as well.
-  EXPECT_EQ(count(g, OpCode::Relu), 0u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Relu), 0u) << g.dump();
   cc::Program p(std::move(g), cs::Device{}, {});
   EXPECT_EQ(p.stats().inplace_state_writes, 12u) << p.summary();  // 6 params + 6 buffers
   EXPECT_EQ(p.stats().copied_state_writes, 0u) << p.summary();
@@ -498,7 +494,7 @@ TEST(GemmEpilogue, GeluGradientsJoinTheirInputGradientProducts) {
     }
     EXPECT_EQ(fused, 2u) << g.dump();
     EXPECT_EQ(tanh_form, 1u) << g.dump();
-    EXPECT_EQ(count(g, OpCode::GeluGrad), 0u) << g.dump();
+    EXPECT_EQ(count_nodes(g, OpCode::GeluGrad), 0u) << g.dump();
   }
 }
 
@@ -535,7 +531,7 @@ Tensor autocast_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tenso
 // The cached state casts keep this number: each replaces a cast of a state's old value by one
 // of its new value.
 size_t casts(const cc::Graph& g) {
-  size_t c = count(g, OpCode::Cast);
+  size_t c = count_nodes(g, OpCode::Cast);
   for (auto& n : g.nodes)
     if (n->op == OpCode::Fused && n->attr<cs::ir::FusedAttrs>().out == cs::DType::bf16) ++c;
   return c;
@@ -549,7 +545,7 @@ struct Optimized {
 template <class F>
 Optimized optimized_step(const cs::Shape& shape, F body, const char* what) {
   Optimized o;
-  o.casts_before = count(cs::testing::record_step(shape, body), OpCode::Cast);
+  o.casts_before = count_nodes(cs::testing::record_step(shape, body), OpCode::Cast);
   o.g = cs::testing::record_step(shape, body);
   cc::optimize(o.g, what);
   return o;
@@ -746,7 +742,7 @@ TEST(GemmEpilogue, Bf16HeadWithoutBiasStoresItsLogitsAsF32) {
     }
   EXPECT_EQ(ce, 1u) << g.dump();
   // The loss reads the f32 logits.
-  EXPECT_EQ(count(g, OpCode::LogSoftmax), 1u);
+  EXPECT_EQ(count_nodes(g, OpCode::LogSoftmax), 1u);
   for (auto& n : g.nodes)
     if (n->op == OpCode::LogSoftmax) {
       EXPECT_EQ(n->dtype, cs::DType::f32) << g.dump();

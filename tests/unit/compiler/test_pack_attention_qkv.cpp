@@ -19,6 +19,7 @@ namespace F = cstorch::nn::functional;
 using cs::Tensor;
 namespace cc = cstorch::compiler;
 using cs::ir::OpCode;
+using cs::testing::count_nodes;
 
 namespace {
 
@@ -63,12 +64,6 @@ Tensor labels() {
   return cs::from_vector(v, {kB * kT});
 }
 
-size_t count(const cc::Graph& g, OpCode op) {
-  size_t n = 0;
-  for (auto& x : g.nodes) n += x->op == op;
-  return n;
-}
-
 }  // namespace
 
 TEST(PackAttentionQkv, AttentionReadsTheProjectionAndWritesItsGradient) {
@@ -92,8 +87,8 @@ TEST(PackAttentionQkv, AttentionReadsTheProjectionAndWritesItsGradient) {
       ++packed;
     }
     EXPECT_EQ(packed, 2u) << g.dump();
-    EXPECT_EQ(count(g, OpCode::Slice), 0u) << g.dump();
-    EXPECT_EQ(count(g, OpCode::Cat), 0u) << g.dump();
+    EXPECT_EQ(count_nodes(g, OpCode::Slice), 0u) << g.dump();
+    EXPECT_EQ(count_nodes(g, OpCode::Cat), 0u) << g.dump();
   }
 }
 
@@ -111,8 +106,8 @@ TEST(PackAttentionQkv, ThirdsInAnotherOrderAreLeftAlone) {
       EXPECT_FALSE(n->attr<cs::ir::AttentionAttrs>().qkv) << g.dump();
     }
   }
-  EXPECT_EQ(count(g, OpCode::Slice), 6u) << g.dump();  // three forward, three of the gradient
-  EXPECT_EQ(count(g, OpCode::Cat), 1u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Slice), 6u) << g.dump();  // three forward, three of the gradient
+  EXPECT_EQ(count_nodes(g, OpCode::Cat), 1u) << g.dump();
 }
 
 TEST(PackAttentionQkv, StepsAreBitwiseEqualWithThePassOnAndOff) {

@@ -17,6 +17,7 @@
 namespace cs = cstorch;
 using cs::Tensor;
 namespace cc = cstorch::compiler;
+using cs::testing::count_nodes;
 
 namespace {
 // Records `body` on f32 placeholders of the given shapes (cs::testing::record).
@@ -25,11 +26,6 @@ cc::Graph record(const std::vector<cs::Shape>& shapes, F body) {
   std::vector<cs::testing::RecordInput> ins;
   for (auto& s : shapes) ins.push_back({s});
   return cs::testing::record(ins, body);
-}
-size_t count(const cc::Graph& g, cs::ir::OpCode op) {
-  size_t c = 0;
-  for (auto& n : g.nodes) c += n->op == op;
-  return c;
 }
 }  // namespace
 
@@ -41,7 +37,7 @@ TEST(Passes, DceRemovesUnusedNodes) {
   });
   size_t before = g.count_ops();
   EXPECT_TRUE(cc::make_dce_pass()->run(g));
-  EXPECT_EQ(count(g, cs::ir::OpCode::Exp), 0u);
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Exp), 0u);
   EXPECT_LT(g.count_ops(), before);
   cc::verify(g, "test");
 }
@@ -52,10 +48,10 @@ TEST(Passes, CseMergesStructurallyEqualNodes) {
     auto b = cs::exp(in[0]) + in[0];
     return std::vector<Tensor>{a * b};
   });
-  EXPECT_EQ(count(g, cs::ir::OpCode::Exp), 2u);
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Exp), 2u);
   EXPECT_TRUE(cc::make_cse_pass()->run(g));
-  EXPECT_EQ(count(g, cs::ir::OpCode::Exp), 1u);
-  EXPECT_EQ(count(g, cs::ir::OpCode::Add), 1u);
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Exp), 1u);
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Add), 1u);
   cc::verify(g, "test");
 }
 
@@ -63,7 +59,7 @@ TEST(Passes, CseNeverMergesRandomDraws) {
   auto g = record(
       {{4}}, [](auto& in) { return std::vector<Tensor>{cs::rand({4}) + cs::rand({4}) + in[0]}; });
   cc::make_cse_pass()->run(g);
-  EXPECT_EQ(count(g, cs::ir::OpCode::RandUniform), 2u);
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::RandUniform), 2u);
 }
 
 TEST(Passes, ConstantFoldingEvaluatesConstantSubgraphs) {
@@ -71,9 +67,9 @@ TEST(Passes, ConstantFoldingEvaluatesConstantSubgraphs) {
     auto c = cs::exp(cs::full({3}, 0.0)) * 2.0;  // = 2, known at compile time
     return std::vector<Tensor>{in[0] * c};
   });
-  EXPECT_EQ(count(g, cs::ir::OpCode::Exp), 1u);
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Exp), 1u);
   EXPECT_TRUE(cc::make_constant_fold_pass()->run(g));
-  EXPECT_EQ(count(g, cs::ir::OpCode::Exp), 0u);
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Exp), 0u);
   EXPECT_EQ(g.count_ops(), 1u);  // only the multiply by the folded constant is left
   cc::verify(g, "test");
 }
@@ -82,9 +78,9 @@ TEST(Passes, TransposesFoldIntoGemmFlags) {
   auto g = record({{5, 3}, {4, 5}}, [](auto& in) {
     return std::vector<Tensor>{cs::matmul(in[0].t(), in[1].t())};  // [3,5] @ [5,4]
   });
-  EXPECT_EQ(count(g, cs::ir::OpCode::Permute), 2u);
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Permute), 2u);
   EXPECT_TRUE(cc::make_simplify_pass()->run(g));
-  EXPECT_EQ(count(g, cs::ir::OpCode::Permute), 0u);
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Permute), 0u);
   for (auto& n : g.nodes)
     if (n->op == cs::ir::OpCode::Matmul) {
       EXPECT_TRUE(n->attr<cs::ir::MatmulAttrs>().trans_a);
@@ -110,8 +106,8 @@ TEST(Passes, SimplifyRemovesIdentityPermutesAndReshapes) {
   std::string before = g.dump();
   cc::make_constant_fold_pass()->run(g);  // the scalar 2.0 becomes a constant
   cc::make_simplify_pass()->run(g);
-  EXPECT_EQ(count(g, cs::ir::OpCode::Permute), 0u) << before << "\n" << g.dump();
-  EXPECT_EQ(count(g, cs::ir::OpCode::Reshape), 0u) << before << "\n" << g.dump();
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Permute), 0u) << before << "\n" << g.dump();
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Reshape), 0u) << before << "\n" << g.dump();
   EXPECT_EQ(g.count_ops(), 1u);
 }
 
@@ -179,7 +175,7 @@ TEST(Passes, SumOfZeroPaddedCatsBecomesOneCat) {
   });
   EXPECT_TRUE(cc::make_simplify_pass()->run(g));
   cc::verify(g, "test");
-  EXPECT_EQ(count(g, cs::ir::OpCode::Add), 1u) << g.dump();
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Add), 1u) << g.dump();
   // a + b = cat(in0, zeros[2, 1] (the gap), in1, zeros[2, 2]).
   const auto& ab = *g.outputs[0];
   ASSERT_EQ(ab.op, cs::ir::OpCode::Cat) << g.dump();
@@ -208,7 +204,7 @@ TEST(Passes, ScatterIntoZerosAddedToATensorScattersIntoIt) {
   });
   EXPECT_TRUE(cc::make_simplify_pass()->run(g));
   cc::verify(g, "test");
-  EXPECT_EQ(count(g, cs::ir::OpCode::Add), 0u) << g.dump();
+  EXPECT_EQ(count_nodes(g, cs::ir::OpCode::Add), 0u) << g.dump();
   // No zero fill of the full shape is left (the scalar 2 of the mul stays).
   for (const auto& n : g.nodes) EXPECT_FALSE(n->op == cs::ir::OpCode::Full && !n->shape.empty());
   ASSERT_EQ(g.outputs[0]->op, cs::ir::OpCode::IndexAdd) << g.dump();
@@ -284,9 +280,9 @@ TEST(Passes, CrossEntropyBackwardIsOneOpBitwiseTheTwoItReplaces) {
       return std::vector<Tensor>{loss};
     });
     cc::optimize(g, "test");
-    EXPECT_EQ(count(g, cs::ir::OpCode::CrossEntropyGrad), 1u) << g.dump();
-    EXPECT_EQ(count(g, cs::ir::OpCode::NllLossGrad), 0u) << g.dump();
-    EXPECT_EQ(count(g, cs::ir::OpCode::LogSoftmaxGrad), 0u) << g.dump();
+    EXPECT_EQ(count_nodes(g, cs::ir::OpCode::CrossEntropyGrad), 1u) << g.dump();
+    EXPECT_EQ(count_nodes(g, cs::ir::OpCode::NllLossGrad), 0u) << g.dump();
+    EXPECT_EQ(count_nodes(g, cs::ir::OpCode::LogSoftmaxGrad), 0u) << g.dump();
     cc::Program p(std::move(g), cs::Device{}, {});
     EXPECT_GE(p.stats().inplace_results, 1u) << p.summary();
 
