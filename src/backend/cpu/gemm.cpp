@@ -107,10 +107,18 @@ int64_t a_copy_stride(int64_t kc_max) {
 // of an L2 of the Intel Xeon): with 384-column blocks, GPT-2 124M's head weight gradient
 // (50304 x 768 x 256) read its A twice; measured there (same runs), its weight-gradient
 // products 282-356 -> 324-390 GFLOP/s at 2 threads, 138-173 -> 171-191 at one.
-constexpr int64_t kAtLine = 16, kAtBlockFloats = int64_t{1} << 18;
-int64_t a_copy_floats(int64_t K, bool addend) {
+// The micro-panels are copied kAtGroup at a time (96 rows of A: six whole cache lines of each
+// row k instead of 12 floats, 48 bytes, from each of kc rows a page or more apart, which no
+// hardware prefetcher follows), into kAtGroup * kc lines kept in L2 until the group's last
+// micro-panel has run. Measured on the Intel Xeon (bench_peak --shape, three alternated runs
+// each): GPT-2 tiny's head weight gradient (8192 x 256 x 1024) 113-119 -> 139-145 GFLOP/s on
+// one core, 251-266 -> 268-271 at 2 threads; GPT-2 124M's (50304 x 768 x 256) 114-118 ->
+// 121-134 on one core; the GPT-2 tiny step at one thread 391-404 -> 364-389 ms (three
+// alternated pairs), at 2 threads within noise (176-185 against 172-185 ms, four pairs).
+constexpr int64_t kAtLine = 16, kAtBlockFloats = int64_t{1} << 18, kAtGroup = 8;
+int64_t a_copy_floats(int64_t K, bool addend, bool ta) {
   const int64_t kc = ceil_div(K, k_blocks(K, addend));
-  return std::max(kMr * a_copy_stride(kc), kAtLine * kc);
+  return std::max(kMr * a_copy_stride(kc), (ta ? kAtGroup : 1) * kAtLine * kc);
 }
 
 }  // namespace
@@ -510,7 +518,8 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   const int64_t a_stride = a_copy_stride(kc_max);
   const bool copy_a = use_ws && acs == 1 && a_rows_alias(ars) &&
                       ws.floats >= area + static_cast<size_t>(kMr * a_stride);
-  const bool copy_at = use_ws && ta && ws.floats >= area + static_cast<size_t>(kAtLine * kc_max);
+  const bool copy_at =
+      use_ws && ta && ws.floats >= area + static_cast<size_t>(kAtGroup * kAtLine * kc_max);
   // B read in place streams a kc x nc block past every A micro-panel: at most kNcInPlace columns,
   // so that block (384 x 320 floats, 480 KiB) stays in a core's L2. (The N blocking does not
   // change any sum: each result still adds its K blocks in the same order.)
@@ -576,11 +585,22 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
             ablk = ac;
             ast = a_stride;
           } else if (copy_at) {  // rows [i, i + rows) of each k: one line each
+            // Micro-panel g of its group at ac + g * gs; the first of a group copies all.
             float* ac = bp + area;
-            const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
-            for (int64_t k = 0; k < kc; ++k)
-              _mm512_mask_storeu_ps(ac + k * kAtLine, m, _mm512_maskz_loadu_ps(m, ablk + k * acs));
-            ablk = ac;
+            const int64_t g = (i - r0) / kMr % kAtGroup, gs = kAtLine * kc_max;
+            if (g == 0) {
+              const int64_t gr = std::min<int64_t>(kAtGroup * kMr, r1 - i);
+              for (int64_t k = 0; k < kc; ++k) {
+                const float* src = ablk + k * acs;
+                for (int64_t q = 0; q * kMr < gr; ++q) {
+                  const int qr = static_cast<int>(std::min<int64_t>(kMr, gr - q * kMr));
+                  const __mmask16 m = static_cast<__mmask16>((1u << qr) - 1);
+                  _mm512_mask_storeu_ps(ac + q * gs + k * kAtLine, m,
+                                        _mm512_maskz_loadu_ps(m, src + q * kMr));
+                }
+              }
+            }
+            ablk = ac + g * gs;
             ast = kAtLine;
           }
           for (int64_t jp = j0; jp < j1; ++jp) {
@@ -611,7 +631,7 @@ bool own_gemm_one_k_block(int64_t K) {
 
 size_t sgemm_avx512_scratch_floats(int64_t N, int64_t K, bool ta, bool tb, bool addend) {
   if (!packs_b(ta, tb, -1, N, K) || N <= 0 || K <= 0) return 0;
-  return static_cast<size_t>(pack_area(N, K, addend) + a_copy_floats(K, addend));
+  return static_cast<size_t>(pack_area(N, K, addend) + a_copy_floats(K, addend, ta));
 }
 
 bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

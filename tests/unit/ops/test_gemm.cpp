@@ -240,7 +240,9 @@ TEST(OwnGemm, AliasingRowsOfACopiedGiveTheSameBits) {
 }
 
 // A transposed A (a weight gradient) with scratch sized for it (ta) is read from a copy of each
-// micro-panel, one line per K step, with B packed and wider N blocks: the same values in the same
+// micro-panel, one line per K step, copied eight micro-panels at a time (M = 1024 split at rows
+// 341 and 682 by 3 threads: groups that start off the 12-row grid; M = 101: one partial group
+// ending in a partial micro-panel), with B packed and wider N blocks: the same values in the same
 // FMAs as the untransposed product of A^T written out (read in place), so the same bits, with
 // alpha, beta, a bias, several K blocks, one K block with an addend, partial tiles and a row
 // stride of a multiple of 1024 floats, at 1, 2 and 3 threads; and within the fp32 bound of the
