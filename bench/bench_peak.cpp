@@ -7,7 +7,8 @@
 //                                     loop of independent multiply-adds, no memory traffic;
 //                                     and the main-memory bandwidth (read, triad) at N threads
 //   bench_peak --threads N --gemm     also each product shape of GPT-2 124M (B=4, T=64): the
-//                                     own AVX-512 GEMM and OpenBLAS, GFLOP/s of each; and the
+//                                     own AVX-512 GEMM, OpenBLAS and (where the build found
+//                                     it) oneDNN's dnnl_sgemm, GFLOP/s of each; and the
 //                                     own GEMM on a small product whose operands stay in the
 //                                     core's caches (gemm_own_cache_resident_gflops)
 //   bench_peak --shape M N K ta tb    also one product of that shape (alone, or beside --gemm's)
@@ -35,6 +36,9 @@
 extern "C" {
 #include <cblas.h>
 }
+#if CSTORCH_BENCH_ONEDNN
+#include <dnnl.h>
+#endif
 
 namespace {
 
@@ -335,6 +339,19 @@ int main(int argc, char** argv) {
                   static_cast<int>(s.ta ? s.M : s.K), B, static_cast<int>(s.tb ? s.K : s.N), 0.f, C,
                   static_cast<int>(s.N));
     };
+#if CSTORCH_BENCH_ONEDNN
+    // oneDNN (the library PyTorch's CPU build takes its kernels from), row-major like the others;
+    // it runs on the OpenMP team set by omp_set_num_threads.
+    auto onednn = [&](const Shape& s, const float* A, const float* B, float* C) {
+      const dnnl_status_t st = dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.M, s.N, s.K, 1.f, A,
+                                          s.ta ? s.M : s.K, B, s.tb ? s.K : s.N, 0.f, C, s.N);
+      if (st != dnnl_success) {
+        std::fprintf(stderr, "bench_peak: dnnl_sgemm failed (status %d)\n", static_cast<int>(st));
+        std::exit(1);
+      }
+    };
+    double onednn_sec = 0;
+#endif
     std::vector<float> scratch;
     auto own = [&](const Shape& s, const float* A, const float* B, float* C) {
       const size_t per = v.sgemm_scratch_floats(s.N, s.K, s.ta, s.tb, false);
@@ -382,6 +399,11 @@ int main(int argc, char** argv) {
       r["per_step"] = s.per_step;
       total_flops += f;
       blas_sec += f / (b * 1e9);
+#if CSTORCH_BENCH_ONEDNN
+      const double d = gemm_rate(s, onednn);
+      r["onednn_gflops"] = d;
+      onednn_sec += f / (d * 1e9);
+#endif
       if (v.own_gemm_applies(64, 64, 64, false)) {  // the variant has an own GEMM
         const double o = gemm_rate(s, own);
         r["own_gflops"] = o;
@@ -402,6 +424,9 @@ int main(int argc, char** argv) {
     if (total_flops > 0) {  // the GPT-2 total (--gemm): FLOP-weighted over its shapes
       if (bf16_sec > 0) j["gemm_own_bf16_gflops"] = total_flops / bf16_sec / 1e9;
       j["gemm_openblas_gflops"] = total_flops / blas_sec / 1e9;
+#if CSTORCH_BENCH_ONEDNN
+      j["gemm_onednn_gflops"] = total_flops / onednn_sec / 1e9;
+#endif
       if (own_sec > 0) j["gemm_own_gflops"] = total_flops / own_sec / 1e9;
     }
   }

@@ -13,6 +13,7 @@ PACKAGES=(
   libzip-dev                  # the zip container of .pt checkpoints and .npz arrays
   libcairo2-dev               # the loss/LR plot (modelzoo/loggers/plot.cpp): antialiased lines, text, PNG output
   libgtest-dev libgmock-dev libbenchmark-dev
+  libdnnl-dev                 # bench_peak's second GEMM peer: oneDNN, whose kernels PyTorch's CPU build uses
   python3 python3-numpy python3-torch   # the PyTorch reference for tests and the benchmark peer
   python3-h5py
   openmpi-bin libopenmpi-dev  # multi-replica data parallel: replicas are MPI ranks (mpirun)
