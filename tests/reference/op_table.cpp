@@ -469,6 +469,10 @@ std::vector<Row> make_table() {
        "F.linear(x[0], x[1].t())"},
       {"linear_k128", {{16, 128}, {32, 128}, {32}}, [](const In& x) { return cs::linear(x[0], x[1], x[2]); },
        "F.linear(x[0], x[1], x[2])", kMatmul, kNormTol},
+      // One output over 512 rows: the weight's gradient is a product of one row of a transposed
+      // A (lda = 1) over K = 512, whose copy the own GEMM once read as rows along k.
+      {"linear_one_output_512_rows", {{512, 32}, {1, 32}, {1}},
+       [](const In& x) { return cs::linear(x[0], x[1], x[2]); }, "F.linear(x[0], x[1], x[2])", kMatmul, kNormTol},
 
       // ---------------------------------------------------------------- nn functions
       {"softmax_dim0", {{2, 3, 4}}, [](const In& x) { return cs::softmax(x[0], 0); }, "torch.softmax(x[0], 0)"},

@@ -520,6 +520,11 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
                       ws.floats >= area + static_cast<size_t>(kMr * a_stride);
   const bool copy_at =
       use_ws && ta && ws.floats >= area + static_cast<size_t>(kAtGroup * kAtLine * kc_max);
+  // Whether the micro-kernel reads A's rows along k (in place or copy_a's copy) or along i (a
+  // transposed A in place, or copy_at's copy). Not acs == 1 alone: a transposed A of one row
+  // (lda = 1, a weight gradient of a layer with one output) has acs == ars == 1, and its copy
+  // is laid out along i.
+  const bool a_kcontig = acs == 1 && !copy_at;
   // B read in place streams a kc x nc block past every A micro-panel: at most kNcInPlace columns,
   // so that block (384 x 320 floats, 480 KiB) stays in a core's L2. (The N blocking does not
   // change any sum: each result still adds its K blocks in the same order.)
@@ -622,9 +627,9 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
                                _MM_HINT_T0);
               }
             }
-            kKernels[acs == 1][cols > 16][rows](kc, ablk, ast, bt, pack_b ? kNr : brs, ct, ldc,
-                                                cols, alpha, beta_k,
-                                                tile_epilogue(ep, first, last, i, jc + jp * kNr));
+            kKernels[a_kcontig][cols > 16][rows](kc, ablk, ast, bt, pack_b ? kNr : brs, ct, ldc,
+                                                 cols, alpha, beta_k,
+                                                 tile_epilogue(ep, first, last, i, jc + jp * kNr));
             if (last && ep.gelu_x) gelu_grad_block(ep, ct, ldc, i, jc + jp * kNr, rows, cols);
           }
         }

@@ -246,7 +246,10 @@ TEST(OwnGemm, AliasingRowsOfACopiedGiveTheSameBits) {
 // FMAs as the untransposed product of A^T written out (read in place), so the same bits, with
 // alpha, beta, a bias, several K blocks, one K block with an addend, partial tiles and a row
 // stride of a multiple of 1024 floats, at 1, 2 and 3 threads; and within the fp32 bound of the
-// double product.
+// double product. M = 1 (a layer with one output, lda = 1, K = 512: B packed for K > 384) has
+// both of A's strides 1; its copy is still laid out along i, and a kernel that took it for rows
+// along k read it wrong: the Linear(32, 1) weight gradient of examples/external/mlp_adamw (512
+// samples a step) came out wrong.
 TEST(OwnGemm, TransposedACopiedGivesTheSameBits) {
   namespace cpu = cstorch::cpu;
   const auto variants = own_gemm_variants();
@@ -260,7 +263,8 @@ TEST(OwnGemm, TransposedACopiedGivesTheSameBits) {
     float alpha, beta;
   };
   for (const auto* v : variants) {
-    for (const Shape sh : {Shape{1024, 256, 300, 1024, false, 1.f, 0.f},    // rows first, 4K rows
+    for (const Shape sh : {Shape{1, 32, 512, 1, false, 1.f, 0.f},  // one row: lda = 1 (below)
+                           Shape{1024, 256, 300, 1024, false, 1.f, 0.f},    // rows first, 4K rows
                            Shape{101, 70, 900, 103, false, 0.5f, 0.3f},     // K blocks, partial
                            Shape{230, 1100, 64, 230, false, 1.f, 1.f},      // columns, N blocks
                            Shape{800, 450, 300, 805, true, -2.f, 0.5f}}) {  // one block, addend
