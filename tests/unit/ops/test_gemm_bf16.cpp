@@ -167,6 +167,9 @@ TEST(GemmBf16, MatchesTheDoubleProductOnEveryLayout) {
         {77, 50, 768, false, false},
         {250, 40, 3072, false, true},
         {5, 17, 1024, false, false},
+        // A one-row transposed A (lda = 1: a layer with one output's weight gradient), whose
+        // strides are both 1 (the f32 GEMM once took its copy for rows along k).
+        {1, 32, 512, true, false},
     };
     for (const Case& c : cases) check(c, rng);
   });
