@@ -377,6 +377,35 @@ TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_
   return t;
 }
 
+// gelu's input for the tile at (i0, j0), prefetched before its micro-kernel runs, so that
+// gelu_grad_block finds it in L1: its rows are a wide activation's, often a multiple of 4 KiB
+// apart and no longer in cache. Measured on the Intel Xeon (GPT-2 tiny, 2 threads,
+// CSTORCH_PROFILE=nodes, alternated runs): the 1024 x 1024 x 256 gradient products with the
+// gelu epilogue 1.66-1.70x the time of a plain 1024 x 1024 x 256 product in the same step
+// (3.12-3.71 ms) -> 1.50-1.53x (2.98-3.03 ms; one run 1.69x).
+void prefetch_gelu_tile(const GemmEpilogue& ep, int64_t i0, int64_t j0, int rows, int cols) {
+  const float* x = ep.gelu_x + i0 * ep.ld_gelu_x + j0;
+  for (int r = 0; r < rows; ++r) {
+    _mm_prefetch(reinterpret_cast<const char*>(x + r * ep.ld_gelu_x), _MM_HINT_T0);
+    if (cols > 16)
+      _mm_prefetch(reinterpret_cast<const char*>(x + r * ep.ld_gelu_x + 16), _MM_HINT_T0);
+  }
+}
+
+// Copies rows [0, rows) (at most kAtGroup * kMr) of a transposed A block, op(A)[i][k] =
+// a[k * lda + i], into micro-panels of kMr rows: panel q at out + q * gs, element (r, k) at
+// [k * kAtLine + r]. Each row k is read once, across the whole group (see kAtGroup).
+void copy_at_group(const float* a, int64_t lda, int64_t kc, int64_t rows, float* out, int64_t gs) {
+  for (int64_t k = 0; k < kc; ++k) {
+    for (int64_t q = 0; q * kMr < rows; ++q) {
+      const int n = static_cast<int>(std::min<int64_t>(kMr, rows - q * kMr));
+      const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+      _mm512_mask_storeu_ps(out + q * gs + k * kAtLine, m,
+                            _mm512_maskz_loadu_ps(m, a + k * lda + q * kMr));
+    }
+  }
+}
+
 // gelu's gradient over a finished block of C in place (rows x cols at c, its first element
 // result (i0, j0)): the GeluGrad kernel's own functions on the stored product, so the result is
 // bitwise the separate kernel's. Called on each tile right after the micro-kernel stored it,
@@ -502,7 +531,9 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   const bool packed_for_at = !packs_anyway && packs_b(ta, tb, M, N, K) &&
                              ws.floats >= b_area + static_cast<size_t>(kAtLine * kc_max);
   const bool pack_b = packs_anyway || packed_for_at;
-  const int64_t astride = acs == 1 ? ars : acs;
+  // A's rows run along k unless it is transposed (whatever its strides: a transposed A of one
+  // row, lda = 1, has both strides 1); the micro-kernel is picked by that layout.
+  const int64_t astride = ta ? acs : ars;
   // Inside a parallel region the product runs on the calling thread (a nested team would have
   // one thread, numbered 0, and every caller would pack into area 0).
   threads = omp_in_parallel() ? 1 : std::max(1, threads);
@@ -516,15 +547,10 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   // A's micro-panels copied where its rows alias in L1 (a_rows_alias), into the scratch area
   // after the B panels (sgemm_avx512_scratch_floats counts it; a smaller area reads in place).
   const int64_t a_stride = a_copy_stride(kc_max);
-  const bool copy_a = use_ws && acs == 1 && a_rows_alias(ars) &&
-                      ws.floats >= area + static_cast<size_t>(kMr * a_stride);
+  const bool copy_a =
+      use_ws && !ta && a_rows_alias(ars) && ws.floats >= area + static_cast<size_t>(kMr * a_stride);
   const bool copy_at =
       use_ws && ta && ws.floats >= area + static_cast<size_t>(kAtGroup * kAtLine * kc_max);
-  // Whether the micro-kernel reads A's rows along k (in place or copy_a's copy) or along i (a
-  // transposed A in place, or copy_at's copy). Not acs == 1 alone: a transposed A of one row
-  // (lda = 1, a weight gradient of a layer with one output) has acs == ars == 1, and its copy
-  // is laid out along i.
-  const bool a_kcontig = acs == 1 && !copy_at;
   // B read in place streams a kc x nc block past every A micro-panel: at most kNcInPlace columns,
   // so that block (384 x 320 floats, 480 KiB) stays in a core's L2. (The N blocking does not
   // change any sum: each result still adds its K blocks in the same order.)
@@ -589,22 +615,10 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
               std::memcpy(ac + r * a_stride, ablk + r * ars, sizeof(float) * kc);
             ablk = ac;
             ast = a_stride;
-          } else if (copy_at) {  // rows [i, i + rows) of each k: one line each
-            // Micro-panel g of its group at ac + g * gs; the first of a group copies all.
+          } else if (copy_at) {  // micro-panel g of its group, which its first one copies
             float* ac = bp + area;
             const int64_t g = (i - r0) / kMr % kAtGroup, gs = kAtLine * kc_max;
-            if (g == 0) {
-              const int64_t gr = std::min<int64_t>(kAtGroup * kMr, r1 - i);
-              for (int64_t k = 0; k < kc; ++k) {
-                const float* src = ablk + k * acs;
-                for (int64_t q = 0; q * kMr < gr; ++q) {
-                  const int qr = static_cast<int>(std::min<int64_t>(kMr, gr - q * kMr));
-                  const __mmask16 m = static_cast<__mmask16>((1u << qr) - 1);
-                  _mm512_mask_storeu_ps(ac + q * gs + k * kAtLine, m,
-                                        _mm512_maskz_loadu_ps(m, src + q * kMr));
-                }
-              }
-            }
+            if (g == 0) copy_at_group(ablk, acs, kc, std::min(kAtGroup * kMr, r1 - i), ac, gs);
             ablk = ac + g * gs;
             ast = kAtLine;
           }
@@ -612,24 +626,10 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
             const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - jp * kNr));
             const float* bt = pack_b ? bp + (jp - j0) * kNr * kc_max : bblk + jp * kNr;
             float* ct = C + i * ldc + jc + jp * kNr;
-            // gelu's input for this tile (read by gelu_grad_block after the kernel), prefetched
-            // while the kernel runs: its rows are a wide activation's, often a multiple of 4 KiB
-            // apart and no longer in cache. Measured on the Intel Xeon (GPT-2 tiny, 2 threads,
-            // CSTORCH_PROFILE=nodes, alternated runs): the 1024 x 1024 x 256 gradient products
-            // with the gelu epilogue 1.66-1.70x the time of a plain 1024 x 1024 x 256 product in
-            // the same step (3.12-3.71 ms) -> 1.50-1.53x (2.98-3.03 ms; one run 1.69x).
-            if (last && ep.gelu_x) {
-              const float* gx = ep.gelu_x + i * ep.ld_gelu_x + jc + jp * kNr;
-              for (int r = 0; r < rows; ++r) {
-                _mm_prefetch(reinterpret_cast<const char*>(gx + r * ep.ld_gelu_x), _MM_HINT_T0);
-                if (cols > 16)
-                  _mm_prefetch(reinterpret_cast<const char*>(gx + r * ep.ld_gelu_x + 16),
-                               _MM_HINT_T0);
-              }
-            }
-            kKernels[a_kcontig][cols > 16][rows](kc, ablk, ast, bt, pack_b ? kNr : brs, ct, ldc,
-                                                 cols, alpha, beta_k,
-                                                 tile_epilogue(ep, first, last, i, jc + jp * kNr));
+            if (last && ep.gelu_x) prefetch_gelu_tile(ep, i, jc + jp * kNr, rows, cols);
+            kKernels[!ta][cols > 16][rows](kc, ablk, ast, bt, pack_b ? kNr : brs, ct, ldc, cols,
+                                           alpha, beta_k,
+                                           tile_epilogue(ep, first, last, i, jc + jp * kNr));
             if (last && ep.gelu_x) gelu_grad_block(ep, ct, ldc, i, jc + jp * kNr, rows, cols);
           }
         }
