@@ -13,6 +13,7 @@
 
 #include "backend/cpu/device.h"
 #include "backend/cpu/variant.h"
+#include "backend/cpu/vec_math.h"
 #include "cstorch/version.h"
 #include "ir/node.h"
 #include "unit/ir_nodes.h"
@@ -352,6 +353,22 @@ TEST(CpuVariants, VectorExpIsBitwiseTheScalarOneInEveryVariant) {
   for (size_t i = 0; i < a.size(); ++i)
     ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0)
         << "at y = " << y[i] << " (element " << i << "): avx512 " << a[i] << ", avx2 " << b[i];
+}
+
+// The scalar exp against std::exp around the ends of the float range: exactly 0 below it (where
+// the polynomial now runs on 0 instead of the lowest argument, to keep its product normal), inf
+// above, NaN kept, and within 2e-7 relative (the polynomial's error plus rounding) inside,
+// including arguments whose results are the smallest normal floats.
+TEST(CpuVariants, ScalarExpIsExactAtTheEndsOfTheRange) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float x : {-inf, -1e30f, -100.0f, -87.34f}) EXPECT_EQ(cstorch::cpu::vexp(x), 0.0f) << x;
+  for (float x : {89.0f, 1e30f, inf}) EXPECT_EQ(cstorch::cpu::vexp(x), inf) << x;
+  EXPECT_TRUE(std::isnan(cstorch::cpu::vexp(std::numeric_limits<float>::quiet_NaN())));
+  for (float x : {-87.33f, -87.3f, -87.0f, -80.0f, -10.0f, -1.0f, 0.0f, 1.0f, 10.0f, 88.0f}) {
+    const double want = std::exp(static_cast<double>(x));
+    EXPECT_NEAR(cstorch::cpu::vexp(x), want, 2e-7 * want) << x;
+    EXPECT_GE(std::fabs(cstorch::cpu::vexp(x)), std::numeric_limits<float>::min()) << x;
+  }
 }
 
 // Every variant this CPU runs against the running one, on kernels whose code differs between
