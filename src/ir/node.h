@@ -40,8 +40,9 @@ enum OpTraits : uint32_t {
   kBarrier = 1u << 7,
   kFusable = 1u << 8,
   // The kernel may write its result over input 0 (out == in[0]): it reads each element of input
-  // 0 only to produce that same element, and no other input may share that buffer. The memory
-  // planner then gives the result input 0's bytes when this node is input 0's last reader.
+  // 0 only to produce that same element, or (log_softmax) reads a whole row of input 0 before it
+  // writes that row, and no other input may share that buffer. The memory planner then gives
+  // the result input 0's bytes when this node is input 0's last reader.
   kInPlaceInput0 = 1u << 9,
 };
 

@@ -55,7 +55,7 @@ void exp_chunks(const float* x, int64_t n, float shift, float* out, F&& f) {
 // 50304 on one Zen 4 core: 0.64 -> 0.51 ns an element; the gradients' rows, whose exps shared a
 // loop with a bf16 rounding, 0.52 -> 0.42).
 template <bool kLog, class T>
-void softmax_row(const T* __restrict x, T* __restrict y, int64_t C) {
+void softmax_row(const T* x, T* y, int64_t C) {
   float m = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : m)
   for (int64_t j = 0; j < C; ++j) {
@@ -104,7 +104,7 @@ void softmax_row(const T* __restrict x, T* __restrict y, int64_t C) {
 // positive, silenced for this function only.)
 CSTORCH_INTRINSICS_BEGIN
 template <bool kLog>
-void softmax_rows16(const float* __restrict x, float* __restrict y, int64_t rows, int64_t C) {
+void softmax_rows16(const float* x, float* y, int64_t rows, int64_t C) {
   const __mmask16 mk = static_cast<__mmask16>((1u << C) - 1);
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   alignas(64) float d[16], e[16];
@@ -125,7 +125,7 @@ CSTORCH_INTRINSICS_END
 
 // The same over `w` columns with stride `inner` (the softmax dim is not the last).
 template <bool kLog, class T>
-void softmax_cols(const T* __restrict x, T* __restrict y, int64_t C, int64_t inner, int w) {
+void softmax_cols(const T* x, T* y, int64_t C, int64_t inner, int w) {
   float m[kTile];
   double s[kTile];
   for (int j = 0; j < w; ++j) {
@@ -159,6 +159,9 @@ void softmax_cols(const T* __restrict x, T* __restrict y, int64_t C, int64_t inn
   }
 }
 
+// x and y may be one buffer: log_softmax is written over its input where the planner allows
+// (kInPlaceInput0). Every path reads a whole row (or tile of columns) before it writes it, and
+// writes element j only from element j.
 template <bool kLog>
 void softmax_kernel(const ir::Node& n, const void* const* in, void* out, const char* op) {
   const auto& x = *n.inputs[0];

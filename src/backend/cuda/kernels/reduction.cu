@@ -210,7 +210,7 @@ __global__ void argmax_kernel(const float* __restrict__ x, int64_t* y, int64_t o
 
 // One block per row (inner == 1): max, then the sum of exps in double, then the outputs.
 template <bool kLog>
-__global__ void softmax_rows(const float* __restrict__ x, float* y, int64_t c) {
+__global__ void softmax_rows(const float* x, float* y, int64_t c) {  // y may be x (in place)
   __shared__ double dscratch[32];
   __shared__ float fscratch[32];
   const float* row = x + static_cast<int64_t>(blockIdx.x) * c;
@@ -232,7 +232,7 @@ __global__ void softmax_rows(const float* __restrict__ x, float* y, int64_t c) {
 
 // inner > 1: one thread per (outer, inner) column.
 template <bool kLog>
-__global__ void softmax_cols(const float* __restrict__ x, float* y, int64_t outer, int64_t c,
+__global__ void softmax_cols(const float* x, float* y, int64_t outer, int64_t c,  // y may be x
                              int64_t inner) {
   CS_GRID_STRIDE(t, outer * inner) {
     const int64_t o = t / inner, j = t % inner, base = o * c * inner + j;
