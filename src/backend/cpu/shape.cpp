@@ -147,6 +147,8 @@ void check_indices(const I* idx, int64_t n, int64_t size, const char* op, int64_
          op, static_cast<int64_t>(idx[at]), at, dim, size, size);
 }
 
+constexpr int64_t kIndexAhead = 4;  // index_add: destination rows prefetched ahead
+
 template <class T>
 inline T add_item(T a, T b) {
   if constexpr (std::is_same_v<T, bool>)
@@ -439,6 +441,16 @@ void cpu_IndexAdd(const ir::KernelContext& ctx, const ir::Node& n, const void* c
           for (int64_t j = 0; j < m; ++j) {
             T* d = o + (q * S + static_cast<int64_t>(idx[j])) * inner;
             const T* s = sv + (q * m + j) * inner;
+            // The destination row kIndexAhead indices on: rows of a large table (an embedding's
+            // gradient) in index order, which no hardware prefetcher can guess.
+            if (j + kIndexAhead < m) {
+              const char* p = reinterpret_cast<const char*>(
+                  o + (q * S + static_cast<int64_t>(idx[j + kIndexAhead])) * inner + i0);
+              for (int64_t b = 0; b < (i1 - i0) * static_cast<int64_t>(sizeof(T)); b += 64)
+                __builtin_prefetch(p + b, 1, 3);
+            }
+            // s (a separate input) never overlaps d (the result's buffer).
+#pragma omp simd
             for (int64_t i = i0; i < i1; ++i) d[i] = add_item(d[i], s[i]);
           }
         }
