@@ -1,9 +1,9 @@
 // CPU kernels for the fused layer norm (LayerNorm, LayerNormGrad; their rules are in
 // src/ops/nn.cpp). A row is normalised in one pass while it is in L1, where the ops layer_norm
 // is otherwise built from (mean, var, sub, rsqrt, mul, add and their gradients) each pass over
-// the whole tensor. Rows are split over the team; a row's sums are taken in double in one order,
-// and the weight and bias gradients (sums over the rows) are split by columns, each column summed
-// over the rows in row order: results do not depend on the thread count.
+// the whole tensor. Rows are split over the team; a row's sums are taken in one order, and the
+// weight and bias gradients (sums over the rows) are summed over fixed chunks of rows, then the
+// chunks in order: results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -33,6 +33,12 @@ constexpr int kLanes = 16;       // partial sums of a block (see cpu_LayerNormGr
 // Rows handled together by one chunk of a parallel loop: at least ~16K elements.
 int64_t row_grain(int64_t D) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1));
+}
+
+// Rows of one partial sum of LayerNormParamGrad: a function of the row count alone, so the
+// sums' order does not depend on the thread count; at most 256 chunks.
+int64_t param_chunk_rows(int64_t rows) {
+  return std::max<int64_t>(64, (rows + 255) / 256);
 }
 
 // The mean and 1 / sqrt(biased variance + eps) of one row, both sums in double (two passes
@@ -158,21 +164,7 @@ void cpu_LayerNormGrad(const ir::KernelContext& ctx, const ir::Node& n, const vo
   });
 }
 
-// Rows of [n, D]: the weight's gradient, sum over rows of dy * xhat (if has_weight), then the
-// bias's, sum over rows of dy (if has_bias). The rows go in chunks of param_chunk_rows(n) (a
-// function of n alone): per chunk, each row's statistics and then its terms while the row is
-// in L1, into the chunk's column sums (double, rows in order); then each column adds its
-// chunks' sums in order. So every sum has one order at any thread count, x and dy are read
-// once, and the team splits the rows as layer_norm_grad (run just before, on the same x and dy)
-// does, finding its rows in its core's cache. Measured on the Intel Xeon (2 threads, GPT-2
-// tiny, CSTORCH_PROFILE=nodes, two runs each): its nine [1024, 256] nodes 1.45-1.49 ms a step
-// with the column-split kernel that read x twice, 1.09-1.13 ms so.
-namespace {
-int64_t param_chunk_rows(int64_t rows) {
-  return std::max<int64_t>(64, (rows + 255) / 256);
-}
-}  // namespace
-
+// Scratch of a LayerNormParamGrad node: its chunks' column sums (see below).
 size_t norm_workspace_bytes(const ir::Node& n, int threads) {
   if (n.op != ir::OpCode::LayerNormParamGrad || n.inputs.size() < 2) return 0;
   const auto& at = n.attr<ir::LayerNormAttrs>();
@@ -182,6 +174,15 @@ size_t norm_workspace_bytes(const ir::Node& n, int threads) {
   return static_cast<size_t>(chunks * sums * g.D) * sizeof(double);
 }
 
+// Rows of [n, D]: the weight's gradient, sum over rows of dy * xhat (if has_weight), then the
+// bias's, sum over rows of dy (if has_bias). The rows go in chunks of param_chunk_rows(n) (a
+// function of n alone): per chunk, each row's statistics and then its terms while the row is
+// in L1, into the chunk's column sums (double, rows in order); then each column adds its
+// chunks' sums in order. So every sum has one order at any thread count, x and dy are read
+// once, and the team splits the rows as layer_norm_grad (run just before, on the same x and dy)
+// does, finding its rows in its core's cache. Measured on the Intel Xeon (2 threads, GPT-2
+// tiny, CSTORCH_PROFILE=nodes, two runs each): its nine [1024, 256] nodes 1.45-1.49 ms a step
+// with the column-split kernel that read x twice, 1.09-1.13 ms so.
 void cpu_LayerNormParamGrad(const ir::KernelContext& ctx, const ir::Node& n, const void* const* in,
                             void* out) {
   const auto& at = n.attr<ir::LayerNormAttrs>();

@@ -356,7 +356,7 @@ TEST(CpuVariants, VectorExpIsBitwiseTheScalarOneInEveryVariant) {
 }
 
 // The scalar exp against std::exp around the ends of the float range: exactly 0 below it (where
-// the polynomial now runs on 0 instead of the lowest argument, to keep its product normal), inf
+// the polynomial runs on 0 rather than on the lowest argument, to keep its product normal), inf
 // above, NaN kept, and within 2e-7 relative (the polynomial's error plus rounding) inside,
 // including arguments whose results are the smallest normal floats.
 TEST(CpuVariants, ScalarExpIsExactAtTheEndsOfTheRange) {
