@@ -48,11 +48,10 @@ constexpr int kMr = 12, kNr = 32;
 // blocks of 128 pairs (bench_peak --gemm, Zen 5): the head's forward 288 -> 412 GFLOP/s on one
 // core, 602 -> 791 on two; the step's products together 422 -> 443 and 834 -> 856.
 constexpr int64_t kKp = 384;
-// Pairs of rows prefetched ahead when packing B from rows along N (an input gradient's weight,
-// a weight gradient's activations): those rows are usually cold (in memory since the forward),
-// each 64-byte piece on a new line that no hardware prefetcher predicts soon enough. Measured
-// on GPT-2 124M's bf16 step (Zen 5, 2 threads): 352 -> 343 ms a step at 16 (4-32 alike).
-constexpr int64_t kPfPairs = 16;
+// Pairs of rows packed together into every panel when the panels' elements run along the rows
+// (B's rows along N: an input gradient's weight, a weight gradient's activations), the next
+// block's rows prefetched meanwhile: those rows are usually cold (in memory since the forward).
+constexpr int64_t kPackPairs = 16;
 // Words of one thread's A block and B block: their rows (mc_max) and columns (nc_max) follow the
 // K block's pairs, so that together they stay within a core's L2 (1 MiB on Zen 5) beside the C
 // tiles they update: 128 rows and 352 columns at 384 pairs, 384 and 1056 at 128.
@@ -78,36 +77,55 @@ __attribute__((target("avx512f,avx512bw"))) void pack_pairs(const uint16_t* x, i
                                                             int64_t K, int64_t p0, int64_t kp,
                                                             int64_t kps, uint32_t* out) {
   const int64_t full = std::min(kp, K / 2 - p0);  // pairs with both halves inside K
-  for (int64_t q = 0; q < ceil_div(m, P); ++q) {
+  const int64_t panels = ceil_div(m, P);
+  if (es == 1) {
+    // The panels' elements are contiguous in each k row. Pairs in blocks of kPackPairs: each
+    // panel takes the block's pairs in turn (a contiguous run of its words), reading a piece
+    // of P words of each of the block's rows, and while it does, the same piece of the next
+    // block's rows is prefetched. Panel by panel over all pairs, each piece was a demand miss
+    // of its own (rows hundreds apart, each line fetched for half of it, then again for the
+    // next panel); pair by pair over all panels, the stores went to panels kps * P words apart,
+    // all in one L1 set.
+    const uint16_t* base = x + e0 + 2 * p0 * ks;
+    for (int64_t pb = 0; pb < kp; pb += kPackPairs) {
+      const int64_t pe = std::min(kp, pb + kPackPairs), next = std::min(kp, pe + kPackPairs);
+      int64_t line = 0;  // the next block's rows are prefetched up to this 64-byte piece
+      for (int64_t q = 0; q < panels; ++q) {
+        const int n = static_cast<int>(std::min<int64_t>(P, m - q * P));
+        for (const int64_t end = ceil_div(std::min(m, (q + 1) * P), 32); line < end; ++line)
+          for (int64_t r = 2 * pe; r < 2 * next; ++r)
+            _mm_prefetch(reinterpret_cast<const char*>(base + r * ks + 32 * line), _MM_HINT_T0);
+        for (int64_t p = pb; p < pe; ++p) {
+          const uint16_t* r = base + 2 * p * ks + q * P;
+          const bool has_hi = p < full;
+          uint32_t* o = out + q * kps * P + p * P;
+          for (int c = 0; c < P; c += 16) {
+            const int w = std::max(0, std::min(16, n - c));
+            const __mmask16 mk = static_cast<__mmask16>((1u << w) - 1);
+            const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, r + c));
+            const __m512i hi = has_hi
+                                   ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, r + ks + c))
+                                   : _mm512_setzero_si512();
+            const __m512i word = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+            if (P - c >= 16)
+              _mm512_storeu_si512(o + c, word);
+            else
+              _mm512_mask_storeu_epi32(o + c, static_cast<__mmask16>((1u << (P - c)) - 1), word);
+          }
+        }
+      }
+    }
+    if (kps > kp)
+      for (int64_t q = 0; q < panels; ++q)
+        std::memset(out + q * kps * P + kp * P, 0, sizeof(uint32_t) * (kps - kp) * P);
+    return;
+  }
+  for (int64_t q = 0; q < panels; ++q) {
     uint32_t* o = out + q * kps * P;
     if (kps > kp) std::memset(o + kp * P, 0, sizeof(uint32_t) * (kps - kp) * P);
     const int n = static_cast<int>(std::min<int64_t>(P, m - q * P));
     const uint16_t* base = x + (e0 + q * P) * es + 2 * p0 * ks;
-    if (es == 1) {
-      // The panel's elements are contiguous in each k row: widen two rows and interleave.
-      for (int64_t p = 0; p < kp; ++p) {
-        const uint16_t* r0 = base + 2 * p * ks;
-        const bool has_hi = p < full;
-        if (p + kPfPairs < kp) {
-          _mm_prefetch(reinterpret_cast<const char*>(r0 + 2 * kPfPairs * ks), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(r0 + (2 * kPfPairs + 1) * ks), _MM_HINT_T0);
-        }
-        for (int c = 0; c < P; c += 16) {
-          const int w = std::max(0, std::min(16, n - c));
-          const __mmask16 mk = static_cast<__mmask16>((1u << w) - 1);
-          const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, r0 + c));
-          const __m512i hi = has_hi
-                                 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, r0 + ks + c))
-                                 : _mm512_setzero_si512();
-          const __m512i word = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
-          if (P - c >= 16)
-            _mm512_storeu_si512(o + p * P + c, word);
-          else
-            _mm512_mask_storeu_epi32(o + p * P + c, static_cast<__mmask16>((1u << (P - c)) - 1),
-                                     word);
-        }
-      }
-    } else if (ks == 1 && es % 2 == 0 && reinterpret_cast<uintptr_t>(base) % 4 == 0) {
+    if (ks == 1 && es % 2 == 0 && reinterpret_cast<uintptr_t>(base) % 4 == 0) {
       // Each element's k run is contiguous: its pairs are 32-bit words already, and the panel
       // is a transpose of 32-bit words, 16 x 16 at a time (a word-by-word copy ran the bf16
       // vocabulary head at half the speed of its other products). Pairs from `full` on (an odd
