@@ -87,13 +87,15 @@ __attribute__((target("avx512f,avx512bw"))) void pack_pairs(const uint16_t* x, i
     // next panel); pair by pair over all panels, the stores went to panels kps * P words apart,
     // all in one L1 set.
     const uint16_t* base = x + e0 + 2 * p0 * ks;
+    const int64_t rows_in_k = K - 2 * p0;  // rows of x from base on (an odd K's last pair has one)
     for (int64_t pb = 0; pb < kp; pb += kPackPairs) {
-      const int64_t pe = std::min(kp, pb + kPackPairs), next = std::min(kp, pe + kPackPairs);
+      const int64_t pe = std::min(kp, pb + kPackPairs);
+      const int64_t next_end = std::min(2 * std::min(kp, pe + kPackPairs), rows_in_k);
       int64_t line = 0;  // the next block's rows are prefetched up to this 64-byte piece
       for (int64_t q = 0; q < panels; ++q) {
         const int n = static_cast<int>(std::min<int64_t>(P, m - q * P));
         for (const int64_t end = ceil_div(std::min(m, (q + 1) * P), 32); line < end; ++line)
-          for (int64_t r = 2 * pe; r < 2 * next; ++r)
+          for (int64_t r = 2 * pe; r < next_end; ++r)
             _mm_prefetch(reinterpret_cast<const char*>(base + r * ks + 32 * line), _MM_HINT_T0);
         for (int64_t p = pb; p < pe; ++p) {
           const uint16_t* r = base + 2 * p * ks + q * P;
