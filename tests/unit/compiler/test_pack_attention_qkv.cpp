@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,18 +41,26 @@ QkvNet make_net() {
 }
 
 // One AdamW step of a single attention layer on rows x [B T, E]: q, k, v the three thirds of
-// one projection (in `order`: which third each of q, k, v is), heads last.
+// one projection (in `order`: which third each of q, k, v is), heads last. With `bf16`, the
+// forward runs under bf16 autocast: the projection is bf16, and the attention casts its thirds
+// to f32 (and its gradient goes back to bf16 through casts before the concatenation).
 Tensor qkv_step(QkvNet& m, cs::optim::Optimizer& o, const Tensor& x, const Tensor& y, bool causal,
-                const int (&order)[3] = {0, 1, 2}) {
-  const Tensor h = m.qkv(x.reshape({kB, kT, kE}));
-  Tensor part[3];
-  for (int i = 0; i < 3; ++i)
-    part[i] = cs::slice(h, 2, order[i] * kE, (order[i] + 1) * kE).reshape({kB, kT, kH, kD});
-  F::AttentionOptions a;
-  a.heads_last = true;
-  a.is_causal = causal;
-  const Tensor att = F::scaled_dot_product_attention(part[0], part[1], part[2], a);
-  auto loss = cs::cross_entropy(m.out(att.reshape({kB * kT, kE})), y);
+                const int (&order)[3] = {0, 1, 2}, bool bf16 = false) {
+  Tensor logits;
+  {
+    std::optional<cs::amp::autocast> ac;
+    if (bf16) ac.emplace(cs::DType::bf16);
+    const Tensor h = m.qkv(x.reshape({kB, kT, kE}));
+    Tensor part[3];
+    for (int i = 0; i < 3; ++i)
+      part[i] = cs::slice(h, 2, order[i] * kE, (order[i] + 1) * kE).reshape({kB, kT, kH, kD});
+    F::AttentionOptions a;
+    a.heads_last = true;
+    a.is_causal = causal;
+    const Tensor att = F::scaled_dot_product_attention(part[0], part[1], part[2], a);
+    logits = m.out(att.reshape({kB * kT, kE}));
+  }
+  auto loss = cs::cross_entropy(logits, y);
   loss.backward();
   o.step();
   o.zero_grad();
@@ -92,6 +101,46 @@ TEST(PackAttentionQkv, AttentionReadsTheProjectionAndWritesItsGradient) {
   }
 }
 
+TEST(PackAttentionQkv, UnderAutocastTheProjectionIsCastOnceEachWay) {
+  // The bf16 projection's thirds, each cast to f32 for the attention: the projection is cast
+  // once and viewed, and the gradient, in its layout, cast back once (no slice, cat or per-third
+  // cast left).
+  auto m = make_net();
+  cs::optim::AdamW opt(m.parameters(), 1e-2);
+  const Tensor y = labels();
+  cc::Graph g = cs::testing::record_step({kB * kT, kE}, [&](const Tensor& x) {
+    return qkv_step(m, opt, x, y, true, {0, 1, 2}, true);
+  });
+  cc::optimize(g, "pack_attention_qkv_autocast");
+  size_t packed = 0;
+  for (auto& n : g.nodes) {
+    if (n->op != OpCode::Attention && n->op != OpCode::AttentionGrad) continue;
+    EXPECT_TRUE(n->attr<cs::ir::AttentionAttrs>().qkv) << g.dump();
+    EXPECT_EQ(n->inputs[0], n->inputs[2]);
+    const auto& view = n->inputs[0];
+    ASSERT_EQ(view->op, OpCode::Reshape) << g.dump();
+    EXPECT_EQ(view->inputs[0]->op, OpCode::Cast) << g.dump();
+    EXPECT_EQ(view->inputs[0]->dtype, cs::DType::f32);
+    EXPECT_EQ(view->inputs[0]->inputs[0]->dtype, cs::DType::bf16);
+    ++packed;
+  }
+  EXPECT_EQ(packed, 2u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Slice), 0u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Cat), 0u) << g.dump();
+  // The gradient, in the projection's layout, cast back to bf16 once: the only casts of
+  // [B, T, 3E] values are that one and the view's.
+  size_t wide = 0;
+  for (auto& n : g.nodes) {
+    if (n->op != OpCode::Cast || n->shape != (cs::Shape{kB, kT, 3 * kE})) continue;
+    ++wide;
+    if (n->dtype == cs::DType::bf16) {
+      ASSERT_EQ(n->inputs[0]->op, OpCode::Reshape) << g.dump();
+      EXPECT_EQ(n->inputs[0]->inputs[0]->op, OpCode::AttentionGrad) << g.dump();
+    }
+  }
+  EXPECT_EQ(wide, 2u) << g.dump();
+}
+
 TEST(PackAttentionQkv, ThirdsInAnotherOrderAreLeftAlone) {
   // k from the first third and q from the second: heads [0, H) of the view are not q.
   auto m = make_net();
@@ -111,16 +160,19 @@ TEST(PackAttentionQkv, ThirdsInAnotherOrderAreLeftAlone) {
 }
 
 TEST(PackAttentionQkv, StepsAreBitwiseEqualWithThePassOnAndOff) {
-  for (bool causal : {false, true}) {
-    SCOPED_TRACE(causal ? "causal" : "full");
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool causal = variant != 0, bf16 = variant == 2;
+    SCOPED_TRACE(bf16 ? "causal, bf16 autocast" : causal ? "causal" : "full");
     auto m1 = make_net();
     auto m2 = make_net();
     cs::optim::AdamW o1(m1.parameters(), 1e-2);
     cs::optim::AdamW o2(m2.parameters(), 1e-2);
-    auto packed =
-        cs::trace([&](const Tensor& x, const Tensor& y) { return qkv_step(m1, o1, x, y, causal); });
-    auto plain =
-        cs::trace([&](const Tensor& x, const Tensor& y) { return qkv_step(m2, o2, x, y, causal); });
+    auto packed = cs::trace([&](const Tensor& x, const Tensor& y) {
+      return qkv_step(m1, o1, x, y, causal, {0, 1, 2}, bf16);
+    });
+    auto plain = cs::trace([&](const Tensor& x, const Tensor& y) {
+      return qkv_step(m2, o2, x, y, causal, {0, 1, 2}, bf16);
+    });
     const Tensor y = labels();
     cs::manual_seed(11);
     for (int i = 0; i < 4; ++i) {
