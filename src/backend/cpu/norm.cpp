@@ -40,6 +40,11 @@ int64_t row_grain(int64_t D) {
 int64_t param_chunk_rows(int64_t rows) {
   return std::max<int64_t>(64, (rows + 255) / 256);
 }
+// How many chunks of param_chunk_rows(rows) rows (the last may be shorter).
+int64_t param_chunks(int64_t rows) {
+  const int64_t per = param_chunk_rows(rows);
+  return (rows + per - 1) / per;
+}
 
 // The mean and 1 / sqrt(biased variance + eps) of one row, both sums in double (two passes
 // over the row, which is in L1 by then).
@@ -169,7 +174,7 @@ size_t norm_workspace_bytes(const ir::Node& n, int threads) {
   if (n.op != ir::OpCode::LayerNormParamGrad || n.inputs.size() < 2) return 0;
   const auto& at = n.attr<ir::LayerNormAttrs>();
   const LnGeo g = ln_geo(*n.inputs[1], at.dims);
-  const int64_t chunks = (g.rows + param_chunk_rows(g.rows) - 1) / param_chunk_rows(g.rows);
+  const int64_t chunks = param_chunks(g.rows);
   const int64_t sums = static_cast<int64_t>(at.has_weight) + static_cast<int64_t>(at.has_bias);
   return static_cast<size_t>(chunks * sums * g.D) * sizeof(double);
 }
@@ -201,7 +206,7 @@ void cpu_LayerNormParamGrad(const ir::KernelContext& ctx, const ir::Node& n, con
   CS_CHECK(ctx.workspace_bytes >= need,
            "layer_norm_param_grad: the kernel needs a workspace of {} bytes, got {}", need,
            ctx.workspace_bytes);
-  const int64_t per = param_chunk_rows(g.rows), chunks = (g.rows + per - 1) / per;
+  const int64_t per = param_chunk_rows(g.rows), chunks = param_chunks(g.rows);
   // Chunk c's sums: weight's at sums + c * stride, bias's after them.
   const int64_t stride = (dw ? g.D : 0) + (db ? g.D : 0);
   double* sums = static_cast<double*>(ctx.workspace);

@@ -73,6 +73,24 @@ Tensor labels() {
   return cs::from_vector(v, {kB * kT});
 }
 
+// The views the attention nodes of `g` read after the pass: each node packed (qkv), reading one
+// [B, T, 3H, D] reshape three times; and no slice or cat left around them.
+std::vector<cs::ir::NodePtr> packed_views(const cc::Graph& g) {
+  std::vector<cs::ir::NodePtr> views;
+  for (auto& n : g.nodes) {
+    if (n->op != OpCode::Attention && n->op != OpCode::AttentionGrad) continue;
+    EXPECT_TRUE(n->attr<cs::ir::AttentionAttrs>().qkv) << g.dump();
+    EXPECT_EQ(n->inputs[0], n->inputs[1]);
+    EXPECT_EQ(n->inputs[0], n->inputs[2]);
+    EXPECT_EQ(n->inputs[0]->op, OpCode::Reshape);
+    EXPECT_EQ(n->inputs[0]->shape, (cs::Shape{kB, kT, 3 * kH, kD}));
+    views.push_back(n->inputs[0]);
+  }
+  EXPECT_EQ(count_nodes(g, OpCode::Slice), 0u) << g.dump();
+  EXPECT_EQ(count_nodes(g, OpCode::Cat), 0u) << g.dump();
+  return views;
+}
+
 }  // namespace
 
 TEST(PackAttentionQkv, AttentionReadsTheProjectionAndWritesItsGradient) {
@@ -84,20 +102,7 @@ TEST(PackAttentionQkv, AttentionReadsTheProjectionAndWritesItsGradient) {
     cc::Graph g = cs::testing::record_step(
         {kB * kT, kE}, [&](const Tensor& x) { return qkv_step(m, opt, x, y, causal); });
     cc::optimize(g, "pack_attention_qkv");
-    size_t packed = 0;
-    for (auto& n : g.nodes) {
-      if (n->op != OpCode::Attention && n->op != OpCode::AttentionGrad) continue;
-      EXPECT_TRUE(n->attr<cs::ir::AttentionAttrs>().qkv) << g.dump();
-      // One [B, T, 3H, D] view of the projection, given three times.
-      EXPECT_EQ(n->inputs[0], n->inputs[1]);
-      EXPECT_EQ(n->inputs[0], n->inputs[2]);
-      EXPECT_EQ(n->inputs[0]->op, OpCode::Reshape);
-      EXPECT_EQ(n->inputs[0]->shape, (cs::Shape{kB, kT, 3 * kH, kD}));
-      ++packed;
-    }
-    EXPECT_EQ(packed, 2u) << g.dump();
-    EXPECT_EQ(count_nodes(g, OpCode::Slice), 0u) << g.dump();
-    EXPECT_EQ(count_nodes(g, OpCode::Cat), 0u) << g.dump();
+    EXPECT_EQ(packed_views(g).size(), 2u) << g.dump();
   }
 }
 
@@ -112,21 +117,14 @@ TEST(PackAttentionQkv, UnderAutocastTheProjectionIsCastOnceEachWay) {
     return qkv_step(m, opt, x, y, true, {0, 1, 2}, true);
   });
   cc::optimize(g, "pack_attention_qkv_autocast");
-  size_t packed = 0;
-  for (auto& n : g.nodes) {
-    if (n->op != OpCode::Attention && n->op != OpCode::AttentionGrad) continue;
-    EXPECT_TRUE(n->attr<cs::ir::AttentionAttrs>().qkv) << g.dump();
-    EXPECT_EQ(n->inputs[0], n->inputs[2]);
-    const auto& view = n->inputs[0];
+  const auto views = packed_views(g);
+  EXPECT_EQ(views.size(), 2u) << g.dump();
+  for (const auto& view : views) {  // a view of the projection cast to f32
     ASSERT_EQ(view->op, OpCode::Reshape) << g.dump();
     EXPECT_EQ(view->inputs[0]->op, OpCode::Cast) << g.dump();
     EXPECT_EQ(view->inputs[0]->dtype, cs::DType::f32);
     EXPECT_EQ(view->inputs[0]->inputs[0]->dtype, cs::DType::bf16);
-    ++packed;
   }
-  EXPECT_EQ(packed, 2u) << g.dump();
-  EXPECT_EQ(count_nodes(g, OpCode::Slice), 0u) << g.dump();
-  EXPECT_EQ(count_nodes(g, OpCode::Cat), 0u) << g.dump();
   // The gradient, in the projection's layout, cast back to bf16 once: the only casts of
   // [B, T, 3E] values are that one and the view's.
   size_t wide = 0;
