@@ -94,8 +94,45 @@ GemmNeed gemm_need(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool adden
   return {};
 }
 
-// C = op(A) @ op(B) + beta * C through OpenBLAS on `threads` threads of our team: split into
-// row (or column) blocks, one single-threaded sgemm per thread. K = 0 scales C by beta (BLAS
+// The row (or column) blocks an OpenBLAS product is computed in: one single-threaded sgemm
+// each. OpenBLAS rounds an element differently depending on where its micro-tile falls inside
+// the call (0.3.21's Zen kernels: 1024 x 128 x 128 computed as two 512-row calls differs from
+// one call in 5951 of its 131072 elements), so the blocks never follow the team: a product gives
+// the same bits on any number of threads. Products below kParallelMinMacs, or with both sides
+// under 32, are one call; larger ones as many blocks as the machine has processors (a power of
+// two from 2 to 8, fixed for the process), on boundaries that are multiples of 16. Measured on
+// GPT-2 124M (2 threads, AMD EPYC Zen 1): blocks of about 2^26 multiply-adds, up to 8 a
+// product, made the step 3-4% slower than 2 blocks (more calls, each packing the shared
+// operand again).
+struct BlasBlocks {
+  bool by_rows = true;
+  int64_t len = 0;  // rows (or columns) split
+  int64_t count = 1;
+  int64_t begin(int64_t c) const { return c == 0 ? 0 : (len * c / count) / 16 * 16; }
+  int64_t end(int64_t c) const { return c + 1 == count ? len : begin(c + 1); }
+};
+int64_t machine_blocks() {
+  static const int64_t blocks = [] {
+    int64_t b = 2;
+    while (b < 8 && 2 * b <= omp_get_num_procs()) b *= 2;
+    return b;
+  }();
+  return blocks;
+}
+BlasBlocks blas_blocks(bool ta, int64_t M, int64_t N, int64_t K) {
+  BlasBlocks b;
+  // The longer side is split, except that a transposed A (weight gradients g^T @ x) with
+  // enough rows is split by rows: measured on the FC shapes (2 threads), 256 x 784 x 128 takes
+  // 250 us by rows vs 315 us by columns.
+  b.by_rows = M >= N || (ta && M >= 64);
+  b.len = b.by_rows ? M : N;
+  if (macs_of(M, N, K) < kParallelMinMacs || (M < 32 && N < 32)) return b;
+  b.count = std::max<int64_t>(1, std::min(machine_blocks(), b.len / 16));
+  return b;
+}
+
+// C = op(A) @ op(B) + beta * C through OpenBLAS, its blocks (blas_blocks) shared by `threads`
+// threads of our team (or run in turn on the calling thread). K = 0 scales C by beta (BLAS
 // rejects a leading dimension of 0).
 void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads) {
@@ -105,28 +142,23 @@ void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
     return;
   }
   const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-  if (threads == 1 || (M < 32 && N < 32)) {
-    sgemm1(TA, TB, M, N, K, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  // The longer side is split, except that a transposed A (weight gradients g^T @ x) with
-  // enough rows is split by rows: measured on the FC shapes (2 threads), 256 x 784 x 128 takes
-  // 250 us by rows vs 315 us by columns.
-  const bool by_rows = M >= N || (ta && M >= 64);
-  const int64_t len = by_rows ? M : N;
-  const int64_t chunks = std::min<int64_t>(threads, std::max<int64_t>(1, len / 16));
-#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    // Block boundaries on multiples of 16 keep the GEMM micro-kernels on full tiles.
-    int64_t b = (len * c / chunks) / 16 * 16,
-            e = c + 1 == chunks ? len : (len * (c + 1) / chunks) / 16 * 16;
-    if (e <= b) continue;
-    if (by_rows) {
+  const BlasBlocks bl = blas_blocks(ta, M, N, K);
+  auto block = [&](int64_t c) {
+    const int64_t b = bl.begin(c), e = bl.end(c);
+    if (e <= b) return;
+    if (bl.by_rows) {
       sgemm1(TA, TB, e - b, N, K, ta ? A + b : A + b * lda, lda, B, ldb, beta, C + b * ldc, ldc);
     } else {
       sgemm1(TA, TB, M, e - b, K, A, lda, tb ? B + b * ldb : B + b, ldb, beta, C + b, ldc);
     }
+  };
+  const int team = static_cast<int>(std::min<int64_t>(threads, bl.count));
+  if (team <= 1) {
+    for (int64_t c = 0; c < bl.count; ++c) block(c);
+    return;
   }
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int64_t c = 0; c < bl.count; ++c) block(c);
 }
 
 // The epilogue of an OpenBLAS product, as one pass over the finished product P (into C; P is C
