@@ -1,7 +1,8 @@
 // Which vector code this copy of the CPU kernels holds. The kernels are compiled once per
 // variant (variant.h), each with its own instruction set: inside the AVX-512 variant (and a
 // native build on an AVX-512 CPU) __AVX512F__ is defined and the AVX-512 kernels (the own GEMM,
-// the short-row softmax) are compiled in; the other variants take OpenBLAS and the generic loops.
+// the short-row softmax) are compiled in; the other variants take OpenBLAS and the generic
+// loops, the AVX2 one with its own vector exp, tanh and gelu (below).
 #pragma once
 
 #if defined(__AVX512F__)
@@ -9,6 +10,16 @@
 #include <immintrin.h>
 #else
 #define CSTORCH_AVX512_KERNELS 0
+#endif
+
+// Inside the AVX2 variant (AVX2 with FMA, no AVX-512; or a native build on such a CPU) the
+// vector math of vec_math.h and elementwise_math.h (exp, tanh, gelu) is written out on 8 lanes:
+// GCC 12 compiles their scalar forms there into scalar code with branches.
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#define CSTORCH_AVX2_KERNELS 1
+#include <immintrin.h>
+#else
+#define CSTORCH_AVX2_KERNELS 0
 #endif
 
 // GCC 12 reports the pass-through of _mm512_undefined_ps() that many AVX-512 intrinsics start
