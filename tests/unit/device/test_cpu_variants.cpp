@@ -253,6 +253,23 @@ std::pair<const cpu::KernelVariant*, const cpu::KernelVariant*> avx512_and_avx2(
   return {avx512, avx2};
 }
 
+// The GELU tests' inputs: 2^20 + 9 values x spread over every float bit pattern (all
+// exponents, both signs, NaNs, infinities, denormals; a ragged last vector; 0, -0 and a quiet NaN
+// first), and gradients dy of three magnitudes.
+std::pair<std::vector<float>, std::vector<float>> gelu_inputs() {
+  const size_t n = (size_t{1} << 20) + 9;
+  std::vector<float> x(n), dy(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto u = static_cast<uint32_t>(static_cast<uint64_t>(i) * 4093u + 17u);
+    std::memcpy(&x[i], &u, 4);
+    dy[i] = (i % 3 == 0 ? 0.7f : i % 3 == 1 ? 1.0f : -3.25e-3f);
+  }
+  x[0] = 0.0f;
+  x[1] = -0.0f;
+  x[2] = std::numeric_limits<float>::quiet_NaN();
+  return {x, dy};
+}
+
 // The tanh-form gelu and its gradient (the Gelu and GeluGrad kernels, f32 and bf16, and a Fused
 // program's gelu instructions): the AVX-512 variant's vector code (elementwise_math.h) bitwise
 // the AVX2 variant's scalar loops, which GCC compiles with the same fused multiply-adds. On
@@ -262,16 +279,8 @@ TEST(CpuVariants, GeluIsBitwiseTheSameInEveryVariant) {
   const auto [avx512, avx2] = avx512_and_avx2();
   if (!avx512 || !avx2)
     GTEST_SKIP() << "the vector gelu is in the AVX-512 variant, which this CPU (or build) lacks";
-  const int64_t n = (int64_t{1} << 20) + 9;
-  std::vector<float> x(static_cast<size_t>(n)), dy(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const auto u = static_cast<uint32_t>(static_cast<uint64_t>(i) * 4093u + 17u);
-    std::memcpy(&x[static_cast<size_t>(i)], &u, 4);
-    dy[static_cast<size_t>(i)] = (i % 3 == 0 ? 0.7f : i % 3 == 1 ? 1.0f : -3.25e-3f);
-  }
-  x[0] = 0.0f;
-  x[1] = -0.0f;
-  x[2] = std::numeric_limits<float>::quiet_NaN();
+  const auto [x, dy] = gelu_inputs();
+  const auto n = static_cast<int64_t>(x.size());
   const ir::GeluAttrs tanh_form{.tanh_approx = true};
   const auto gelu = op(ir::OpCode::Gelu, tanh_form, {leaf({n})});
   const auto grad = op(ir::OpCode::GeluGrad, tanh_form, {leaf({n}), leaf({n})});
@@ -368,16 +377,8 @@ TEST(CpuVariants, Avx2VectorMathIsBitwiseTheScalarForms) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
     GTEST_SKIP() << "this CPU has no AVX2 with FMA, which the AVX2 variant's vector math needs";
   ASSERT_TRUE(avx2_ref::vector_code());
-  const int64_t n = (int64_t{1} << 20) + 9;
-  std::vector<float> x(static_cast<size_t>(n)), dy(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const auto u = static_cast<uint32_t>(static_cast<uint64_t>(i) * 4093u + 17u);
-    std::memcpy(&x[static_cast<size_t>(i)], &u, 4);
-    dy[static_cast<size_t>(i)] = (i % 3 == 0 ? 0.7f : i % 3 == 1 ? 1.0f : -3.25e-3f);
-  }
-  x[0] = 0.0f;
-  x[1] = -0.0f;
-  x[2] = std::numeric_limits<float>::quiet_NaN();
+  const auto [x, dy] = gelu_inputs();
+  const auto n = static_cast<int64_t>(x.size());
   std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
   auto same = [&](const char* what) {
     for (size_t i = 0; i < a.size(); ++i)
