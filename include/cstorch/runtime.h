@@ -170,7 +170,10 @@ auto step_closure(F fn) {
 void synchronize();
 // How many steps the executor may run behind the caller (default 2; at least 1).
 void set_lookahead(int steps);
-// Threads of the shared compute pool (OpenMP and OpenBLAS).
+// Threads of the shared compute pool (OpenMP and OpenBLAS). Results do not depend on it: work
+// is split across threads, but no sum's order follows the thread count, so training gives the
+// same bits at any setting (on one machine; CPUs with other instruction sets differ in the last
+// bits).
 void set_num_threads(int n);
 int get_num_threads();
 // As torch.set_flush_denormal: when on, f32/f64 denormal inputs read as zero and denormal
