@@ -28,7 +28,7 @@ std::vector<std::string> step_lines(const std::string& out) {
 
 TEST(DataResume, ResumedProcessSeesTheSameBatches) {
   auto dir = e2e::temp_dir("cstorch_e2e", "data_resume");
-  const std::string bin = std::string(CSTORCH_BINARY_DIR) + "/data_resume";
+  const std::string bin = CSTORCH_BINARY_DIR "/data_resume";
   int status = 0;
   auto full = run(bin + " --max-steps 100", &status);
   ASSERT_EQ(status, 0) << full;

@@ -46,11 +46,16 @@ TEST(CpuVariants, TheBestVariantThisCpuRunsIsChosen) {
   }
   std::vector<std::string> names;
   for (const cpu::KernelVariant* v : all) names.push_back(v->name);
-  if (names.size() == 1) {
+  if (names == std::vector<std::string>{"native"} || names == std::vector<std::string>{"generic"}) {
     // A native build (CSTORCH_NATIVE=ON) or a portable build off x86-64.
     EXPECT_TRUE(names[0] == "native" || names[0] == "generic") << names[0];
   } else {
-    EXPECT_EQ(names, (std::vector<std::string>{"avx512", "avx2", "x86-64"}));
+    // Best first (a tree that only this machine runs may leave out variants it does not
+    // need: CSTORCH_CPU_VARIANT_SUBSET).
+    std::vector<std::string> in_order;
+    for (const char* n : {"avx512", "avx2", "x86-64"})
+      if (std::find(names.begin(), names.end(), n) != names.end()) in_order.push_back(n);
+    EXPECT_EQ(names, in_order);
   }
   // The backend object hands out the running variant's kernels.
   EXPECT_EQ(cpu::backend().kernel(ir::OpCode::Linear),
