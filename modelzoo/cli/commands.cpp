@@ -13,6 +13,7 @@
 #include "cstorch/config.h"
 #include "cstorch/distributed.h"
 #include "modelzoo/cli.h"
+#include "modelzoo/cli/whole_number.h"
 #include "modelzoo/legacy.h"
 #include "modelzoo/overrides.h"
 #include "modelzoo/plot.h"
@@ -51,10 +52,12 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
   cmd->add_option("-o,--model_dir", o.model_dir, "Directory for checkpoints and logs");
   cmd->add_option("--max_steps", o.max_steps,
                   "Train to this step: trainer.init.loop.max_steps of every phase (legacy "
-                  "params: runconfig.max_steps)");
+                  "params: runconfig.max_steps)")
+      ->check(cli::whole_number<int64_t>());
   cmd->add_option("--seed", o.seed,
                   "The run's seed: trainer.init.seed of every phase (legacy params: "
-                  "runconfig.seed)");
+                  "runconfig.seed)")
+      ->check(cli::whole_number<int64_t>());
   cmd->add_option("--checkpoint_path", o.checkpoint_path, "Checkpoint to start from / evaluate");
   cmd->add_flag("--compile_only", o.compile_only,
                 "Compile the steps, write their reports to MODEL_DIR/cerebras_logs (printed), "

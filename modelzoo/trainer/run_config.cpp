@@ -1,6 +1,8 @@
 // run_config: every trainer phase of a YAML config, in order.
+#include <cstdio>
 #include <filesystem>
 
+#include "cstorch/distributed.h"
 #include "modelzoo/trainer.h"
 
 namespace modelzoo {
@@ -46,8 +48,18 @@ void run_phase(const ConfigView& phase, Mode mode, const RunOverrides& o) {
       // Without a checkpoint path: the latest checkpoint in model_dir, if any.
       auto ckpt = ckpt_of(v);
       auto found = trainer.checkpoints();
-      if (!ckpt && trainer.checkpoint_config().autoload_last_checkpoint && !found.empty())
-        ckpt = found.back().second;
+      const bool autoload = trainer.checkpoint_config().autoload_last_checkpoint;
+      if (!ckpt && autoload && !found.empty()) ckpt = found.back().second;
+      // Said, not silent: a mistyped model_dir would otherwise report the accuracy of
+      // untrained weights as if it were the run's.
+      if (!ckpt && cstorch::distributed::is_main_process()) {
+        fmt::print(stderr,
+                   "warning: validate: no checkpoint given (--checkpoint_path or "
+                   "validate.ckpt_path) and {}: validating the model's initial weights\n",
+                   found.empty() ? fmt::format("none in '{}'", trainer.model_dir())
+                                 : std::string("checkpoint.autoload_last_checkpoint is false"));
+        std::fflush(stderr);
+      }
       trainer.validate(make_dataloader(v.at("val_dataloader")), ckpt);
       break;
     }

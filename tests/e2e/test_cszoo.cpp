@@ -191,6 +191,17 @@ TEST(CszooE2E, OverridesAndRunFlags) {
                      "--max_steps 0)"),
             std::string::npos)
       << out;
+  // An integer flag out of its type's range (CLI11 alone saturated it and ran) or not a whole
+  // number: a usage error naming the flag; nothing runs.
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--seed 99999999999999999999",
+            "--seed: 99999999999999999999 is out of range (-9223372036854775808 to "
+            "9223372036854775807)"},
+           {"--max_steps 2x", "--max_steps: 2x is not a whole number from "}}) {
+    out = run(kCszoo + " fit " + cfg + " " + args + " -o " + (root / "e").string(), &st);
+    EXPECT_NE(st, 0) << args << ": " << out;
+    EXPECT_NE(out.find(want), std::string::npos) << out;
+  }
   EXPECT_FALSE(fs::exists(root / "e" / "checkpoint_6.mdl"));
   fs::remove_all(root);
 }
@@ -255,6 +266,23 @@ TEST(CszooE2E, ValidationSemanticsAndDryRuns) {
     EXPECT_FALSE(fs::exists(dir / "checkpoint_6.mdl")) << out;
   }
   EXPECT_FALSE(fs::exists(root / "cerebras_logs"));
+
+  // validate with no checkpoint to read says so (a mistyped model_dir would otherwise report
+  // untrained weights' accuracy as the run's); with one, no warning.
+  std::ofstream(cfg, std::ios::app)
+      << "  validate:\n    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: "
+      << data.string() << ", split: test, batch_size: 50, synthetic: false}\n";
+  out = run(kCszoo + " validate " + cfg + " -o " + (root / "empty").string(), &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("warning: validate: no checkpoint given (--checkpoint_path or "
+                     "validate.ckpt_path) and none in '" +
+                     (root / "empty").string() + "': validating the model's initial weights"),
+            std::string::npos)
+      << out;
+  out = run(kCszoo + " validate " + cfg, &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("loaded checkpoint"), std::string::npos) << out;
+  EXPECT_EQ(out.find("warning: validate"), std::string::npos) << out;
   fs::remove_all(root);
 }
 

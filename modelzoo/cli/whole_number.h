@@ -1,0 +1,39 @@
+// A CLI11 check for integer options. CLI11 2.1 converts a 64-bit option with strtoll / strtoull
+// and does not look at their range error: `--seed 99999999999999999999` became 2^63 - 1 and ran,
+// and an unsigned option read `-5` as 2^64 - 5. This check runs before the conversion and
+// rejects both, naming the option (CLI11 prefixes its name) and the type's range.
+#pragma once
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <limits>
+#include <string>
+#include <system_error>
+#include <type_traits>
+
+namespace modelzoo::cli {
+
+// Accepts an optional '+' (or '-' when T is signed) and decimal digits that fit T, nothing else.
+template <class T>
+CLI::Validator whole_number() {
+  static_assert(std::is_integral_v<T>);
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const char* b = s.data();
+        const char* e = b + s.size();
+        if (b != e && *b == '+') ++b;
+        T v{};
+        const auto [end, ec] = std::from_chars(b, e, v);
+        const std::string range = fmt::format("{} to {}", std::numeric_limits<T>::min(),
+                                              std::numeric_limits<T>::max());
+        if (ec == std::errc::result_out_of_range)
+          return fmt::format("{} is out of range ({})", s, range);
+        if (b == e || ec != std::errc() || end != e)
+          return fmt::format("{} is not a whole number from {}", s, range);
+        return {};
+      },
+      "", "whole_number");
+}
+
+}  // namespace modelzoo::cli
