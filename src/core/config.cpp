@@ -122,6 +122,11 @@ Config convert(const YAML::Node& top, const std::string& where) {
         fail("{}a key under {} (line {}) is not valid UTF-8 text", where, show_path(path),
              f.it->first.Mark().line + 1);
       path += (path.empty() ? "" : ".") + key;
+      // YAML readers keep one of the two values without a word (yaml-cpp the first, PyYAML the
+      // last): a key written twice is a mistake either way.
+      if (f.value.contains(key))
+        fail("{}{} is given twice (again at line {}): a key appears once in a map", where,
+             show_path(path), f.it->first.Mark().line + 1);
     } else {
       path += "[" + std::to_string(f.value.size()) + "]";
     }

@@ -120,3 +120,19 @@ TEST(ConfigLimits, DirectoryAndNonMapTopLevelAreNamed) {
   }
   fs::remove_all(dir);
 }
+
+// A key written twice in one map is an error naming the file, the key path and the second
+// line (yaml-cpp kept one of the two values without a word); the same key in two maps is not.
+TEST(ConfigLimits, AKeyGivenTwiceInOneMapIsAnError) {
+  auto dir = temp_dir("duplicate");
+  std::string p = write(dir / "d.yaml",
+                        "trainer:\n  init:\n    device: CPU\n    seed: 1\n    device: GPU\n");
+  expect_error([&] { cs::load_config_file(p); },
+               {"config: " + p + ": ", "'trainer.init.device' is given twice (again at line 5)"});
+  expect_error([&] { cs::parse_config("a: [1, {d: 2, d: 3}]"); },
+               {"'a[1].d' is given twice (again at line 1)"});
+  const cs::Config ok = cs::parse_config("a: {d: 1}\nb: {d: 2}\nc: [{d: 3}, {d: 4}]\n");
+  EXPECT_EQ(ok["b"]["d"].get<int>(), 2);
+  EXPECT_EQ(ok["c"][1]["d"].get<int>(), 4);
+  fs::remove_all(dir);
+}
