@@ -125,8 +125,8 @@ TEST(ConfigLimits, DirectoryAndNonMapTopLevelAreNamed) {
 // line (yaml-cpp kept one of the two values without a word); the same key in two maps is not.
 TEST(ConfigLimits, AKeyGivenTwiceInOneMapIsAnError) {
   auto dir = temp_dir("duplicate");
-  std::string p = write(dir / "d.yaml",
-                        "trainer:\n  init:\n    device: CPU\n    seed: 1\n    device: GPU\n");
+  std::string p =
+      write(dir / "d.yaml", "trainer:\n  init:\n    device: CPU\n    seed: 1\n    device: GPU\n");
   expect_error([&] { cs::load_config_file(p); },
                {"config: " + p + ": ", "'trainer.init.device' is given twice (again at line 5)"});
   expect_error([&] { cs::parse_config("a: [1, {d: 2, d: 3}]"); },
