@@ -25,8 +25,8 @@ CLI::Validator whole_number() {
         if (b != e && *b == '+') ++b;
         T v{};
         const auto [end, ec] = std::from_chars(b, e, v);
-        const std::string range = fmt::format("{} to {}", std::numeric_limits<T>::min(),
-                                              std::numeric_limits<T>::max());
+        const std::string range =
+            fmt::format("{} to {}", std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
         if (ec == std::errc::result_out_of_range)
           return fmt::format("{} is out of range ({})", s, range);
         if (b == e || ec != std::errc() || end != e)
