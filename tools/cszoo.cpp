@@ -24,6 +24,7 @@
 #include "cstorch/core/error.h"
 #include "cstorch/version.h"
 #include "modelzoo/cli.h"
+#include "modelzoo/interrupt.h"
 
 namespace {
 
@@ -106,5 +107,7 @@ int main(int argc, char** argv) {
     // A failing replica must stop the others too (they would wait in a collective).
     modelzoo::fail_command(e.what());
   }
+  // A fit stopped by Ctrl-C ends by that signal once wound up, as a shell expects.
+  modelzoo::exit_if_interrupted();
   return status;
 }

@@ -14,6 +14,7 @@
 #include "cstorch/distributed.h"
 #include "modelzoo/cli.h"
 #include "modelzoo/cli/whole_number.h"
+#include "modelzoo/interrupt.h"
 #include "modelzoo/legacy.h"
 #include "modelzoo/overrides.h"
 #include "modelzoo/plot.h"
@@ -297,6 +298,8 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
     }
     apply_backend_options(root, opts);
     if (mode == Mode::Fit) launch_replicas_if_needed(required_replicas(root, false));
+    // Ctrl-C stops a single process's fit after its current step (modelzoo/interrupt.h).
+    if (mode == Mode::Fit && cstorch::distributed::world_size() == 1) install_interrupt_handlers();
     // The record holds what each phase's Trainer is built from.
     record.config = root;
     for_each_phase_init(record.config, [&](Config& init) { apply_run_overrides(init, ov); });

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "cstorch/distributed.h"
+#include "modelzoo/interrupt.h"
 #include "modelzoo/trainer.h"
 
 namespace modelzoo {
@@ -111,6 +112,7 @@ void run_config(const Config& root, Mode mode, const RunOverrides& o) {
       ConfigView entry = t.at(i);
       entry.check_keys({"trainer"});
       run_phase(entry.at("trainer"), mode, o);
+      if (interrupt_signal() != 0) return;  // an interrupted fit ends the command
     }
   } else {
     run_phase(t, mode, o);

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 
 #include "cstorch/amp.h"
@@ -14,6 +16,7 @@
 #include "cstorch/distributed.h"
 #include "cstorch/metrics.h"
 #include "cstorch/tensor.h"
+#include "modelzoo/interrupt.h"
 #include "modelzoo/trainer/core_callbacks.h"
 #include "modelzoo/trainer/trainer_impl.h"
 
@@ -803,6 +806,7 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
   if (!participating_) return;  // a process beyond this trainer's replicas
   stop_requested_ = false;
   stop_reason_.clear();
+  bool interrupted = false;  // by a signal (include/modelzoo/interrupt.h)
   begin_run("fit", ckpt_path.value_or(""));
   each([&](Callback& c) { c.on_fit_start(*this); });
   try {
@@ -910,6 +914,10 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       ArtifactDirScope artifacts(*backend_, impl_->artifact_dir);
       const FileTimes reports_before = dry_run ? artifact_files(*backend_) : FileTimes();
       int64_t epoch = -1;
+      // Ctrl-C / SIGTERM (with cszoo's handlers) stop after the current step; a run of several
+      // replicas keeps the default (its processes could not agree on the step).
+      std::optional<detail::InterruptScope> interruptible;
+      if (replicas_ == 1 && cstorch::distributed::world_size() == 1) interruptible.emplace();
       for (const Batch& batch : executor) {
         const int64_t micro = executor.step();
         const bool last_micro = (micro + 1) % accum == 0;
@@ -940,13 +948,24 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
           validate(val);
           model_->train();
         }
+        if (interruptible && interrupt_signal() != 0 && !stop_requested_) {
+          request_stop(interrupt_signal() == SIGINT ? "interrupted (SIGINT)"
+                                                    : "interrupted (SIGTERM)");
+          interrupted = true;
+        }
         if (stop_requested_ && !last) {
           // A callback asked to stop (early stopping): end here as a finished run would, with
           // a checkpoint of this step.
           if (ckpt_.save_at_end && last_saved_step_ != global_step_)
             for (auto& core : impl_->core) core->on_checkpoint_step(*this);
           if (cstorch::distributed::is_main_process()) {
-            fmt::print("stopping early at step {}: {}\n", global_step_, stop_reason_);
+            if (interrupted)
+              fmt::print("stopped at step {}: {}; {}\n", global_step_, stop_reason_,
+                         last_saved_step_ == global_step_
+                             ? "the same command resumes from this step's checkpoint"
+                             : "no checkpoint of this step (checkpoint.save_at_end is false)");
+            else
+              fmt::print("stopping early at step {}: {}\n", global_step_, stop_reason_);
             std::fflush(stdout);
           }
           break;
@@ -964,14 +983,15 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     // A given validation loader runs at the end, whether or not eval_frequency is set (unless
     // an early stop followed a validation of this very step); in a compile_only /
     // validate_only run this prepares the validation step without running it.
-    if (val && !(stop_requested_ && validated_step_ == global_step_)) validate(val);
+    // An interrupted run ends now, without it.
+    if (val && !interrupted && !(stop_requested_ && validated_step_ == global_step_)) validate(val);
   } catch (const std::exception& e) {
     each([&](Callback& c) { c.on_fit_exception(*this, e); });
     end_run("failed");
     throw;
   }
   each([&](Callback& c) { c.on_fit_end(*this); });
-  end_run(stop_requested_ ? "stopped early" : "completed");
+  end_run(interrupted ? "interrupted" : stop_requested_ ? "stopped early" : "completed");
 }
 
 double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path) {

@@ -98,6 +98,32 @@ std::string write_tiny_config(const fs::path& dir, const fs::path& data) {
   return path;
 }
 
+// Starts `cszoo fit CFG --python_paths PLUGINS` in a child process, its output into `log`.
+pid_t spawn_fit(const std::string& cfg, const fs::path& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(kCszoo.c_str(), kCszoo.c_str(), "fit", cfg.c_str(), "--python_paths", kPlugins.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits (at most a minute) until `path` exists.
+void wait_for_file(const fs::path& path) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(path) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
@@ -304,20 +330,10 @@ TEST(CszooE2E, KilledFitResumesToTheSameFinalState) {
   auto killed = root / "killed";
   fs::create_directories(killed);
   std::string cfg = write_config(killed, data, 40);
-  pid_t pid = fork();
+  pid_t pid = spawn_fit(cfg, root / "killed.log");
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, 1);
-    dup2(devnull, 2);
-    execl(kCszoo.c_str(), kCszoo.c_str(), "fit", cfg.c_str(), "--python_paths", kPlugins.c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
   auto first = killed / "model" / "checkpoint_20.mdl";
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!fs::exists(first) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  wait_for_file(first);
   kill(pid, SIGKILL);
   int ws = 0;
   waitpid(pid, &ws, 0);
@@ -346,6 +362,60 @@ TEST(CszooE2E, KilledFitResumesToTheSameFinalState) {
   EXPECT_TRUE(fs::exists(killed / "model" / "loss_lr.png"));
   out = run(kCszoo + " checkpoint convert " + (killed / "model" / "checkpoint_60.mdl").string() +
                 " " + (root / "final.pt").string(),
+            &st);
+  EXPECT_EQ(st, 0) << out;
+  fs::remove_all(root);
+}
+
+// SIGTERM (as Ctrl-C's SIGINT) during fit: the run stops after its current step with a
+// checkpoint of that step, records itself as interrupted and ends by the signal; the same
+// command then resumes to the final state of an uninterrupted run.
+TEST(CszooE2E, InterruptedFitStopsAfterItsStepAndResumesToTheSameFinalState) {
+  auto root = temp_dir("interrupt");
+  auto data = root / "mnist";
+  cstorch::data::write_synthetic_mnist(data.string(), 2000, 300, 11);
+  auto straight = root / "straight";
+  fs::create_directories(straight);
+  int st = 0;
+  std::string out =
+      run(kCszoo + " fit " + write_config(straight, data, 0) + " --python_paths " + kPlugins, &st);
+  ASSERT_EQ(st, 0) << out;
+
+  auto stopped = root / "stopped";
+  fs::create_directories(stopped);
+  const std::string cfg = write_config(stopped, data, 40);
+  pid_t pid = spawn_fit(cfg, root / "stopped.log");
+  ASSERT_GE(pid, 0);
+  wait_for_file(stopped / "model" / "checkpoint_20.mdl");
+  kill(pid, SIGTERM);
+  int ws = 0;
+  waitpid(pid, &ws, 0);
+  out = read_file(root / "stopped.log");
+  ASSERT_TRUE(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGTERM) << ws << "\n" << out;
+  const auto at = out.find("stopped at step ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const int step = std::stoi(out.substr(at + 16));
+  EXPECT_GE(step, 20);
+  EXPECT_LT(step, 60);
+  EXPECT_NE(out.find(fmt::format("stopped at step {}: interrupted (SIGTERM); the same command "
+                                 "resumes from this step's checkpoint",
+                                 step)),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("== fit interrupted: "), std::string::npos) << out;
+  EXPECT_EQ(out.find("validation at step " + std::to_string(step)), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(stopped / "model" / fmt::format("checkpoint_{}.mdl", step))) << out;
+  const std::string record = read_file(stopped / "model" / "run_records" / "run_0001.yaml");
+  EXPECT_NE(record.find("status: \"interrupted\""), std::string::npos) << record;
+  EXPECT_NE(record.find("stop_reason: \"interrupted (SIGTERM)\""), std::string::npos) << record;
+  EXPECT_NE(record.find(fmt::format("end_step: {}", step)), std::string::npos) << record;
+
+  out = run(kCszoo + " fit " + cfg + " --python_paths " + kPlugins, &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find(fmt::format("checkpoint_{}.mdl (step {})", step, step)), std::string::npos)
+      << out;
+  out = run(kCszoo + " checkpoint diff " + (straight / "model" / "checkpoint_60.mdl").string() +
+                " " + (stopped / "model" / "checkpoint_60.mdl").string(),
             &st);
   EXPECT_EQ(st, 0) << out;
   fs::remove_all(root);
