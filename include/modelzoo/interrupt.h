@@ -13,7 +13,8 @@ namespace modelzoo {
 // called (SIGINT in a shell's background job) stays ignored.
 void install_interrupt_handlers();
 
-// The signal that asked a training loop to stop (SIGINT or SIGTERM), or 0.
+// The signal that asked a training loop to stop (SIGINT or SIGTERM), or 0. The request stays
+// for the life of the process: a later fit in it stops after its first step.
 int interrupt_signal();
 
 // After an interrupted run has been wound up: ends the process by that signal with its default
