@@ -562,8 +562,15 @@ std::string Trainer::save_checkpoint() {
 
 void Trainer::load_checkpoint(const std::string& path) {
   cstorch::synchronize();
-  State s = cstorch::load(path);
-  load_state_dict(s);
+  try {
+    State s = cstorch::load(path);
+    load_state_dict(s);
+  } catch (const std::exception& e) {
+    // A mismatch found by load_state_dict names the key, not the file.
+    const std::string what = e.what();
+    if (what.find(path) != std::string::npos) throw;
+    cstorch::fail("checkpoint {}: {}", path, what);
+  }
   if (cstorch::distributed::is_main_process())
     fmt::print("loaded checkpoint {} (step {})\n", path, global_step_);
 }
@@ -815,7 +822,17 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       load_checkpoint(*ckpt_path);
     } else if (ckpt_.autoload_last_checkpoint) {
       auto found = checkpoints();
-      if (!found.empty()) load_checkpoint(found.back().second);
+      if (!found.empty()) {
+        try {
+          load_checkpoint(found.back().second);
+        } catch (const std::exception& e) {
+          // The user may not know that this run resumes: say so, and how not to.
+          cstorch::fail(
+              "{} (fit resumes from the latest checkpoint in model_dir '{}'; another model_dir, "
+              "--checkpoint_path or checkpoint.autoload_last_checkpoint: false starts otherwise)",
+              e.what(), model_dir_);
+        }
+      }
     }
 
     if (pending_loader_state_) {

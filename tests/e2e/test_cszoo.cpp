@@ -217,6 +217,20 @@ TEST(CszooE2E, OverridesAndRunFlags) {
                      "--max_steps 0)"),
             std::string::npos)
       << out;
+  // A config that no longer matches model_dir's latest checkpoint: the error names the file
+  // and says that fit resumes from it.
+  out = run(kCszoo + " fit " + cfg + " --max_steps 3 trainer.init.model.hidden_sizes=[16] -o " +
+                (root / "b").string(),
+            &st);
+  EXPECT_EQ(st, 1) << out;
+  EXPECT_NE(out.find("error: checkpoint " + (root / "b" / "checkpoint_2.mdl").string() +
+                     ": load_state_dict"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("(fit resumes from the latest checkpoint in model_dir '" +
+                     (root / "b").string() + "'; another model_dir"),
+            std::string::npos)
+      << out;
   // An integer flag out of its type's range (CLI11 alone saturated it and ran) or not a whole
   // number: a usage error naming the flag; nothing runs.
   for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
