@@ -98,6 +98,19 @@ std::string write_tiny_config(const fs::path& dir, const fs::path& data) {
   return path;
 }
 
+// Synthetic MNIST in `data`, then an uninterrupted fit of write_config in root/straight: its
+// final checkpoint (step 60).
+fs::path straight_run(const fs::path& root, const fs::path& data) {
+  cstorch::data::write_synthetic_mnist(data.string(), 2000, 300, 11);
+  auto straight = root / "straight";
+  fs::create_directories(straight);
+  int st = 0;
+  std::string out =
+      run(kCszoo + " fit " + write_config(straight, data, 0) + " --python_paths " + kPlugins, &st);
+  EXPECT_EQ(st, 0) << out;
+  return straight / "model" / "checkpoint_60.mdl";
+}
+
 // Starts `cszoo fit CFG --python_paths PLUGINS` in a child process, its output into `log`.
 pid_t spawn_fit(const std::string& cfg, const fs::path& log) {
   pid_t pid = fork();
@@ -329,16 +342,10 @@ TEST(CszooE2E, ValidationSemanticsAndDryRuns) {
 TEST(CszooE2E, KilledFitResumesToTheSameFinalState) {
   auto root = temp_dir("resume");
   auto data = root / "mnist";
-  cstorch::data::write_synthetic_mnist(data.string(), 2000, 300, 11);
-
-  // Uninterrupted.
-  auto straight = root / "straight";
-  fs::create_directories(straight);
+  const fs::path straight_final = straight_run(root, data);
+  ASSERT_TRUE(fs::exists(straight_final));
   int st = 0;
-  std::string out =
-      run(kCszoo + " fit " + write_config(straight, data, 0) + " --python_paths " + kPlugins, &st);
-  ASSERT_EQ(st, 0) << out;
-  ASSERT_TRUE(fs::exists(straight / "model" / "checkpoint_60.mdl")) << out;
+  std::string out;
 
   // Killed with SIGKILL after its first checkpoint, then the same command again.
   auto killed = root / "killed";
@@ -361,8 +368,8 @@ TEST(CszooE2E, KilledFitResumesToTheSameFinalState) {
 
   // Every key of the final checkpoints is equal: model, optimizer, scheduler, grad scaler,
   // data position, RNG, step.
-  out = run(kCszoo + " checkpoint diff " + (straight / "model" / "checkpoint_60.mdl").string() +
-                " " + (killed / "model" / "checkpoint_60.mdl").string(),
+  out = run(kCszoo + " checkpoint diff " + straight_final.string() + " " +
+                (killed / "model" / "checkpoint_60.mdl").string(),
             &st);
   EXPECT_EQ(st, 0) << out;
 
@@ -387,13 +394,10 @@ TEST(CszooE2E, KilledFitResumesToTheSameFinalState) {
 TEST(CszooE2E, InterruptedFitStopsAfterItsStepAndResumesToTheSameFinalState) {
   auto root = temp_dir("interrupt");
   auto data = root / "mnist";
-  cstorch::data::write_synthetic_mnist(data.string(), 2000, 300, 11);
-  auto straight = root / "straight";
-  fs::create_directories(straight);
+  const fs::path straight_final = straight_run(root, data);
+  ASSERT_TRUE(fs::exists(straight_final));
   int st = 0;
-  std::string out =
-      run(kCszoo + " fit " + write_config(straight, data, 0) + " --python_paths " + kPlugins, &st);
-  ASSERT_EQ(st, 0) << out;
+  std::string out;
 
   auto stopped = root / "stopped";
   fs::create_directories(stopped);
@@ -428,8 +432,8 @@ TEST(CszooE2E, InterruptedFitStopsAfterItsStepAndResumesToTheSameFinalState) {
   ASSERT_EQ(st, 0) << out;
   EXPECT_NE(out.find(fmt::format("checkpoint_{}.mdl (step {})", step, step)), std::string::npos)
       << out;
-  out = run(kCszoo + " checkpoint diff " + (straight / "model" / "checkpoint_60.mdl").string() +
-                " " + (stopped / "model" / "checkpoint_60.mdl").string(),
+  out = run(kCszoo + " checkpoint diff " + straight_final.string() + " " +
+                (stopped / "model" / "checkpoint_60.mdl").string(),
             &st);
   EXPECT_EQ(st, 0) << out;
   fs::remove_all(root);
