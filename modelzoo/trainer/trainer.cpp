@@ -970,9 +970,10 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
                                                     : "interrupted (SIGTERM)");
           interrupted = true;
         }
-        if (stop_requested_ && !last) {
-          // A callback asked to stop (early stopping): end here as a finished run would, with
-          // a checkpoint of this step.
+        if (stop_requested_ && (!last || interrupted)) {
+          // A callback asked to stop (early stopping), or a signal (also in the last step, whose
+          // final validation it skips): end here as a finished run would, with a checkpoint of
+          // this step.
           if (ckpt_.save_at_end && last_saved_step_ != global_step_)
             for (auto& core : impl_->core) core->on_checkpoint_step(*this);
           if (cstorch::distributed::is_main_process()) {
