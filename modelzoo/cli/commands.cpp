@@ -54,11 +54,11 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
   cmd->add_option("--max_steps", o.max_steps,
                   "Train to this step: trainer.init.loop.max_steps of every phase (legacy "
                   "params: runconfig.max_steps)")
-      ->check(cli::whole_number<int64_t>());
+      ->transform(cli::whole_number<int64_t>());
   cmd->add_option("--seed", o.seed,
                   "The run's seed: trainer.init.seed of every phase (legacy params: "
                   "runconfig.seed)")
-      ->check(cli::whole_number<int64_t>());
+      ->transform(cli::whole_number<int64_t>());
   cmd->add_option("--checkpoint_path", o.checkpoint_path, "Checkpoint to start from / evaluate");
   cmd->add_flag("--compile_only", o.compile_only,
                 "Compile the steps, write their reports to MODEL_DIR/cerebras_logs (printed), "

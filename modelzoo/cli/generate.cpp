@@ -153,16 +153,16 @@ void register_generate_command(CLI::App& app, int& status) {
   g->add_option("--prompt_ids", a.prompt_ids, "Prompt token ids, comma-separated: 1,2,3");
   g->add_option("--tokenizer", a.tokenizer, "Byte-level BPE files: vocab.json,merges.txt");
   g->add_option("--max_new_tokens", a.max_new_tokens, "Tokens to generate (default 20)")
-      ->check(cli::whole_number<int64_t>());
+      ->transform(cli::whole_number<int64_t>());
   auto* top_k = g->add_option("--top_k", a.top_k_in, "Sample from the k most likely tokens")
-                    ->check(cli::whole_number<int64_t>());
+                    ->transform(cli::whole_number<int64_t>());
   auto* top_p = g->add_option("--top_p", a.top_p_in, "Sample from the nucleus of mass p");
   auto* temp =
       g->add_option("--temperature", a.temperature_in, "Sampling temperature (0 = greedy)");
   g->add_option("--seed", a.seed, "Sampling seed (default 0)")
-      ->check(cli::whole_number<uint64_t>());
+      ->transform(cli::whole_number<uint64_t>());
   auto* eos = g->add_option("--eos_token_id", a.eos_in, "Stop after generating this token")
-                  ->check(cli::whole_number<int64_t>());
+                  ->transform(cli::whole_number<int64_t>());
   g->callback([&status, top_k, top_p, temp, eos] {
     if (top_k->count()) a.top_k = a.top_k_in;
     if (top_p->count()) a.top_p = a.top_p_in;

@@ -1,7 +1,8 @@
 // A CLI11 check for integer options. CLI11 2.1 converts a 64-bit option with strtoll / strtoull
 // and does not look at their range error: `--seed 99999999999999999999` became 2^63 - 1 and ran,
-// and an unsigned option read `-5` as 2^64 - 5. This check runs before the conversion and
-// rejects both, naming the option (CLI11 prefixes its name) and the type's range.
+// and an unsigned option read `-5` as 2^64 - 5; with base 0, `--seed 010` was 8. This runs
+// before the conversion, rejects the first two, naming the option (CLI11 prefixes its name) and
+// the type's range, and reads the third as 10.
 #pragma once
 #include <fmt/format.h>
 
@@ -14,7 +15,9 @@
 
 namespace modelzoo::cli {
 
-// Accepts an optional '+' (or '-' when T is signed) and decimal digits that fit T, nothing else.
+// Accepts an optional '+' (or '-' when T is signed) and decimal digits that fit T, nothing else,
+// and hands the value on in canonical decimal. Use with CLI::Option::transform (check would
+// hand CLI11 the string as typed).
 template <class T>
 CLI::Validator whole_number() {
   static_assert(std::is_integral_v<T>);
@@ -31,6 +34,7 @@ CLI::Validator whole_number() {
           return fmt::format("{} is out of range ({})", s, range);
         if (b == e || ec != std::errc() || end != e)
           return fmt::format("{} is not a whole number from {}", s, range);
+        s = fmt::format("{}", v);  // decimal for CLI11, which reads "010" as octal
         return {};
       },
       "", "whole_number");

@@ -256,6 +256,10 @@ TEST(CszooE2E, OverridesAndRunFlags) {
     EXPECT_NE(out.find(want), std::string::npos) << out;
   }
   EXPECT_FALSE(fs::exists(root / "e" / "checkpoint_6.mdl"));
+  // A leading zero is decimal (CLI11 alone read 010 as octal, 8).
+  out = run(kCszoo + " fit " + cfg + " --seed 010 --compile_only -o " + (root / "e").string(), &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("trainer.init.seed=10"), std::string::npos) << out;
   fs::remove_all(root);
 }
 
