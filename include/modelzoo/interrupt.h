@@ -22,16 +22,4 @@ int interrupt_signal();
 // none.
 void exit_if_interrupted();
 
-namespace detail {
-// While one is alive, a first signal asks to stop instead of ending the process (Trainer::fit's
-// step loop).
-class InterruptScope {
- public:
-  InterruptScope();
-  ~InterruptScope();
-  InterruptScope(const InterruptScope&) = delete;
-  InterruptScope& operator=(const InterruptScope&) = delete;
-};
-}  // namespace detail
-
 }  // namespace modelzoo

@@ -298,7 +298,8 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
     }
     apply_backend_options(root, opts);
     if (mode == Mode::Fit) launch_replicas_if_needed(required_replicas(root, false));
-    // Ctrl-C stops a single process's fit after its current step (modelzoo/interrupt.h).
+    // Ctrl-C stops a single process's fit after its current step (modelzoo/interrupt.h). Not
+    // in a rank of an MPI launch: its communicator has a SIGTERM handler of its own.
     if (mode == Mode::Fit && cstorch::distributed::world_size() == 1) install_interrupt_handlers();
     // The record holds what each phase's Trainer is built from.
     record.config = root;

@@ -28,12 +28,11 @@ CLI::Validator whole_number() {
         if (b != e && *b == '+') ++b;
         T v{};
         const auto [end, ec] = std::from_chars(b, e, v);
-        const std::string range =
-            fmt::format("{} to {}", std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+        constexpr T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
         if (ec == std::errc::result_out_of_range)
-          return fmt::format("{} is out of range ({})", s, range);
+          return fmt::format("{} is out of range ({} to {})", s, lo, hi);
         if (b == e || ec != std::errc() || end != e)
-          return fmt::format("{} is not a whole number from {}", s, range);
+          return fmt::format("{} is not a whole number from {} to {}", s, lo, hi);
         s = fmt::format("{}", v);  // decimal for CLI11, which reads "010" as octal
         return {};
       },

@@ -2,6 +2,8 @@
 // calls only async-signal-safe functions (write, signal, raise).
 #include "modelzoo/interrupt.h"
 
+#include "modelzoo/trainer/interrupt_scope.h"
+
 #include <unistd.h>
 
 #include <atomic>

@@ -18,6 +18,7 @@
 #include "cstorch/tensor.h"
 #include "modelzoo/interrupt.h"
 #include "modelzoo/trainer/core_callbacks.h"
+#include "modelzoo/trainer/interrupt_scope.h"
 #include "modelzoo/trainer/trainer_impl.h"
 
 namespace modelzoo {
@@ -562,14 +563,12 @@ std::string Trainer::save_checkpoint() {
 
 void Trainer::load_checkpoint(const std::string& path) {
   cstorch::synchronize();
+  State s = cstorch::load(path);  // its errors name the file
   try {
-    State s = cstorch::load(path);
     load_state_dict(s);
   } catch (const std::exception& e) {
-    // A mismatch found by load_state_dict names the key, not the file.
-    const std::string what = e.what();
-    if (what.find(path) != std::string::npos) throw;
-    cstorch::fail("checkpoint {}: {}", path, what);
+    // A mismatch found here names the key, not the file.
+    cstorch::fail("checkpoint {}: {}", path, e.what());
   }
   if (cstorch::distributed::is_main_process())
     fmt::print("loaded checkpoint {} (step {})\n", path, global_step_);
