@@ -93,12 +93,18 @@ void convert_checkpoint(const std::string& in, const std::string& out);
 // One tensor of a checkpoint: its flattened dotted key ("model.fc1.weight", list elements by
 // index: "optimizer.param_groups.0.params"), dtype, shape and size in bytes. `shared_with` is
 // the key of the first tensor this one shares its storage with (tied weights), or empty.
+// `file_dtype` is empty, or the type the file stores when it is one cstorch reads as `dtype`:
+// "float64" (PyTorch's torch.float64, safetensors' F64) is read as f32, each value rounded to
+// the nearest float (as PyTorch's load_state_dict copies it into a float32 parameter); a finite
+// value beyond f32's range is an error naming the tensor and the element. `nbytes` is the size
+// read into memory (4 bytes an element for a float64 tensor).
 struct CheckpointTensorInfo {
   std::string key;
   DType dtype = DType::f32;
   Shape shape;
   int64_t nbytes = 0;
   std::string shared_with;
+  std::string file_dtype;
 };
 
 // Opens a checkpoint without reading its tensors: lists them and reads any one by key. Reading

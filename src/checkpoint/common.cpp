@@ -63,6 +63,21 @@ std::string show_key(const std::string& key) {
   return key.empty() ? "<root>" : key;
 }
 
+void narrow_f64(const void* src, float* dst, int64_t n, const std::string& path,
+                const std::string& key) {
+  const auto* b = static_cast<const unsigned char*>(src);
+  for (int64_t i = 0; i < n; ++i) {
+    double v;
+    std::memcpy(&v, b + i * 8, 8);
+    const float f = static_cast<float>(v);
+    CS_CHECK(std::isfinite(f) || !std::isfinite(v),
+             "checkpoint {}: tensor '{}' is float64 in the file and its element {} ({:g}) is "
+             "beyond float32's range (+-3.4e38); cstorch reads float64 tensors as f32",
+             path, show_key(key), i, v);
+    dst[i] = f;
+  }
+}
+
 Tensor make_host_tensor(const Shape& shape, DType dtype, const std::function<void(void*)>& fill) {
   size_t bytes = static_cast<size_t>(numel(shape)) * itemsize(dtype);
   auto buf = ir::Buffer::alloc(bytes);
@@ -871,9 +886,13 @@ std::string checkpoint_info(const std::string& path) {
       else
         ++shared;
       lines += fmt::format(
-          "  {:<{}}  {:<4}  {:<18}  {:>10}{}\n", ckpt::show_key(k), width, dtype_name(e.info.dtype),
-          shape_str(e.info.shape), human_bytes(static_cast<double>(e.info.nbytes)),
-          e.info.shared_with.empty() ? "" : fmt::format("  (shared with {})", e.info.shared_with));
+          "  {:<{}}  {:<4}  {:<18}  {:>10}{}{}\n", ckpt::show_key(k), width,
+          dtype_name(e.info.dtype), shape_str(e.info.shape),
+          human_bytes(static_cast<double>(e.info.nbytes)),
+          e.info.shared_with.empty() ? "" : fmt::format("  (shared with {})", e.info.shared_with),
+          e.info.file_dtype.empty() ? ""
+                                    : fmt::format("  ({} in the file, read as {})",
+                                                  e.info.file_dtype, dtype_name(e.info.dtype)));
     } else {
       lines += fmt::format("  {:<{}}  {:<4}  {}\n", ckpt::show_key(k), width, kind_name(n->kind),
                            n->scalar.repr());

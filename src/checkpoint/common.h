@@ -88,6 +88,12 @@ std::string join_key(const std::string& prefix, const std::string& k);
 // Display form of a key in messages (the root is "<root>").
 std::string show_key(const std::string& key);
 
+// Rounds n float64 values (little-endian, possibly unaligned) to f32 in dst: the reading of a
+// tensor the file stores as float64 (CheckpointTensorInfo::file_dtype). NaN and infinities stay;
+// a finite value beyond f32's range is an error naming the file, the tensor and the element.
+void narrow_f64(const void* src, float* dst, int64_t n, const std::string& path,
+                const std::string& key);
+
 // A host tensor whose buffer is filled by `fill(dst)` (nbytes = numel * itemsize).
 Tensor make_host_tensor(const Shape& shape, DType dtype, const std::function<void(void*)>& fill);
 // Host data of a tensor being saved; an undefined tensor is an error naming the key.

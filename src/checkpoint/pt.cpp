@@ -1147,13 +1147,16 @@ class PtReader : public FormatReader {
   Tensor read(const Entry& e) override {
     const View& v = views_[static_cast<size_t>(e.storage)];
     DType dt = e.info.dtype;
-    size_t item = itemsize(dt);
+    // A float64 storage is read as its 8-byte values into `wide`, then rounded into the tensor.
+    const bool f64 = !e.info.file_dtype.empty();
+    size_t item = f64 ? 8 : itemsize(dt);
     const std::string record = prefix_ + "data/" + v.storage->s;
     const ZipEntry& z = zip_.entry(record);
     CS_CHECK(z.usize == static_cast<uint64_t>(v.storage->numel) * item,
              "checkpoint {}: storage {} of tensor '{}' holds {} bytes, expected {}", path,
              v.storage->s, show_key(e.info.key), z.usize, v.storage->numel * item);
-    int64_t n = e.info.nbytes / static_cast<int64_t>(item);
+    int64_t n = e.info.nbytes / static_cast<int64_t>(itemsize(dt));
+    std::vector<char> wide(f64 ? static_cast<size_t>(n) * 8 : 0);
     // Contiguous (row-major, ignoring size-1 dims): one read of exactly the tensor's bytes.
     bool contiguous = true;
     int64_t expect = 1;
@@ -1168,7 +1171,8 @@ class PtReader : public FormatReader {
     bool checked = false;
     const std::string what = fmt::format(" (the storage of tensor '{}')", show_key(e.info.key));
     verified = true;
-    Tensor t = make_host_tensor(v.shape, dt, [&](void* dst) {
+    Tensor t = make_host_tensor(v.shape, dt, [&](void* tensor_dst) {
+      void* dst = f64 ? wide.data() : tensor_dst;
       if (contiguous) {
         const uint64_t len = static_cast<uint64_t>(n) * item;
         zip_.read(record, begin, dst, len);
@@ -1209,6 +1213,7 @@ class PtReader : public FormatReader {
         auto* b = static_cast<uint8_t*>(dst);
         for (int64_t i = 0; i < n; ++i) b[i] = b[i] != 0;
       }
+      if (f64) narrow_f64(wide.data(), static_cast<float*>(tensor_dst), n, path, e.info.key);
     });
     if (checked) checked_.insert(v.storage->s);
     return t;
@@ -1295,11 +1300,13 @@ class PtReader : public FormatReader {
 
   int64_t tensor_entry(const Obj& o, const std::string& key) {
     const Obj& st = o->storage;
-    CS_CHECK(st->dtype.has_value(),
-             "checkpoint {}: tensor '{}' has dtype {} ({}), which cstorch does not support (f32, "
-             "bf16, f16, i32, i64 and bool are); convert it in PyTorch before saving",
-             path, show_key(key), st->s2, st->s2 == "DoubleStorage" ? "float64" : "other");
-    DType dt = *st->dtype;
+    // float64 is read as f32 (CheckpointTensorInfo::file_dtype); other types are refused.
+    const bool f64 = st->s2 == "DoubleStorage";
+    CS_CHECK(st->dtype.has_value() || f64,
+             "checkpoint {}: tensor '{}' has dtype {}, which cstorch does not read (f32, bf16, "
+             "f16, i32, i64, bool, and float64 as f32, are); convert it in PyTorch before saving",
+             path, show_key(key), st->s2);
+    DType dt = f64 ? DType::f32 : *st->dtype;
     int64_t n = checked_numel(o->shape, path, key);
     if (n > 0) {
       CS_CHECK(o->offset >= 0, "checkpoint {}: tensor '{}' has a negative storage offset", path,
@@ -1324,6 +1331,7 @@ class PtReader : public FormatReader {
     e.info.dtype = dt;
     e.info.shape = o->shape;
     e.info.nbytes = n * static_cast<int64_t>(itemsize(dt));
+    if (f64) e.info.file_dtype = "float64";
     e.storage = id;
     entries.push_back(std::move(e));
     return static_cast<int64_t>(entries.size() - 1);

@@ -88,9 +88,12 @@ class SafetensorsReader : public FormatReader {
       auto sh = t.find("shape");
       auto off = t.find("data_offsets");
       if (dt == t.end() || !dt->is_string()) bad("no dtype");
-      auto dtype = st_dtype_from(dt->get<std::string>());
+      // F64 is read as f32 (CheckpointTensorInfo::file_dtype); other types are refused.
+      const bool f64 = dt->get<std::string>() == "F64";
+      auto dtype = f64 ? std::optional<DType>(DType::f32) : st_dtype_from(dt->get<std::string>());
       if (!dtype)
-        bad(fmt::format("dtype {} is not supported (F32, BF16, F16, I32, I64 and BOOL are)",
+        bad(fmt::format("dtype {} is not supported (F32, BF16, F16, I32, I64, BOOL, and F64 as "
+                        "f32, are)",
                         dt->get<std::string>()));
       if (sh == t.end() || !sh->is_array() || sh->size() > 64) bad("no shape");
       Shape shape;
@@ -104,12 +107,12 @@ class SafetensorsReader : public FormatReader {
           !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
         bad("no data_offsets [begin, end]");
       uint64_t b = (*off)[0].get<uint64_t>(), e = (*off)[1].get<uint64_t>();
-      uint64_t nbytes = static_cast<uint64_t>(numel) * itemsize(*dtype);
+      uint64_t nbytes = static_cast<uint64_t>(numel) * (f64 ? 8 : itemsize(*dtype));
       if (b > e || e > data_size || e - b != nbytes)
         bad(fmt::format("data_offsets [{}, {}] do not fit {} bytes of data in a {}-byte buffer", b,
                         e, nbytes, data_size));
       by_name.emplace(name, static_cast<int64_t>(tensors_.size()));
-      tensors_.push_back({name, *dtype, shape, b, e});
+      tensors_.push_back({name, *dtype, shape, b, e, std::nullopt, f64});
     }
     check_data_layout(p, data_size);
     // The nested structure, when cstorch wrote one.
@@ -149,10 +152,14 @@ class SafetensorsReader : public FormatReader {
   Tensor read(const Entry& e) override {
     const auto& t = tensors_[static_cast<size_t>(e.storage)];
     verified = t.crc.has_value();
-    return make_host_tensor(t.shape, t.dtype, [&](void* dst) {
-      f_.read(data_start_ + t.begin, dst, static_cast<size_t>(e.info.nbytes), "tensor data");
+    // An F64 tensor's 8-byte values are read into `wide`, then rounded into the tensor.
+    std::vector<char> wide(t.f64 ? static_cast<size_t>(t.end - t.begin) : 0);
+    return make_host_tensor(t.shape, t.dtype, [&](void* tensor_dst) {
+      void* dst = t.f64 ? wide.data() : tensor_dst;
+      const size_t len = static_cast<size_t>(t.end - t.begin);
+      f_.read(data_start_ + t.begin, dst, len, "tensor data");
       if (t.crc) {
-        uint32_t crc = crc32(dst, static_cast<size_t>(e.info.nbytes));
+        uint32_t crc = crc32(dst, len);
         CS_CHECK(crc == *t.crc,
                  "checkpoint {}: tensor '{}' (safetensors entry '{}') is damaged: its bytes fail "
                  "the CRC-32 check (stored {:08x}, computed {:08x})",
@@ -162,6 +169,8 @@ class SafetensorsReader : public FormatReader {
         auto* b = static_cast<uint8_t*>(dst);
         for (int64_t i = 0; i < e.info.nbytes; ++i) b[i] = b[i] != 0;
       }
+      if (t.f64)
+        narrow_f64(wide.data(), static_cast<float*>(tensor_dst), numel(t.shape), path, e.info.key);
     });
   }
 
@@ -172,6 +181,7 @@ class SafetensorsReader : public FormatReader {
     Shape shape;
     uint64_t begin, end;
     std::optional<uint32_t> crc;  // from __metadata__, when the writer stored one
+    bool f64 = false;             // F64 in the file, read as f32
   };
   // The per-tensor CRC-32 keys. A file that has them has one for every tensor (a tensor
   // without one, or a key naming no tensor, means the header was damaged, e.g. a name changed).
@@ -236,6 +246,7 @@ class SafetensorsReader : public FormatReader {
     e.info.dtype = t.dtype;
     e.info.shape = t.shape;
     e.info.nbytes = numel(t.shape) * static_cast<int64_t>(itemsize(t.dtype));
+    if (t.f64) e.info.file_dtype = "float64";
     e.storage = storage;
     entries.push_back(std::move(e));
     return static_cast<int64_t>(entries.size() - 1);

@@ -12,6 +12,9 @@ with each tensor's row-major little-endian bytes in its file.
                         (torch.save, with views, OrderedDicts, int keys, tuples, tied tensors)
                         and py.safetensors, plus DIR/manifest.json of what they hold
   model DIR             a torch model: model.pt (state_dict), x.bin, y.bin (its output)
+  write-f64 DIR         float64 tensors: f64.pt (torch.save, with views) and f64.safetensors,
+                        whose manifest holds the values as torch's .float() rounds them; and
+                        big.pt, whose tensor "w" holds 1e39 (beyond float32) at element 2
 Prints "OK" and exits 0 on success; an AssertionError says what differs.
 """
 import collections
@@ -292,6 +295,36 @@ def write(d):
     print("OK write")
 
 
+def write_f64(d):
+    m = Manifest(d)
+    w = torch.tensor([[1.0, 1.0 + 2.0**-30, -0.1, 1e-40],
+                      [3.4e38, float("inf"), float("-inf"), float("nan")],
+                      [1.0 / 3.0, -2.0**-150, 123456789.123, 0.0]], dtype=torch.float64)
+    base = torch.randn(5, 6, dtype=torch.float64)
+    sd = collections.OrderedDict()
+    sd["w"] = w
+    sd["transposed"] = base.t()
+    sd["row"] = base[3]
+    sd["f32"] = torch.randn(4)
+    for k in sd:
+        m.tensor([k], sd[k].float(), "f32")
+    torch.save(sd, os.path.join(d, "f64.pt"))
+    header, blobs, off = {}, [], 0
+    for k, t in (("w", w), ("f32", sd["f32"])):
+        b = t.contiguous().numpy().tobytes()
+        header[k] = {"dtype": "F64" if t.dtype == torch.float64 else "F32",
+                     "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    with open(os.path.join(d, "f64.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    torch.save({"w": torch.tensor([1.0, 2.0, 1e39], dtype=torch.float64)},
+               os.path.join(d, "big.pt"))
+    m.save()
+    print("OK write-f64")
+
+
 def model(d):
     torch.manual_seed(1)
     net = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.LayerNorm(32),
@@ -319,5 +352,7 @@ if __name__ == "__main__":
         write(sys.argv[2])
     elif cmd == "model":
         model(sys.argv[2])
+    elif cmd == "write-f64":
+        write_f64(sys.argv[2])
     else:
         raise SystemExit("unknown command " + cmd)

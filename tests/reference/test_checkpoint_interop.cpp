@@ -3,7 +3,7 @@
 // parser reads our safetensors; files written by h5py (following docs/checkpoint-format.md),
 // by torch.save (views, OrderedDicts, int keys, tuples, tied tensors) and by hand as
 // safetensors load in cstorch with the exact bytes; a torch model's state dict loads into the
-// same cstorch model, whose outputs match torch's.
+// same cstorch model, whose outputs match torch's; float64 tensors read as f32.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -233,6 +233,47 @@ TEST_F(CheckpointInterop, CstorchReadsWhatPythonWrites) {
   EXPECT_EQ(r.info("model.dec.weight").shared_with, "model.enc.weight");
   EXPECT_EQ(tensor_bytes(r.read("model.cols")),
             tensor_bytes(pt.at("model").at("cols").as_tensor()));
+}
+
+// float64 tensors (a state dict made from NumPy arrays) read as f32, each value rounded as
+// torch's .float() rounds it, from torch.save (contiguous and strided views) and safetensors;
+// `checkpoint info` says so; a finite value beyond float32 is an error naming its element.
+TEST_F(CheckpointInterop, Float64TensorsReadAsF32AsTorchRoundsThem) {
+  std::string out;
+  ASSERT_EQ(run_reference_script("checkpoint_interop.py", {"write-f64", dir_.string()}, &out), 0)
+      << out;
+  State pt = load((dir_ / "f64.pt").string());
+  check_against_manifest(pt, dir_);
+  EXPECT_EQ(pt.size(), 4u);
+  CheckpointReader r((dir_ / "f64.pt").string());
+  EXPECT_EQ(r.info("w").file_dtype, "float64");
+  EXPECT_EQ(r.info("w").nbytes, 12 * 4);
+  EXPECT_EQ(r.info("f32").file_dtype, "");
+  EXPECT_EQ(tensor_bytes(r.read("transposed")),
+            tensor_bytes(pt.at("transposed").as_tensor()));
+  State st = load((dir_ / "f64.safetensors").string());
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_TRUE(st.at("w") == pt.at("w"));
+  EXPECT_TRUE(st.at("f32") == pt.at("f32"));
+  std::string info = checkpoint_info((dir_ / "f64.pt").string());
+  EXPECT_NE(info.find("[3, 4]                    48 B  (float64 in the file, read as f32)"),
+            std::string::npos)
+      << info;
+  EXPECT_NE(checkpoint_info((dir_ / "f64.safetensors").string())
+                .find("(float64 in the file, read as f32)"),
+            std::string::npos);
+  const std::string big = (dir_ / "big.pt").string();
+  EXPECT_NE(checkpoint_info(big).find("float64"), std::string::npos);  // listed, not read
+  try {
+    (void)load(big);
+    ADD_FAILURE() << "1e39 loaded as f32";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "tensor 'w' is float64 in the file and its element 2 (1e+39) is beyond "
+                  "float32's range"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(CheckpointInterop, TorchModelLoadsAndMatchesOutputs) {
