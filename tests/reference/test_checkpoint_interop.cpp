@@ -249,8 +249,7 @@ TEST_F(CheckpointInterop, Float64TensorsReadAsF32AsTorchRoundsThem) {
   EXPECT_EQ(r.info("w").file_dtype, "float64");
   EXPECT_EQ(r.info("w").nbytes, 12 * 4);
   EXPECT_EQ(r.info("f32").file_dtype, "");
-  EXPECT_EQ(tensor_bytes(r.read("transposed")),
-            tensor_bytes(pt.at("transposed").as_tensor()));
+  EXPECT_EQ(tensor_bytes(r.read("transposed")), tensor_bytes(pt.at("transposed").as_tensor()));
   State st = load((dir_ / "f64.safetensors").string());
   ASSERT_EQ(st.size(), 2u);
   EXPECT_TRUE(st.at("w") == pt.at("w"));
