@@ -92,7 +92,8 @@ class SafetensorsReader : public FormatReader {
       const bool f64 = dt->get<std::string>() == "F64";
       auto dtype = f64 ? std::optional<DType>(DType::f32) : st_dtype_from(dt->get<std::string>());
       if (!dtype)
-        bad(fmt::format("dtype {} is not supported (F32, BF16, F16, I32, I64, BOOL, and F64 as "
+        bad(
+            fmt::format("dtype {} is not supported (F32, BF16, F16, I32, I64, BOOL, and F64 as "
                         "f32, are)",
                         dt->get<std::string>()));
       if (sh == t.end() || !sh->is_array() || sh->size() > 64) bad("no shape");
