@@ -3,6 +3,7 @@
 #include "cstorch/data/arrays.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -122,7 +123,12 @@ Tensor array_to_tensor(const HostArray& a, DType dtype) {
   for (int64_t k = 0; k < n; ++k) {
     if (dtype == DType::f32) {
       double v = fsrc ? get_f(a, k) : static_cast<double>(get_i(a, k));
-      if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max())
+      // NaN and infinities are refused, as the CSV reader refuses them: one in the features made
+      // every later loss NaN while the run reported success.
+      if (!std::isfinite(v))
+        fail("{}: element {} ({}) is not a finite number; the data must hold finite numbers",
+             a.where, k, v);
+      if (std::fabs(v) > std::numeric_limits<float>::max())
         bad(k, fmt::format("{}", v), "is out of the range of");
       static_cast<float*>(out)[k] = static_cast<float>(v);
       continue;
@@ -159,8 +165,10 @@ constexpr size_t kMaxField = size_t{1} << 20;
 constexpr size_t kMaxFields = 1000000;
 
 std::string read_all(const std::string& path, const char* what) {
+  std::error_code ec;
+  CS_CHECK(!fs::is_directory(path, ec), "{}: cannot open '{}': it is a directory", what, path);
   std::ifstream in(path, std::ios::binary);
-  CS_CHECK(in.good() && !fs::is_directory(path), "{}: cannot open '{}'", what, path);
+  CS_CHECK(in.good(), "{}: cannot open '{}': {}", what, path, std::strerror(errno));
   std::stringstream s;
   s << in.rdbuf();
   CS_CHECK(!in.bad(), "{}: reading '{}' failed", what, path);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -70,45 +71,86 @@ struct Fd {
   }
 };
 
-// Reads exactly n bytes unless EOF comes first; returns the count read. Throws on I/O errors.
-size_t read_full(int fd, uint8_t* buf, size_t n, const std::string& path) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::read(fd, buf + got, n - got);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      fail("read_idx: '{}': read failed: {}", path, std::strerror(errno));
-    }
-    if (r == 0) break;
-    got += static_cast<size_t>(r);
+// An IDX file's bytes, read in order: the file itself, or what it decompresses to when it is
+// gzip-compressed (the MNIST site ships *.gz files). zlib reads both; `size` is the file's size
+// for a plain file, -1 for a compressed one (its data size is known only by reading it).
+class IdxSource {
+ public:
+  explicit IdxSource(const std::string& path) : path_(path) {
+    Fd f;
+    f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f.fd < 0) fail("read_idx: cannot open '{}': {}", path, std::strerror(errno));
+    struct stat st {};
+    if (::fstat(f.fd, &st) != 0)
+      fail("read_idx: '{}': stat failed: {}", path, std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail("read_idx: '{}' is not a regular file", path);
+    gz_ = gzdopen(f.fd, "rb");
+    if (!gz_) fail("read_idx: '{}': cannot read it: out of memory", path);
+    f.fd = -1;  // gz_ owns it now
+    gzbuffer(gz_, 1 << 16);
+    // zlib knows whether the file is compressed only after its first read.
+    const int c = gzgetc(gz_);
+    if (c >= 0) gzungetc(c, gz_);
+    size_ = gzdirect(gz_) ? static_cast<int64_t>(st.st_size) : -1;
   }
-  return got;
-}
+  ~IdxSource() { gzclose(gz_); }
+  IdxSource(const IdxSource&) = delete;
+  IdxSource& operator=(const IdxSource&) = delete;
+
+  int64_t size() const { return size_; }
+  bool compressed() const { return size_ < 0; }
+  // Reads up to n bytes; fewer only at the end of the data. Damaged compressed data (a bad
+  // checksum, a cut stream) is an error.
+  size_t read(uint8_t* buf, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30));
+      const int r = gzread(gz_, buf + got, chunk);
+      if (r < 0) {
+        int err = 0;
+        const char* msg = gzerror(gz_, &err);
+        fail("read_idx: '{}': {}: {}", path_, compressed() ? "decompressing failed" : "read failed",
+             err == Z_ERRNO ? std::strerror(errno) : msg);
+      }
+      if (r == 0) break;
+      got += static_cast<size_t>(r);
+    }
+    if (got < n && compressed()) {
+      // A gzip stream cut short reads as a short, error-free read before zlib reports it.
+      int err = 0;
+      const char* msg = gzerror(gz_, &err);
+      if (err != Z_OK && err != Z_STREAM_END)
+        fail("read_idx: '{}': decompressing failed: {}", path_, msg);
+    }
+    return got;
+  }
+
+ private:
+  std::string path_;
+  gzFile gz_ = nullptr;
+  int64_t size_ = -1;
+};
 
 }  // namespace
 
 IdxArray read_idx(const std::string& path) {
-  Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) fail("read_idx: cannot open '{}': {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) fail("read_idx: '{}': stat failed: {}", path, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail("read_idx: '{}' is not a regular file", path);
-  const int64_t size = st.st_size;
+  IdxSource src(path);
+  const int64_t size = src.size();
+  // How much there is, for messages: the file's size, or "the decompressed data".
+  auto have = [&](int64_t n) {
+    return src.compressed() ? fmt::format("{} bytes decompressed", n) : fmt::format("{} bytes", n);
+  };
 
   uint8_t magic[4];
-  if (size < 4 || read_full(f.fd, magic, 4, path) < 4)
-    fail("read_idx: '{}': file shorter than the header: {} bytes, an IDX header needs at least 4",
-         path, size);
-  if (magic[0] != 0 || magic[1] != 0) {
-    // gzip magic is 1f 8b: the MNIST site ships *.gz files and forgetting to unpack is common.
-    const bool gz = magic[0] == 0x1f && magic[1] == 0x8b;
+  const size_t m = src.read(magic, 4);
+  if (m < 4)
+    fail("read_idx: '{}': file shorter than the header: {}, an IDX header needs at least 4", path,
+         have(static_cast<int64_t>(m)));
+  if (magic[0] != 0 || magic[1] != 0)
     fail(
         "read_idx: '{}': bad magic {:02x} {:02x} {:02x} {:02x}: expected 00 00 <type> <rank> "
-        "(00 00 08 03 for MNIST images, 00 00 08 01 for labels){}",
-        path, magic[0], magic[1], magic[2], magic[3],
-        gz ? "; the file looks gzip-compressed, gunzip it first" : "");
-  }
+        "(00 00 08 03 for MNIST images, 00 00 08 01 for labels)",
+        path, magic[0], magic[1], magic[2], magic[3]);
   const uint8_t type = magic[2];
   const int rank = magic[3];
   if (type != kTypeU8)
@@ -121,12 +163,12 @@ IdxArray read_idx(const std::string& path) {
 
   const int64_t header = 4 + 4 * int64_t{rank};
   uint8_t raw[4 * kMaxRank];
-  if (size < header ||
-      read_full(f.fd, raw, 4 * static_cast<size_t>(rank), path) < 4 * static_cast<size_t>(rank))
+  const size_t hr = src.read(raw, 4 * static_cast<size_t>(rank));
+  if (hr < 4 * static_cast<size_t>(rank))
     fail(
-        "read_idx: '{}': file shorter than the header: {} bytes, the header of a rank-{} IDX "
+        "read_idx: '{}': file shorter than the header: {}, the header of a rank-{} IDX "
         "file is {} bytes",
-        path, size, rank, header);
+        path, have(size >= 0 ? size : 4 + static_cast<int64_t>(hr)), rank, header);
 
   IdxArray a;
   int64_t count = 1;
@@ -145,27 +187,48 @@ IdxArray read_idx(const std::string& path) {
     count *= d;
   }
 
-  const int64_t found = size - header;
-  if (found < count) {
-    // Name the first sample (index along the first dimension) that is cut short.
+  // Names the first sample (index along the first dimension) that is cut short.
+  auto truncated = [&](int64_t found, const char* how) {
     const int64_t per_sample = count / a.dims[0];
     fail(
-        "read_idx: '{}': truncated data: expected {} bytes of data after the header, found {} "
+        "read_idx: '{}': truncated data: expected {} bytes of data after the header, found {}{} "
         "(dims {}): sample {} of {} is the first one cut short",
-        path, count, found, dims_str(a.dims), found / per_sample, a.dims[0]);
+        path, count, found, how, dims_str(a.dims), found / per_sample, a.dims[0]);
+  };
+  if (size >= 0) {
+    // A plain file: its size says whether the data is all there before anything is allocated.
+    const int64_t found = size - header;
+    if (found < count) truncated(found, "");
+    if (found > count)
+      fail("read_idx: '{}': {} extra bytes after the data (dims {} need exactly {} bytes)", path,
+           found - count, dims_str(a.dims), count);
+    a.data.resize(static_cast<size_t>(count));
+    const size_t got = src.read(a.data.data(), a.data.size());
+    // The size came from fstat; a shorter read means the file shrank while we read it.
+    if (got != a.data.size())
+      fail(
+          "read_idx: '{}': truncated data: expected {} bytes of data after the header, found {} "
+          "(the file shrank while being read)",
+          path, count, got);
+    return a;
   }
-  if (found > count)
-    fail("read_idx: '{}': {} extra bytes after the data (dims {} need exactly {} bytes)", path,
-         found - count, dims_str(a.dims), count);
-
-  a.data.resize(static_cast<size_t>(count));
-  const size_t got = read_full(f.fd, a.data.data(), a.data.size(), path);
-  // The size came from fstat; a shorter read means the file shrank while we read it.
-  if (got != a.data.size())
+  // Compressed: the buffer grows with what actually decompresses (a header claiming more than
+  // the data holds allocates no more than the data), in blocks of at most 64 MiB.
+  constexpr int64_t kBlock = int64_t{64} << 20;
+  int64_t found = 0;
+  while (found < count) {
+    const int64_t want = std::min(kBlock, count - found);
+    a.data.resize(static_cast<size_t>(found + want));
+    const size_t got = src.read(a.data.data() + found, static_cast<size_t>(want));
+    found += static_cast<int64_t>(got);
+    if (got < static_cast<size_t>(want)) truncated(found, " decompressed");
+  }
+  uint8_t extra[4096];
+  if (const size_t more = src.read(extra, sizeof extra); more > 0)
     fail(
-        "read_idx: '{}': truncated data: expected {} bytes of data after the header, found {} "
-        "(the file shrank while being read)",
-        path, count, got);
+        "read_idx: '{}': extra bytes after the data once decompressed ({}{}; dims {} need exactly "
+        "{} bytes)",
+        path, more, more == sizeof extra ? " or more" : "", dims_str(a.dims), count);
   return a;
 }
 
@@ -240,11 +303,25 @@ std::string split_prefix(const std::string& split) {
   fail("load_mnist_split: unknown split '{}': expected \"train\" or \"test\"", split);
 }
 
+// A split's file: NAME, or NAME.gz as the MNIST site ships it (read_idx decompresses it) when
+// only that is there; "" when neither is.
+std::string find_file(const std::string& dir, const std::string& name) {
+  std::error_code ec;
+  const auto plain = std::filesystem::path(dir) / name;
+  if (std::filesystem::is_regular_file(plain, ec)) return plain.string();
+  const auto gz = std::filesystem::path(dir) / (name + ".gz");
+  if (std::filesystem::is_regular_file(gz, ec)) return gz.string();
+  return "";
+}
 std::string images_path(const std::string& dir, const std::string& prefix) {
-  return (std::filesystem::path(dir) / (prefix + "-images-idx3-ubyte")).string();
+  const std::string name = prefix + "-images-idx3-ubyte";
+  const std::string f = find_file(dir, name);
+  return f.empty() ? (std::filesystem::path(dir) / name).string() : f;
 }
 std::string labels_path(const std::string& dir, const std::string& prefix) {
-  return (std::filesystem::path(dir) / (prefix + "-labels-idx1-ubyte")).string();
+  const std::string name = prefix + "-labels-idx1-ubyte";
+  const std::string f = find_file(dir, name);
+  return f.empty() ? (std::filesystem::path(dir) / name).string() : f;
 }
 
 }  // namespace

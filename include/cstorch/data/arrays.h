@@ -37,7 +37,8 @@ struct HostArray {
 // Converts to a host tensor of `dtype` (f32, i32, i64 or boolean). Conversions that would change
 // a value are errors naming `a.where`, the flat element index and the value: a non-integral or
 // out-of-range float to an integer type, an integer outside i32 to i32, a finite f64 beyond f32's
-// range to f32, anything but 0/1 to boolean. bf16/f16 targets are errors.
+// range to f32, anything but 0/1 to boolean. NaN and infinities are errors too (as in CSV data).
+// bf16/f16 targets are errors.
 Tensor array_to_tensor(const HostArray& a, DType dtype);
 
 // ---------------------------------------------------------------------------------------------

@@ -21,7 +21,10 @@ struct IdxArray {
 };
 
 // Reads an IDX file: bytes 00 00 <type> <rank>, then `rank` big-endian u32 dimensions, then the
-// data. Reads the real MNIST files (train-images-idx3-ubyte, ...) unchanged. Throws cstorch::Error
+// data. Reads the real MNIST files (train-images-idx3-ubyte, ...) unchanged, also as the site
+// ships them, gzip-compressed (any file whose bytes are gzip's is decompressed while read; its
+// errors then count decompressed bytes, and damaged compressed data is an error). Throws
+// cstorch::Error
 // naming the file and the problem when it cannot be opened, is shorter than its header, has a bad
 // magic, a type other than 0x08, rank 0 or > 4, a zero or absurd (>= 2^31, or > 1 TiB in all)
 // dimension, fewer data bytes than the dimensions need, or extra bytes after the data.
@@ -39,13 +42,15 @@ struct MnistSplit {
   IdxArray labels;
 };
 
-// Loads `{dir}/{prefix}-images-idx3-ubyte` and `{dir}/{prefix}-labels-idx1-ubyte`, where prefix
-// is "train" for split "train" and "t10k" for split "test". Throws cstorch::Error for any other
+// Loads `{dir}/{prefix}-images-idx3-ubyte` and `{dir}/{prefix}-labels-idx1-ubyte` (or, where a
+// file is not there, the same name with `.gz`, as downloaded), where prefix is "train" for split
+// "train" and "t10k" for split "test". Throws cstorch::Error for any other
 // split name, any read_idx error, images not N x 28 x 28, labels not rank 1, image/label counts
 // that differ (naming both files), or a label > 9 (naming the file and the first bad index).
 MnistSplit load_mnist_split(const std::string& dir, const std::string& split);
 
-// True if all four MNIST files (train/t10k images and labels) exist in `dir` as regular files.
+// True if all four MNIST files (train/t10k images and labels, each plain or .gz) exist in `dir`
+// as regular files.
 // Checks existence only; load_mnist_split validates the contents.
 bool mnist_files_exist(const std::string& dir);
 
