@@ -689,6 +689,12 @@ CheckpointFormat detect_checkpoint_format(const std::string& path) {
 }
 
 void save(const State& state, const std::string& path_arg) {
+  // Inside a step's body, the save would run once, when the step is traced (the replays run the
+  // compiled program only), and write the weights as they were before the first step.
+  CS_CHECK(!detail::in_trace(),
+           "save {}: called inside a traced step, where it would run once, when the step is "
+           "traced; save from a step closure or a checkpoint closure, or between steps",
+           path_arg);
   const std::string path = ckpt::save_path(path_arg, "cstorch::save");
   switch (checkpoint_format_for_path(path)) {
     case CheckpointFormat::HDF5:
@@ -942,10 +948,11 @@ std::string format_checkpoint_verification(const CheckpointVerification& v) {
   std::string out;
   for (const auto& d : v.damaged)
     out += fmt::format("damaged: {}: {}\n", ckpt::show_key(d.key), d.reason);
+  const char* noun = v.tensors == 1 ? "tensor" : "tensors";
   if (v.intact())
-    out += fmt::format("{} tensors verified, all intact", v.tensors);
+    out += fmt::format("{} {} verified, all intact", v.tensors, noun);
   else
-    out += fmt::format("{} tensors verified, {} damaged", v.tensors, v.damaged.size());
+    out += fmt::format("{} {} verified, {} damaged", v.tensors, noun, v.damaged.size());
   if (v.unchecked > 0)
     out += fmt::format(
         " ({} without a stored checksum: read, but their values could not be "

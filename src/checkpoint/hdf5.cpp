@@ -741,10 +741,17 @@ class Hdf5Reader : public FormatReader {
         ts == itemsize(dt) && ((dt == DType::f32 || dt == DType::f16) ? tc == H5T_FLOAT
                                : dt == DType::boolean ? (tc == H5T_INTEGER || tc == H5T_ENUM)
                                                       : tc == H5T_INTEGER);
-    CS_CHECK(fits,
-             "checkpoint {}: {} is stored as an HDF5 type of class {} and {} bytes, which "
-             "does not hold {}",
-             path, where(), static_cast<int>(tc), ts, dtype_name(dt));
+    if (!fits) {
+      // Named as NumPy would name it (h5py writes NumPy's float64 by default).
+      const std::string kind = tc == H5T_FLOAT     ? fmt::format("float{}", ts * 8)
+                               : tc == H5T_INTEGER ? fmt::format("an integer of {} bits", ts * 8)
+                                                   : fmt::format("HDF5 type class {} of {} bytes",
+                                                                 static_cast<int>(tc), ts);
+      fail(
+          "checkpoint {}: {} is stored as {}, which does not hold {} (convert the array to the "
+          "dtype its structure description names before writing it)",
+          path, where(), kind, dtype_name(dt));
+    }
     htri_t has_dtype = H5Aexists(ds, "dtype");
     if (has_dtype > 0) {
       std::string a = read_string_attr(ds, "dtype", path, where() + " attribute dtype");

@@ -60,6 +60,28 @@ NodePtr Node::make(OpCode op, Attrs attrs, std::vector<NodePtr> inputs) {
 
 }  // namespace ir
 
+namespace {
+// A result shape whose size in bytes does not fit in 2^62 (dims of 2^40 x 2^30 from expand,
+// zeros({2^61, 8})) is refused here, where the op is known: its element count would overflow
+// int64 and wrap to a small or zero size (an empty result, or kernels writing out of bounds).
+void check_size(const char* op, const ir::Node& n) {
+  constexpr int64_t kMaxBytes = int64_t{1} << 62;
+  const int64_t limit = kMaxBytes / static_cast<int64_t>(std::max<size_t>(1, itemsize(n.dtype)));
+  int64_t count = 1;
+  for (auto d : n.shape) {
+    CS_CHECK(d >= 0, "{}: negative dimension in shape {}", op, shape_str(n.shape));
+    if (d == 0) return;
+  }
+  for (auto d : n.shape) {
+    CS_CHECK(count <= limit / d,
+             "{}: the result's shape {} has more elements than memory can hold (2^62 bytes "
+             "of {} at most)",
+             op, shape_str(n.shape), dtype_name(n.dtype));
+    count *= d;
+  }
+}
+}  // namespace
+
 Tensor make_tensor(ir::NodePtr node) {
   auto impl = std::make_shared<TensorImpl>();
   impl->node = std::move(node);
@@ -278,6 +300,7 @@ Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& input
     node->dtype = out->dtype;
   }
   info.infer(*node);
+  check_size(info.name, *node);
   node->requires_grad = any_grad && is_grad_enabled() && !(info.traits & ir::kNoGrad);
   if (ctx) {
     ctx->record(node);

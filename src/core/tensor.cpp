@@ -279,10 +279,22 @@ std::string Tensor::to_string() const {
     os << ", traced op '" << impl_->node->name() << "')";
     return os.str();
   }
-  auto v = to_vector<double>();
-  os << ", values=[";
-  for (size_t i = 0; i < v.size() && i < 16; ++i) os << (i ? ", " : "") << v[i];
-  if (v.size() > 16) os << ", ...";
+  // Integers exactly (token ids, indices: %g showed 123456789 as 1.23457e+08); floats with
+  // six significant digits.
+  const bool integer = dtype() == DType::i32 || dtype() == DType::i64;
+  const int64_t n = std::min<int64_t>(numel(), 16);
+  std::string vals;
+  if (integer) {
+    auto v = to_vector<int64_t>();
+    for (int64_t i = 0; i < n; ++i)
+      vals += (i ? ", " : "") + std::to_string(v[static_cast<size_t>(i)]);
+  } else {
+    auto v = to_vector<double>();
+    for (int64_t i = 0; i < n; ++i)
+      vals += fmt::format("{}{:g}", i ? ", " : "", v[static_cast<size_t>(i)]);
+  }
+  os << ", values=[" << vals;
+  if (numel() > 16) os << ", ...";
   os << "])";
   return os.str();
 }

@@ -71,7 +71,7 @@ GELUImpl::GELUImpl(std::string approximate) : Module("GELU") {
 }
 
 DropoutImpl::DropoutImpl(double p) : Module("Dropout"), p_(p) {
-  CS_CHECK(p >= 0 && p < 1, "Dropout: p must be in [0, 1), got {}", p);
+  CS_CHECK(p >= 0 && p <= 1, "Dropout: p must be in [0, 1], got {}", p);
 }
 
 LayerNormImpl::LayerNormImpl(Shape shape, double eps, bool affine)

@@ -5,6 +5,7 @@
 
 #include "core/internal.h"
 #include "ir/device.h"
+#include "runtime/trace_context.h"
 
 namespace cstorch::nn {
 
@@ -147,6 +148,12 @@ void Module::load_state_dict(const StateDict& sd, bool strict) {
     Tensor d = dst;
     d.copy_(src.dtype() == dst.dtype() ? src : cast(src, dst.dtype()));
   }
+}
+
+bool Module::is_training() const {
+  if (detail::in_trace())
+    runtime::TraceContext::current()->note_mode(weak_from_this(), &training_, training_);
+  return training_;
 }
 
 void Module::train(bool on) {

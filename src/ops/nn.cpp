@@ -244,6 +244,14 @@ Tensor mse_loss(const Tensor& a_in, const Tensor& b_in, Reduction reduction) {
            dtype_name(a.dtype()), shape_str(a.shape()), dtype_name(b.dtype()),
            shape_str(b.shape()));
   Tensor d = sub(a, b);
+  // A target that broadcasts the input to another shape ([B, 1] against [B] gives [B, B]) makes
+  // the loss compare every prediction with every target: PyTorch warns, and the result is
+  // almost surely not what was meant.
+  CS_CHECK(d.shape() == a.shape(),
+           "mse_loss: the input {} and the target {} broadcast to {}: the loss would compare each "
+           "input with several targets; give the target the input's shape (e.g. reshape or "
+           "unsqueeze it)",
+           shape_str(a.shape()), shape_str(b.shape()), shape_str(d.shape()));
   Tensor sq = mul(d, d);
   if (reduction == Reduction::Mean) return mean(sq);
   if (reduction == Reduction::Sum) return sum(sq);
@@ -400,10 +408,12 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
 }
 
 Tensor dropout(const Tensor& a, double p, bool training) {
-  CS_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got {}", p);
+  CS_CHECK(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got {}", p);
   if (!training || p == 0) return a;
   CS_CHECK(is_floating(a.dtype()), "dropout: expected a floating-point input, got {}",
            dtype_name(a.dtype()));
+  // Every element dropped, as PyTorch's p = 1: the input times 0 (no 1 / (1 - p) scale).
+  if (p == 1) return a * 0.0;
   // The mask is scaled before multiplying so the backward pass is one multiply by it.
   Tensor mask = bernoulli(a.shape(), 1.0 - p, a.dtype(), a.device());
   return mul(a, mask * (1.0 / (1.0 - p)));

@@ -30,12 +30,22 @@ void Optimizer::setup(std::map<std::string, double> defaults) {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& g = groups_[gi];
     CS_CHECK(!g.params.empty(), "optimizer: parameter group {} is empty", gi);
-    for (auto& p : g.params) {
-      CS_CHECK(p.defined(), "optimizer: parameter group {} holds an undefined tensor", gi);
-      CS_CHECK(p.requires_grad(), "optimizer: parameter '{}' in group {} does not require grad",
-               p.name(), gi);
-      CS_CHECK(seen.insert(p.impl()).second,
-               "optimizer: parameter '{}' appears in more than one place", p.name());
+    for (size_t pi = 0; pi < g.params.size(); ++pi) {
+      const Tensor& p = g.params[pi];
+      // Named by position (and by name where the tensor has one: a module's parameters are
+      // named "weight", "bias"; a bare tensor has no name).
+      const std::string which =
+          p.defined() && !p.name().empty()
+              ? fmt::format("parameter {} ('{}') of group {}", pi, p.name(), gi)
+              : fmt::format("parameter {} of group {}", pi, gi);
+      CS_CHECK(p.defined(), "optimizer: {} is an undefined tensor", which);
+      CS_CHECK(p.requires_grad(), "optimizer: {} does not require grad", which);
+      // As in PyTorch: a computed tensor (w * 2) gets no .grad of its own, so it never moves.
+      CS_CHECK(p.is_leaf(),
+               "optimizer: {} is not a leaf tensor (it is computed from others); optimize the "
+               "tensors it is computed from",
+               which);
+      CS_CHECK(seen.insert(p.impl()).second, "optimizer: {} appears in more than one place", which);
     }
     for (auto& [k, v] : defaults) g.options.emplace(k, v);
     CS_CHECK(g.options.count("lr"), "optimizer: parameter group {} has no learning rate 'lr'", gi);

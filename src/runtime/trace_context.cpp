@@ -82,4 +82,10 @@ SuspendTrace::~SuspendTrace() {
   t_current = saved_;
 }
 
+void TraceContext::note_mode(std::weak_ptr<const void> owner, const bool* flag, bool value) {
+  for (const auto& m : modes_)
+    if (m.flag == flag) return;
+  modes_.push_back({std::move(owner), flag, value});
+}
+
 }  // namespace cstorch::runtime

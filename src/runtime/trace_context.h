@@ -11,6 +11,14 @@
 
 namespace cstorch::runtime {
 
+// A module's training mode as the traced body read it (Module::is_training): `flag` is valid
+// while `owner` lives.
+struct ModeRead {
+  std::weak_ptr<const void> owner;
+  const bool* flag = nullptr;
+  bool value = false;
+};
+
 struct Capture {
   std::shared_ptr<TensorImpl> impl;
   ir::NodePtr original;    // the impl's node before the trace (holds the state buffer)
@@ -41,6 +49,11 @@ class TraceContext {
   // order produced; the compiler's gradient all-reduce pass starts from these.
   void note_gradient(const ir::NodePtr& n) { gradients_.push_back(n); }
   std::vector<ir::NodePtr>& gradients() { return gradients_; }
+  // Module::is_training notes each mode the body reads (once per module): the step is keyed by
+  // them, so a call after train()/eval() changed one traces the step again for the new mode
+  // instead of replaying the other mode's graph.
+  void note_mode(std::weak_ptr<const void> owner, const bool* flag, bool value);
+  const std::vector<ModeRead>& modes() const { return modes_; }
 
   static TraceContext* current();
 
@@ -51,6 +64,7 @@ class TraceContext {
   std::vector<ir::NodePtr> batch_inputs_;
   std::vector<Capture> captures_;
   std::vector<ir::NodePtr> gradients_;
+  std::vector<ModeRead> modes_;
   std::unordered_map<TensorImpl*, size_t> capture_index_;
 };
 

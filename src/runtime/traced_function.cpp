@@ -39,8 +39,9 @@ RuntimeStats runtime_stats() {
 namespace detail {
 
 // A compiled variant of the step. Whether a parameter already had a .grad when the body ran
-// changes what the body did (assign vs accumulate), so that is part of the variant's key,
-// checked at every call; everything else is keyed by the input signature.
+// changes what the body did (assign vs accumulate), and so does the training mode of a module
+// the body asked (train()/eval() between calls): both are part of the variant's key, checked at
+// every call; everything else is keyed by the input signature.
 struct Variant {
   std::shared_ptr<compiler::Program> program;  // null when only traced (validate_only)
   std::string report;                          // what compile_only / validate_only write
@@ -55,10 +56,16 @@ struct Variant {
     for (auto& [w, g] : grad_after)
       if (auto impl = w.lock()) impl->grad = g;
   }
+  // The training modes the body read (a Dropout's), as they were when it ran.
+  std::vector<runtime::ModeRead> modes;
   bool matches() const {
     for (auto& [w, had] : grad_presence) {
       auto impl = w.lock();
       if (impl && (impl->grad != nullptr) != had) return false;
+    }
+    for (const auto& m : modes) {
+      auto owner = m.owner.lock();
+      if (owner && *m.flag != m.value) return false;
     }
     return true;
   }
@@ -184,6 +191,7 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
       variant.grad_presence.push_back({c.impl, before != nullptr});
       if (c.impl->grad != before) variant.grad_after.push_back({c.impl, c.impl->grad});
     }
+    variant.modes = ctx.modes();
     g.nodes = ctx.nodes();
     g.batch_inputs = ctx.batch_inputs();
     g.gradients = ctx.gradients();
@@ -272,6 +280,11 @@ std::vector<Tensor> TracedFunction::call(const std::vector<Tensor>& inputs) {
            impl_->name);
   auto& ex = runtime::Executor::get();
   ex.rethrow_if_failed();
+  for (size_t i = 0; i < inputs.size(); ++i)
+    CS_CHECK(inputs[i].defined(),
+             "trace '{}': input {} of the step is an undefined tensor (a batch tensor never "
+             "assigned?)",
+             impl_->name, i);
   std::string sig = signature(inputs);
   const auto mode = runtime::current_run_mode();
   if (mode != runtime::RunMode::Execute) return dry_call(*impl_, inputs, sig, mode);

@@ -69,7 +69,10 @@ class Module : public std::enable_shared_from_this<Module> {
 
   virtual void train(bool on = true);
   void eval() { train(false); }
-  bool is_training() const { return training_; }
+  // Inside a traced step, the mode read is part of the step's key: after train() or eval()
+  // changes it, the next call traces the step again for the new mode (each mode's graph is
+  // kept), rather than replaying the graph of the mode it was traced in.
+  bool is_training() const;
   const std::string& type_name() const { return type_name_; }
   // Moves parameters to a device (CPU: nothing to move).
   virtual void to(Device d);

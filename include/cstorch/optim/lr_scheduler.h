@@ -26,7 +26,9 @@
 
 namespace cstorch::optim::lr_scheduler {
 
-// What a scheduler drives: an optimizer's group key ("lr" unless given).
+// What a scheduler drives: an optimizer's group key ("lr" unless given). The scheduler refers
+// to the optimizer, which must outlive it (as in PyTorch, where a scheduler holds its
+// optimizer): destroy a scheduler before its optimizer, e.g. declare it after the optimizer.
 struct Target {
   Target(Optimizer& o, std::string k = "lr") : optimizer(&o), key(std::move(k)) {}
   Optimizer* optimizer;

@@ -157,6 +157,11 @@ TEST(NNLoss, MseLoss) {
   EXPECT_FLOAT_EQ(mse_loss(a, b, Reduction::Sum).item<float>(), 17);
   EXPECT_EQ(mse_loss(a, b, Reduction::None).to_vector<float>(), (F{0, 4, 4, 9}));
   EXPECT_ERROR(mse_loss(iv({1}, {1}), iv({1}, {1})), "mse_loss", "i64");
+  // A target that broadcasts the input to another shape (a [4, 1] prediction against [4]
+  // targets gave a [4, 4] comparison without a word); a scalar target keeps the input's shape.
+  EXPECT_ERROR(mse_loss(ones({4, 1}), ones({4})), "mse_loss: the input [4, 1]",
+               "the target [4] broadcast to [4, 4]");
+  EXPECT_FLOAT_EQ(mse_loss(ones({4, 1}), zeros({})).item<float>(), 1.0f);
 }
 
 TEST(NNLoss, Errors) {
@@ -282,7 +287,9 @@ TEST(NNDropout, ModesAndScaling) {
   Tensor x = ones({1000});
   EXPECT_EQ(dropout(x, 0.5, false).impl(), x.impl());
   EXPECT_EQ(dropout(x, 0.0).impl(), x.impl());
-  EXPECT_ERROR(dropout(x, 1.0), "dropout", "p");
+  // p = 1 drops everything (as in PyTorch, which allows it).
+  EXPECT_EQ(dropout(x, 1.0).to_vector<float>(), F(1000, 0.f));
+  EXPECT_ERROR(dropout(x, 1.5), "dropout", "p must be in [0, 1]");
   EXPECT_ERROR(dropout(x, -0.1), "dropout", "p");
   manual_seed(7);
   F y = dropout(x, 0.25).to_vector<float>();

@@ -64,6 +64,55 @@ TEST(Trace, ReadingAValueInsideTheStepIsAnError) {
   }
 }
 
+// A save in the body would run once, at tracing, and write the weights before the first step
+// on every later call's behalf (tried as a new user would: no error, a stale file).
+TEST(Trace, SavingACheckpointInsideTheStepIsAnError) {
+  Tensor w = vec({1, 2});
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "cstorch_trace_save.mdl").string();
+  auto step = cs::trace([&](const Tensor& x) {
+    cs::save(cs::State::map({{"w", w}}), path);
+    return x * w;
+  });
+  try {
+    step(vec({1, 1}));
+    FAIL() << "expected an error";
+  } catch (const cs::Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("save " + path + ": called inside a traced step"), std::string::npos) << m;
+    EXPECT_NE(m.find("checkpoint closure"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// train()/eval() between calls of one traced step: the step is traced again for the mode it
+// now finds (the replay kept dropping values in eval mode, tried as a new user would), and each
+// mode's graph is kept.
+TEST(Trace, AChangedTrainingModeTracesTheStepAgain) {
+  cs::manual_seed(3);
+  cs::nn::Sequential m(cs::nn::Dropout(0.5));
+  int body_runs = 0;
+  auto step = cs::trace([&](const Tensor& x) {
+    ++body_runs;
+    return m(x);
+  });
+  auto dropped = [](const Tensor& y) {
+    int zeros = 0;
+    for (float v : y.to_vector<float>()) zeros += v == 0.f;
+    return zeros;
+  };
+  const Tensor x = cs::ones({64});
+  EXPECT_GT(dropped(step(x)), 0);  // training: about half dropped
+  m->eval();
+  EXPECT_EQ(step(x).to_vector<float>(), std::vector<float>(64, 1.f));
+  EXPECT_EQ(body_runs, 2);
+  m->train();
+  EXPECT_GT(dropped(step(x)), 0);
+  m->eval();
+  EXPECT_EQ(dropped(step(x)), 0);
+  EXPECT_EQ(body_runs, 2);  // both modes' graphs were kept
+}
+
 TEST(Trace, InPlaceUpdatesBecomeStateWritesCommittedPerExecution) {
   Tensor counter = cs::zeros({});
   Tensor acc = cs::zeros({2});
