@@ -15,6 +15,26 @@
 namespace cstorch {
 
 namespace {
+// YAML merge keys (`<<: *defaults`, or a list of aliases): the merged maps' keys are added where
+// the map does not give them itself (explicit keys win, the first merged map before later ones),
+// as YAML 1.1 readers do. yaml-cpp reads `<<` as a plain key.
+void merge_keys(Config& m, const std::string& shown_path, const std::string& where) {
+  if (!m.is_object() || !m.contains("<<")) return;
+  Config merged = std::move(m["<<"]);
+  m.erase("<<");
+  auto add = [&](const Config& from) {
+    if (!from.is_object())
+      fail("{}the merge key (<<) in {} takes a map or a list of maps (`<<: *name`), got {}", where,
+           shown_path, from.dump());
+    for (const auto& [k, v] : from.items())
+      if (!m.contains(k)) m[k] = v;
+  };
+  if (merged.is_array()) {
+    for (const auto& e : merged) add(e);
+  } else {
+    add(merged);
+  }
+}
 
 // Limits on what one YAML document may expand to. yaml-cpp resolves an alias (*name) to the
 // node it names, shared: a document of a few hundred bytes can describe a graph that expands
@@ -103,6 +123,7 @@ Config convert(const YAML::Node& top, const std::string& where) {
       // Done: hand the value to the parent (or the result).
       Frame done = std::move(stack.back());
       stack.pop_back();
+      merge_keys(done.value, show_path(path), where);
       path.resize(done.path_len);
       if (stack.empty()) {
         result = std::move(done.value);

@@ -136,3 +136,18 @@ TEST(ConfigLimits, AKeyGivenTwiceInOneMapIsAnError) {
   EXPECT_EQ(ok["c"][1]["d"].get<int>(), 4);
   fs::remove_all(dir);
 }
+
+// YAML merge keys: a phase written as `<<: *first` plus its changes (read as an unknown key
+// '<<' and refused, in a run tried as a new user would). Explicit keys win over merged ones,
+// an earlier merged map over a later one; a merge of something else than maps is an error.
+TEST(ConfigLimits, MergeKeysAddTheMergedMapsKeys) {
+  const cs::Config c = cs::parse_config(
+      "base: &b {lr: 0.1, momentum: 0.9}\n"
+      "more: &m {nesterov: true, lr: 0.5}\n"
+      "one: {<<: *b, lr: 0.01}\n"
+      "two:\n  <<: [*b, *m]\n  extra: 1\n");
+  EXPECT_EQ(c["one"], cs::parse_config("{lr: 0.01, momentum: 0.9}"));
+  EXPECT_EQ(c["two"], cs::parse_config("{lr: 0.1, momentum: 0.9, nesterov: true, extra: 1}"));
+  expect_error([&] { cs::parse_config("a: {<<: 3, b: 1}"); },
+               {"the merge key (<<) in 'a' takes a map or a list of maps", "got 3"});
+}
