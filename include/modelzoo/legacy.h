@@ -21,6 +21,11 @@ bool is_legacy_params(const Config& root);
 // The Trainer form of a legacy params file. `mode` is train | eval | train_and_eval |
 // eval_all (runconfig.mode when empty). Errors name the legacy key path.
 Config convert_legacy_params(const Config& params, const std::string& mode = "");
+// The legacy params key a key path of the converted config comes from, for errors about a
+// legacy file: "trainer.init.loop.max_steps" -> "runconfig.max_steps", "trainer.init.schedulers"
+// -> "optimizer.learning_rate", "trainer.fit.train_dataloader.batch_sise" ->
+// "train_input.batch_sise"; "" for a path that no legacy key makes.
+std::string legacy_key_of(const std::string& converted_path);
 
 class BaseRunner {
  public:

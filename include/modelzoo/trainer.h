@@ -26,6 +26,10 @@
 #include "modelzoo/loggers.h"
 #include "modelzoo/model.h"
 
+namespace cstorch::metrics {
+class Metric;
+}
+
 namespace modelzoo {
 
 // trainer.init.loop
@@ -119,6 +123,12 @@ class Trainer {
   // The latest validation's results: "eval/loss" (the mean loss) and "eval/<name>" for every
   // metric the model updated. Empty before the first validation.
   const Scalars& last_validation_metrics() const { return last_val_; }
+  // The names a validation reports (before any has run): "eval/loss" and "eval/<name>" of each
+  // metric the model updates. Callbacks that watch a result check its name against these.
+  std::vector<std::string> validation_result_names() const;
+  // Whether the fit in progress validates (fit() was given a validation dataloader); set
+  // before on_fit_start.
+  bool fit_validates() const { return fit_validates_; }
   // The latest logged training loss (NaN before the first logged step).
   double last_train_loss() const;
 
@@ -163,8 +173,10 @@ class Trainer {
   void setup_replicas();
   cstorch::State optimizer_state();
   void load_optimizer_state(const cstorch::State& full);
+  void load_optimizer_groups(const cstorch::State& full);
   void sync_sharded_params();
-  void combine_validation(double& sum, int64_t& steps);
+  void combine_validation(double& sum, int64_t& samples);
+  std::string validation_result_name(const cstorch::metrics::Metric& m) const;
   void write_run_metadata();
   struct RunRecord;
   void begin_run(const char* mode, const std::string& details);
@@ -176,6 +188,7 @@ class Trainer {
   Config run_config_;
   Scalars last_val_;
   bool stop_requested_ = false;
+  bool fit_validates_ = false;
   std::string stop_reason_;
   int64_t last_saved_step_ = -1;
   int64_t validated_step_ = -1;

@@ -50,7 +50,18 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
   cmd->add_option("overrides", o.overrides,
                   "Config overrides KEY.PATH=VALUE (e.g. trainer.init.loop.max_steps=50; the "
                   "value is YAML), applied in order before the config is checked");
-  cmd->add_option("-o,--model_dir", o.model_dir, "Directory for checkpoints and logs");
+  cmd->add_option("-o,--model_dir", o.model_dir, "Directory for checkpoints and logs")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            // An empty value was ignored (the config's model_dir used), a file was reported
+            // later by a logger that could not make its folder there.
+            if (v.empty()) return "is empty: give a directory";
+            std::error_code ec;
+            if (std::filesystem::exists(v, ec) && !std::filesystem::is_directory(v, ec))
+              return "'" + v + "' exists and is not a directory";
+            return {};
+          },
+          "DIR", "model_dir"));
   cmd->add_option("--max_steps", o.max_steps,
                   "Train to this step: trainer.init.loop.max_steps of every phase (legacy "
                   "params: runconfig.max_steps)")
@@ -65,10 +76,13 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
                 "run nothing");
   cmd->add_flag("--validate_only", o.validate_only,
                 "Trace and check the steps only, write their reports to MODEL_DIR/cerebras_logs "
-                "(printed), run nothing");
+                "(printed), run nothing")
+      ->excludes("--compile_only");
   cmd->add_option("--num_csx", o.num_csx,
                   "Replicas of the CSX backend (cluster_config.num_csx); started without a "
-                  "launcher, cszoo runs itself under mpirun with that many processes");
+                  "launcher, cszoo runs itself under mpirun with that many processes")
+      ->transform(cli::whole_number<int>())
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--mount_dirs", o.mount_dirs, "Directories the run needs (must exist)");
   cmd->add_option("--plugin_paths,--python_paths", o.python_paths,
                   "Plugins: shared libraries (.so), or directories whose every *.so is loaded; "
@@ -226,6 +240,11 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
            "config: {}: the top level is {}, not a map of sections (trainer: ..., or a legacy "
            "params file's train_input: ..., model: ..., runconfig: ...)",
            o.params, root.is_array() ? "a list" : "a single value");
+  CS_CHECK(!root.is_null() || !o.overrides.empty(),
+           "config: {}: the file holds no settings (it is empty, or only comments): a config is "
+           "a map of sections (trainer: ..., or a legacy params file's train_input: ..., "
+           "model: ..., runconfig: ...)",
+           o.params);
   if (root.is_null()) root = Config::object();
 
   // Overrides: every one parsed first (a malformed one stops the command before anything
@@ -307,14 +326,25 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
     set_resolved_run_config(record);
     run_config(root, mode, ov);
   } catch (const cstorch::Error& e) {
+    std::string msg = e.what();
+    // An error about a legacy file names the converted key path it reports: say which key of
+    // the file that is (the user wrote optimizer.learning_rate, not trainer.init.schedulers).
+    std::string key = msg.substr(0, msg.find(':'));
+    if (legacy) {
+      const std::string from = legacy_key_of(key);
+      if (!from.empty()) {
+        msg += fmt::format(" (the legacy params file's {})", from);
+        key = from;
+      }
+    }
     // An error at an overridden key says what set it (the file does not hold that value).
-    const std::string msg = e.what();
     for (auto it = applied.rbegin(); it != applied.rend(); ++it) {
       const std::string kp = it->ov.key_path();
-      if (msg.size() > kp.size() && msg.compare(0, kp.size(), kp) == 0 &&
-          std::string(":.[").find(msg[kp.size()]) != std::string::npos)
+      if (key.size() >= kp.size() && key.compare(0, kp.size(), kp) == 0 &&
+          (key.size() == kp.size() || std::string(".[").find(key[kp.size()]) != std::string::npos))
         cstorch::fail("{} (set by {})", msg, it->origin);
     }
+    if (msg != e.what()) cstorch::fail("{}", msg);
     throw;
   }
 }

@@ -37,6 +37,23 @@ double monitored(const Trainer& t, const std::string& monitor, const char* who) 
                 fmt::join(names, ", "));
 }
 
+// At the start of a fit: a monitor that no validation reports is an error now, not after the
+// first validation (which may come hours in); a fit without validation is warned about.
+void check_monitor(const Trainer& t, const std::string& monitor, const char* who) {
+  if (!t.fit_validates()) {
+    if (cstorch::distributed::is_main_process())
+      fmt::print(stderr,
+                 "warning: {} watches '{}', but this fit has no validation dataloader: it does "
+                 "nothing\n",
+                 who, monitor);
+    return;
+  }
+  const auto names = t.validation_result_names();
+  if (std::find(names.begin(), names.end(), monitor) == names.end())
+    cstorch::fail("{}: monitor '{}' is not among the validation results (they are: {})", who,
+                  monitor, fmt::join(names, ", "));
+}
+
 // Whether `a` is better than `b` by more than `delta` (any number beats NaN: no value yet).
 bool better(MonitorMode m, double a, double b, double delta = 0) {
   if (std::isnan(a)) return false;
@@ -55,7 +72,8 @@ int64_t positive_int(const ConfigView& a, const std::string& key, int64_t def) {
 // ---------------------------------------------------------------------------------------------
 // EarlyStopping
 
-void EarlyStopping::on_fit_start(Trainer&) {
+void EarlyStopping::on_fit_start(Trainer& t) {
+  check_monitor(t, o_.monitor, "EarlyStopping");
   in_fit_ = true;
   wait_ = 0;
   best_ = std::numeric_limits<double>::quiet_NaN();
@@ -80,6 +98,7 @@ void EarlyStopping::on_validate_end(Trainer& t) {
 // KeepBestCheckpoints
 
 void KeepBestCheckpoints::on_train_start(Trainer& t) {
+  check_monitor(t, o_.monitor, "KeepBestCheckpoints");
   active_ = true;
   best_.clear();
   dropped_.clear();

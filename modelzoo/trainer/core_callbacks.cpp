@@ -67,17 +67,27 @@ void LoggingCallback::on_step_outputs(Trainer& t, const cstorch::Tensor& loss,
   auto loggers = loggers_;
   auto progress = progress_;
   auto last = last_loss_;
+  auto warned = warned_not_finite_;
+  const bool main = cstorch::distributed::is_main_process();
   // Every step's loss is read (the run summary reports the last one); logging and the
-  // progress bar use their own periods.
-  auto record = cstorch::step_closure(
-      [step, log, loggers, progress, last](const cstorch::Tensor& l, const cstorch::Tensor& r) {
-        const double loss = l.item<float>();
-        *last = loss;
-        if (!log && !progress) return;
-        Scalars s{{"loss", loss}, {"lr", r.item<float>()}};
-        if (log) loggers->log_metrics(step, s);
-        if (progress) progress->log_metrics(step, s);
-      });
+  // progress bar use their own periods. The first loss that is not a finite number is reported
+  // at once: a run whose losses turned NaN otherwise went on to report success.
+  auto record = cstorch::step_closure([step, log, loggers, progress, last, warned, main](
+                                          const cstorch::Tensor& l, const cstorch::Tensor& r) {
+    const double loss = l.item<float>();
+    *last = loss;
+    if (!std::isfinite(loss) && !*warned && main) {
+      *warned = true;
+      fmt::print(stderr,
+                 "warning: step {}: the training loss is {} (not a finite number); the data "
+                 "may hold NaN or infinite values, or the learning rate may be too high\n",
+                 step, loss);
+    }
+    if (!log && !progress) return;
+    Scalars s{{"loss", loss}, {"lr", r.item<float>()}};
+    if (log) loggers->log_metrics(step, s);
+    if (progress) progress->log_metrics(step, s);
+  });
   record(loss, lr);
 }
 
@@ -106,6 +116,9 @@ void CheckpointCallback::on_checkpoint_step(Trainer& t) {
 
 PrecisionCallback::PrecisionCallback(const ConfigView& p) {
   if (p.is_null()) return;
+  if (p.has("fp16_type"))
+    cstorch::fail("{}: this key is `dtype` here (bf16 or f16), with `enabled: true`",
+                  p.child_path("fp16_type"));
   p.check_keys({"enabled", "dtype", "loss_scaling_factor", "initial_loss_scale",
                 "steps_per_increase", "min_loss_scale", "max_loss_scale", "overflow_tolerance",
                 "max_gradient_norm", "max_gradient_value"});
@@ -113,15 +126,12 @@ PrecisionCallback::PrecisionCallback(const ConfigView& p) {
   if (p.has("max_gradient_value")) max_value_ = p.at("max_gradient_value").as_double();
   if (max_norm_ && max_value_)
     cstorch::fail("{}: give max_gradient_norm or max_gradient_value, not both", p.path());
+  // The dtype is checked whether or not mixed precision is enabled (every key is checked).
+  const std::string dt = p.get_string("dtype", "bf16");
+  const bool bf16 = dt == "bf16" || dt == "bfloat16", f16 = dt == "f16" || dt == "float16";
+  if (!bf16 && !f16) cstorch::fail("{}: must be bf16 or f16, got '{}'", p.child_path("dtype"), dt);
   if (!p.get_bool("enabled", false)) return;
-  std::string dt = p.get_string("dtype", "bf16");
-  if (dt == "bf16" || dt == "bfloat16") {
-    dtype_ = cstorch::DType::bf16;
-  } else if (dt == "f16" || dt == "float16") {
-    dtype_ = cstorch::DType::f16;
-  } else {
-    cstorch::fail("{}: must be bf16 or f16, got '{}'", p.child_path("dtype"), dt);
-  }
+  dtype_ = bf16 ? cstorch::DType::bf16 : cstorch::DType::f16;
   // f16 needs loss scaling (dynamic unless a number is given); bf16 only when asked. A
   // GradScaler is built only when the factor is not 0.0 (0.0: no loss scaling).
   if (!p.has("loss_scaling_factor") && dtype_ != cstorch::DType::f16) return;

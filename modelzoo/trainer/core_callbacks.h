@@ -55,6 +55,8 @@ class LoggingCallback : public CoreCallback {
 
  private:
   std::shared_ptr<double> last_loss_ = std::make_shared<double>(std::nan(""));
+  // Whether a training loss that is not a finite number was reported (once a run).
+  std::shared_ptr<bool> warned_not_finite_ = std::make_shared<bool>(false);
   void end_progress();
   int64_t log_steps_;
   std::shared_ptr<MultiLogger> loggers_;

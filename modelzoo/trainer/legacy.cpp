@@ -138,6 +138,44 @@ Config convert_legacy_params(const Config& params, const std::string& mode_in) {
   return {{"trainer", phase}};
 }
 
+std::string legacy_key_of(const std::string& path) {
+  // Longest prefix first: (converted prefix, legacy prefix). A prefix matches a whole key.
+  static const std::pair<const char*, const char*> kMap[] = {
+      {"trainer.init.checkpoint.steps", "runconfig.save_checkpoints_steps"},
+      {"trainer.init.checkpoint.keep_last", "runconfig.keep_checkpoint_max"},
+      {"trainer.init.checkpoint", "runconfig"},
+      {"trainer.init.logging.log_steps", "runconfig.log_steps"},
+      {"trainer.init.loop", "runconfig"},
+      {"trainer.init.model_dir", "runconfig.model_dir"},
+      {"trainer.init.seed", "runconfig.seed"},
+      {"trainer.init.device", "runconfig.target_device"},
+      {"trainer.init.backend", "runconfig"},
+      {"trainer.init.model", "model"},
+      {"trainer.init.schedulers", "optimizer.learning_rate"},
+      {"trainer.fit.train_dataloader", "train_input"},
+      {"trainer.fit.val_dataloader", "eval_input"},
+      {"trainer.fit.ckpt_path", "runconfig.checkpoint_path"},
+      {"trainer.validate.val_dataloader", "eval_input"},
+      {"trainer.validate.ckpt_path", "runconfig.checkpoint_path"},
+      {"trainer.validate_all.val_dataloaders", "eval_input"},
+  };
+  auto whole = [&](const std::string& prefix) {
+    return path.compare(0, prefix.size(), prefix) == 0 &&
+           (path.size() == prefix.size() ||
+            std::string(".[").find(path[prefix.size()]) != std::string::npos);
+  };
+  for (const auto& [conv, legacy] : kMap)
+    if (whole(conv)) return legacy + path.substr(std::string(conv).size());
+  // trainer.init.optimizer.TYPE.KEY -> optimizer.KEY (TYPE is optimizer.optimizer_type).
+  const std::string opt = "trainer.init.optimizer";
+  if (whole(opt)) {
+    const size_t type_end = path.find('.', opt.size() + 1);
+    if (type_end == std::string::npos) return "optimizer.optimizer_type";
+    return "optimizer" + path.substr(type_end);
+  }
+  return "";
+}
+
 // ---------------------------------------------------------------------------------------------
 // Runners
 

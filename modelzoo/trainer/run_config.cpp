@@ -44,6 +44,13 @@ void run_phase(const ConfigView& phase, Mode mode, const RunOverrides& o) {
       break;
     }
     case Mode::Validate: {
+      // The section the command needs, named with what goes in it (a config made for `fit`
+      // only has fit.val_dataloader).
+      if (!phase.has("validate"))
+        cstorch::fail(
+            "{}: missing: `cszoo validate` reads its data from {}.val_dataloader (a "
+            "val_dataloader as under fit:, and optionally ckpt_path)",
+            phase.child_path("validate"), phase.child_path("validate"));
       ConfigView v = phase.at("validate");
       v.check_keys({"val_dataloader", "ckpt_path"});
       // Without a checkpoint path: the latest checkpoint in model_dir, if any.
@@ -65,6 +72,11 @@ void run_phase(const ConfigView& phase, Mode mode, const RunOverrides& o) {
       break;
     }
     case Mode::ValidateAll: {
+      if (!phase.has("validate_all"))
+        cstorch::fail(
+            "{}: missing: `cszoo validate_all` reads its data from {}.val_dataloaders (a list "
+            "of val_dataloader maps as under fit:, or one val_dataloader; optionally ckpt_paths)",
+            phase.child_path("validate_all"), phase.child_path("validate_all"));
       ConfigView v = phase.at("validate_all");
       v.check_keys({"val_dataloaders", "val_dataloader", "ckpt_paths"});
       ConfigView dl = v.has("val_dataloaders") ? v.at("val_dataloaders") : v.at("val_dataloader");

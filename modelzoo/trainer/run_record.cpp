@@ -227,16 +227,15 @@ void Trainer::print_header(const char* mode, cstorch::utils::data::DataLoader* t
   if (!cstorch::distributed::is_main_process()) return;
   int64_t params = 0;
   for (const auto& p : model_->parameters()) params += p.numel();
-  // Steps per epoch and samples (batches x the global batch size) where the loader knows them.
+  // Steps per epoch and the global batch size where the loader knows them. (Not batches x
+  // batch size as samples: a last partial batch made that more than the data holds.)
   auto describe = [&](cstorch::utils::data::DataLoader* dl) {
     const int64_t n = dl->size();
     if (n < 0) return std::string("length unknown");
     std::string s = fmt::format("{} steps/epoch", n / std::max<int64_t>(1, loop_.grad_accum_steps));
     const Config& a = dl->args();
-    if (a.is_object() && a.contains("batch_size") && a["batch_size"].is_number_integer()) {
-      const int64_t b = a["batch_size"].get<int64_t>() * dl->num_replicas();
-      s += fmt::format(", batch {}, {} samples/epoch", b, n * b);
-    }
+    if (a.is_object() && a.contains("batch_size") && a["batch_size"].is_number_integer())
+      s += fmt::format(", batch {}", a["batch_size"].get<int64_t>() * dl->num_replicas());
     return s;
   };
   std::string line = fmt::format(

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <set>
 
 #include "cstorch/amp.h"
 #include "cstorch/checkpoint.h"
@@ -295,9 +296,29 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
     // `{Name: {args}}` entries become configure_lr_scheduler's `{scheduler: Name, args...}`
     // form (at the arguments' key path); that form itself (a map with `scheduler`, or a list
     // of them, as in legacy params files) is passed through.
+    // `{SequentialLR: {schedulers: [{Name: {args}}, ...]}}` (each runs its total_iters, then
+    // the next) and `{ChainedLR: {schedulers: [...]}}` (all at once, multiplied) become the
+    // seed-001 list form.
     auto add_entry = [&](const ConfigView& e) {
       if (e.value().is_object() && e.value().contains("scheduler")) return add(e.value(), e.path());
       auto [name, args] = e.named_entry();
+      const std::string lower = cstorch::ascii_lower(name);
+      if (lower == "sequentiallr" || lower == "chainedlr") {
+        ConfigView a = e.at(name);
+        a.check_keys({"schedulers"});
+        ConfigView list = a.at("schedulers");
+        if (!list.value().is_array() || list.size() == 0)
+          list.error("expected a list of {SchedulerName: {arguments}}");
+        Config forms = Config::array();
+        for (size_t i = 0; i < list.size(); ++i) {
+          auto [sub, sub_args] = list.at(i).named_entry();
+          Config f = sub_args;
+          f["scheduler"] = sub;
+          if (lower == "chainedlr") f["main_scheduler"] = "ChainedLR";
+          forms.push_back(f);
+        }
+        return add(forms, list.path());
+      }
       Config form = args;
       form["scheduler"] = name;
       add(form, e.child_path(name));
@@ -313,6 +334,17 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
     } else {
       for (size_t i = 0; i < sv.size(); ++i) add_entry(sv.at(i));
     }
+    // Two schedulers of one hyper-parameter would each overwrite it every step (the last one
+    // listed winning: a warm-up before a decay never ran).
+    for (size_t i = 0; i < schedulers_.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (schedulers_[i]->param_group_key() == schedulers_[j]->param_group_key())
+          sv.error(fmt::format(
+              "entries {} and {} both drive '{}', and each would overwrite the other every "
+              "step; to run one after the other, list them under one entry: "
+              "{{SequentialLR: {{schedulers: [...]}}}} (each runs its total_iters), or to "
+              "multiply them, {{ChainedLR: {{schedulers: [...]}}}}",
+              j, i, schedulers_[i]->param_group_key()));
   }
   if (!cstorch::distributed::is_main_process()) progress_every = 0, plot = false;
   // Core callbacks first (logging, checkpointing), then the user's, in the order given.
@@ -664,6 +696,34 @@ State Trainer::optimizer_state() {
 }
 
 void Trainer::load_optimizer_state(const State& full) {
+  // The config's hyper-parameters, to say which ones the checkpoint's replace: a resumed
+  // optimizer keeps its checkpoint's (as PyTorch's load_state_dict), and an lr given on the
+  // command line for the resumed run was otherwise ignored without a word.
+  std::vector<std::map<std::string, double>> configured;
+  for (const auto& g : optimizer_->param_groups()) configured.push_back(g.options);
+  load_optimizer_groups(full);
+  std::set<std::string> scheduled;
+  for (const auto& s : schedulers_) scheduled.insert(s->param_group_key());
+  std::vector<std::string> changed;
+  const auto& groups = optimizer_->param_groups();
+  for (size_t gi = 0; gi < groups.size() && gi < configured.size(); ++gi)
+    for (const auto& [k, v] : groups[gi].options) {
+      // Compared as the f32 values the optimizer computes with (a checkpoint holds them so).
+      auto it = configured[gi].find(k);
+      const float now = static_cast<float>(v);
+      if (it != configured[gi].end() && static_cast<float>(it->second) != now &&
+          !scheduled.count(k))
+        changed.push_back(fmt::format("{} {} (the config gives {}{})", k, now, it->second,
+                                      groups.size() > 1 ? fmt::format(", group {}", gi) : ""));
+    }
+  if (!changed.empty() && cstorch::distributed::is_main_process())
+    fmt::print(stderr,
+               "warning: the checkpoint's optimizer state sets {}: a resumed optimizer keeps "
+               "its checkpoint's hyper-parameters\n",
+               fmt::join(changed, ", "));
+}
+
+void Trainer::load_optimizer_groups(const State& full) {
   if (shard_params_.empty() && num_shards_ <= 1) {
     optimizer_->load_state_dict(full);
     return;
@@ -694,17 +754,17 @@ void Trainer::load_optimizer_state(const State& full) {
 // Validation on several replicas: each evaluates its share of the data; the loss sums, step
 // counts and every live metric's state (all metric states are sums) are added up, so every
 // replica reports the same combined numbers.
-void Trainer::combine_validation(double& sum, int64_t& steps) {
+void Trainer::combine_validation(double& sum, int64_t& samples) {
   if (replicas_ <= 1) return;
   namespace dist = cstorch::distributed;
   // Two f32 values carry the sum and the count exactly enough (counts are exact to 2^24).
   auto v = dist::all_reduce(
                cstorch::from_vector(
-                   std::vector<float>{static_cast<float>(sum), static_cast<float>(steps)}, {2}),
+                   std::vector<float>{static_cast<float>(sum), static_cast<float>(samples)}, {2}),
                dist::ReduceOp::Sum)
                .to_vector<float>();
   sum = v[0];
-  steps = static_cast<int64_t>(std::llround(v[1]));
+  samples = static_cast<int64_t>(std::llround(v[1]));
   cstorch::NoGradGuard ng;
   for (auto* m : impl_->metrics())
     for (const auto& [name, t] : m->states())
@@ -806,12 +866,53 @@ class ArtifactDirScope {
 
 }  // namespace
 
+namespace {
+// Continues the data where the checkpoint's run stopped. A checkpoint of other data (a phase or
+// a fine-tuning run on another data set, another batch size or worker count) has a position
+// this loader cannot take: the run then starts the data from its beginning, with a warning
+// saying why, instead of refusing to run.
+void restore_data_position(cstorch::utils::data::DataLoader& dl, const cstorch::State& saved) {
+  std::optional<cstorch::State> fresh;
+  try {
+    fresh = dl.state_dict();  // the loader's start, to fall back on
+  } catch (const std::exception&) {
+    // A loader that cannot say its position: the checkpoint's is loaded, or its error raised.
+  }
+  try {
+    with_path("checkpoint 'dataloader'", [&] {
+      dl.load_state_dict(saved);
+      (void)dl.size();  // starts the workers, which take their saved positions
+    });
+  } catch (const std::exception& e) {
+    if (!fresh) throw;
+    if (cstorch::distributed::is_main_process())
+      fmt::print(stderr,
+                 "warning: {}\nwarning: the data starts from its beginning: the checkpoint's data "
+                 "position is of other data (another data set, batch size or number of workers)\n",
+                 e.what());
+    dl.load_state_dict(*fresh);
+  }
+}
+
+void check_not_empty(cstorch::utils::data::DataLoader& dl, const char* what) {
+  if (dl.size() != 0) return;
+  const Config& a = dl.args();
+  std::string bs;
+  if (a.is_object() && a.contains("batch_size")) bs = " " + a["batch_size"].dump();
+  cstorch::fail(
+      "the {} dataloader makes no batches (0 steps per epoch): its data has fewer samples than "
+      "its batch_size{} with drop_last true, or none at all",
+      what, bs);
+}
+}  // namespace
+
 void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::string> ckpt_path) {
   CS_CHECK(train != nullptr, "Trainer.fit: a training dataloader is required");
   CS_CHECK(optimizer_ != nullptr, "Trainer.fit: trainer.init.optimizer is required for training");
   if (!participating_) return;  // a process beyond this trainer's replicas
   stop_requested_ = false;
   stop_reason_.clear();
+  fit_validates_ = val != nullptr;
   bool interrupted = false;  // by a signal (include/modelzoo/interrupt.h)
   begin_run("fit", ckpt_path.value_or(""));
   each([&](Callback& c) { c.on_fit_start(*this); });
@@ -834,10 +935,8 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       }
     }
 
-    if (pending_loader_state_) {
-      with_path("checkpoint 'dataloader'", [&] { train->load_state_dict(*pending_loader_state_); });
-      pending_loader_state_.reset();
-    }
+    if (pending_loader_state_) restore_data_position(*train, *pending_loader_state_);
+    pending_loader_state_.reset();
     if (replicas_ > 1) {
       // Identical starting weights on every replica: rank 0's.
       std::vector<Tensor> tensors;
@@ -848,6 +947,10 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     if (record_) record_->start_step = global_step_;  // after a resume: the checkpoint's step
     const int64_t accum = loop_.grad_accum_steps;
     const int64_t loader_len = train->size();
+    // An empty loader is reported now, not when the first step (or, for validation, the first
+    // validation after hours of training) finds no data.
+    check_not_empty(*train, "training");
+    if (val) check_not_empty(*val, "validation");
     data::StepArgs args;
     args.num_steps = loop_.num_steps;
     args.max_steps = loop_.max_steps;
@@ -945,6 +1048,11 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         }
         if (micro % accum == 0)
           each([&](Callback& c) { c.on_train_batch_start(*this, batch, global_step_ + 1); });
+        // The step's number in errors (and in step closures): the global step it computes, as
+        // the run's summary, checkpoints and validations count (the executor's own count starts
+        // at 0 in every run and counts micro-batches); a validation's steps then carry the step
+        // it validates.
+        cstorch::set_current_step(global_step_ + 1);
         auto out = last_micro ? step_fn(batch) : accum_fn(batch);
         if (dry_run) {
           // compile_only / validate_only: the step is traced (and compiled); stop here.
@@ -1011,6 +1119,17 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
   end_run(interrupted ? "interrupted" : stop_requested_ ? "stopped early" : "completed");
 }
 
+std::string Trainer::validation_result_name(const cstorch::metrics::Metric& m) const {
+  const std::string& k = impl_->model_metrics.empty() ? m.name() : m.base_name();
+  return k.rfind("eval/", 0) == 0 ? k : "eval/" + k;
+}
+
+std::vector<std::string> Trainer::validation_result_names() const {
+  std::vector<std::string> names{"eval/loss"};
+  for (auto* m : impl_->metrics()) names.push_back(validation_result_name(*m));
+  return names;
+}
+
 double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path) {
   CS_CHECK(val != nullptr, "Trainer.validate: a validation dataloader is required");
   if (!participating_) return 0;
@@ -1036,6 +1155,7 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
         },
         "eval_step");
     const int64_t len = val->size();
+    check_not_empty(*val, "validation");
     int64_t steps = loop_.eval_steps.value_or(len);
     CS_CHECK(steps > 0,
              "Trainer.validate: the validation dataloader's length is unknown; set "
@@ -1060,9 +1180,14 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       model_->train(was_training);
       return 0;
     }
+    // eval/loss weighs each batch's loss by its samples (the first dimension of its tensors):
+    // for a loss that is a mean over the batch, the mean over every sample, whatever the batch
+    // size (a short last batch counted as a whole one moved the result with the batch size).
     auto sum = std::make_shared<double>(0.0);
-    auto accumulate = cstorch::step_closure(
-        [sum](const Tensor& loss) { *sum += static_cast<double>(loss.item<float>()); });
+    int64_t samples = 0;
+    auto accumulate = cstorch::step_closure([sum](const Tensor& loss, int64_t n) {
+      *sum += static_cast<double>(loss.item<float>()) * static_cast<double>(n);
+    });
     each([&](Callback& c) { c.on_validate_epoch_start(*this, 0); });
     // Validation may run inside training (eval_frequency), so it walks the loader itself
     // rather than starting a second DataExecutor; it re-iterates like one.
@@ -1072,7 +1197,14 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       CS_CHECK(batch.has_value(), "Trainer.validate: the validation dataloader is empty");
       each([&](Callback& c) { c.on_validate_batch_start(*this, *batch, i); });
       Tensor loss = eval_fn(*batch);
-      accumulate(loss);
+      int64_t n = 1;  // a batch of scalars only counts as one sample
+      for (const auto& [k, t] : *batch)
+        if (t.defined() && t.dim() >= 1) {
+          n = std::max<int64_t>(1, t.size(0));
+          break;
+        }
+      samples += n;
+      accumulate(loss, n);
       each([&](Callback& c) { c.on_validate_batch_end(*this, loss, i); });
     }
     // Finish the epoch, so that every validation starts from the same batches.
@@ -1080,15 +1212,12 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       while (val->next()) {
       }
     cstorch::synchronize();
-    combine_validation(*sum, steps);
-    mean = *sum / static_cast<double>(steps);
+    combine_validation(*sum, samples);
+    mean = *sum / static_cast<double>(samples);
     // The results every callback can read: the mean loss and each metric the model updated.
     last_val_ = {{"eval/loss", mean}};
     const auto metrics = impl_->metrics();
-    for (auto* m : metrics) {
-      const std::string& k = impl_->model_metrics.empty() ? m->name() : m->base_name();
-      last_val_[k.rfind("eval/", 0) == 0 ? k : "eval/" + k] = m->compute();
-    }
+    for (auto* m : metrics) last_val_[validation_result_name(*m)] = m->compute();
     for (auto* m : metrics) m->reset();
     validated_step_ = global_step_;
     each([&](Callback& c) { c.on_validate_epoch_end(*this, 0); });

@@ -245,12 +245,45 @@ TEST(CszooE2E, OverridesAndRunFlags) {
            {"--seed 99999999999999999999",
             "--seed: 99999999999999999999 is out of range (-9223372036854775808 to "
             "9223372036854775807)"},
-           {"--max_steps 2x", "--max_steps: 2x is not a whole number from "}}) {
+           {"--max_steps 2x", "--max_steps: 2x is not a whole number from "},
+           // (0 and -2 ran one replica, while the same num_csx in the YAML is an error.)
+           {"--num_csx 0", "--num_csx: Value 0 not in range"},
+           {"--num_csx -2", "--num_csx: Value -2 not in range"}}) {
     out = run(kCszoo + " fit " + cfg + " " + args + " -o " + (root / "e").string(), &st);
     EXPECT_NE(st, 0) << args << ": " << out;
     EXPECT_NE(out.find(want), std::string::npos) << out;
   }
   EXPECT_FALSE(fs::exists(root / "e" / "checkpoint_6.mdl"));
+  // Usage and config mistakes found before anything runs, each named (tried as a new user
+  // would: an empty -o used the config's model_dir, a file as -o failed in a logger, both
+  // dry-run flags ran one of them, an empty file reported a missing 'trainer' key, a disabled
+  // precision section kept an unknown dtype, `validate` without its section named no remedy).
+  std::ofstream(root / "afile") << "x";
+  std::ofstream(root / "empty.yaml") << "# nothing yet\n";
+  std::string precision = cstorch::testing::read_file(fs::path(cfg));
+  precision.insert(precision.find("    loop:"), "    precision: {enabled: false, dtype: float8}\n");
+  std::ofstream(root / "precision.yaml") << precision;
+  std::string fp16 = cstorch::testing::read_file(fs::path(cfg));
+  fp16.insert(fp16.find("    loop:"), "    precision: {enabled: true, fp16_type: bfloat16}\n");
+  std::ofstream(root / "fp16.yaml") << fp16;
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"fit " + cfg + " -o ''", "--model_dir: is empty: give a directory"},
+           {"fit " + cfg + " -o " + (root / "afile").string(), "exists and is not a directory"},
+           {"fit " + cfg + " --compile_only --validate_only",
+            "--compile_only excludes --validate_only"},
+           {"fit " + (root / "empty.yaml").string(), "the file holds no settings"},
+           {"fit " + (root / "precision.yaml").string(),
+            "trainer.init.precision.dtype: must be bf16 or f16, got 'float8'"},
+           {"fit " + (root / "fp16.yaml").string(),
+            "trainer.init.precision.fp16_type: this key is `dtype` here"},
+           {"validate " + cfg,
+            "trainer.validate: missing: `cszoo validate` reads its data from "
+            "trainer.validate.val_dataloader"}}) {
+    out = run(kCszoo + " " + args, &st);
+    EXPECT_NE(st, 0) << args << ": " << out;
+    EXPECT_NE(out.find(want), std::string::npos) << args << ": " << out;
+  }
+  EXPECT_FALSE(fs::exists(root / "model" / "checkpoint_6.mdl"));
   // A leading zero is decimal (CLI11 alone read 010 as octal, 8).
   out = run(kCszoo + " fit " + cfg + " --seed 010 --compile_only -o " + (root / "e").string(), &st);
   EXPECT_EQ(st, 0) << out;
@@ -486,6 +519,24 @@ TEST(CszooE2E, LegacyRunFormAndCompileOnly) {
   out = run(kCszoo + " run --mode eval --params " + (root / "params.yaml").string(), &st);
   ASSERT_EQ(st, 0) << out;
   EXPECT_NE(out.find("loaded checkpoint"), std::string::npos) << out;
+  // Errors about a legacy file name its own key too (they named only the converted key path,
+  // trainer.init.schedulers for optimizer.learning_rate, tried as a new user would), and the
+  // override that set it.
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"optimizer.learning_rate=abc",
+            "(the legacy params file's optimizer.learning_rate) (set by the override "
+            "'optimizer.learning_rate=abc')"},
+           {"runconfig.max_steps=abc",
+            "trainer.init.loop.max_steps: expected an integer, got \"abc\" (the legacy params "
+            "file's runconfig.max_steps) (set by the override 'runconfig.max_steps=abc')"},
+           {"train_input.batch_sise=4", "trainer.fit.train_dataloader.batch_sise: unknown key"}}) {
+    out = run(kCszoo + " run --mode train --params " + (root / "params.yaml").string() + " " + args,
+              &st);
+    EXPECT_NE(st, 0) << args << ": " << out;
+    EXPECT_NE(out.find(want), std::string::npos) << args << ": " << out;
+  }
+  EXPECT_NE(out.find("(the legacy params file's train_input.batch_sise)"), std::string::npos)
+      << out;
 
   // --compile_only: the compile report lands in the artifact directory; nothing trains.
   std::string cfg = write_config(root, data, 0);

@@ -176,8 +176,7 @@ TEST(RunRecord, ConsoleHeaderSummaryAndCheckpointLines) {
   EXPECT_NE(out.find(fmt::format("== fit: model fc_mnist, {} parameters", params)),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("train data: 3 steps/epoch, batch 8, 24 samples/epoch"), std::string::npos)
-      << out;
+  EXPECT_NE(out.find("train data: 3 steps/epoch, batch 8\n"), std::string::npos) << out;
   EXPECT_NE(out.find("validation data: 2 steps/epoch"), std::string::npos) << out;
   EXPECT_NE(out.find("steps: 4 (global step 0 -> 4)"), std::string::npos) << out;
   EXPECT_NE(out.find(fmt::format("device CPU, precision f32, threads {}, replicas 1",
@@ -400,13 +399,56 @@ TEST(BuiltinCallbacks, ParameterErrorsNameTheKeyPath) {
             "trainer.init.callbacks[0].GradNormLogger.every_n_steps: expected an integer, got "
             "\"two\"");
 
-  // A monitor the validation does not produce: the error lists what it has.
+  // A monitor the validation does not produce: the error lists what it will have, when fit
+  // starts (it came at the first validation, after the training before it).
   Config c = init_config(dir, "callbacks: [{EarlyStopping: {monitor: eval/f1}}]\n");
   c["loop"] = {{"max_steps", 2}, {"eval_frequency", 2}, {"eval_steps", 1}};
   modelzoo::Trainer t(ConfigView(c, "trainer.init"));
   EXPECT_EQ(error_of([&] { t.fit(small(2), small(1)); }),
             "EarlyStopping: monitor 'eval/f1' is not among the validation results (they are: "
-            "eval/accuracy, eval/loss)");
+            "eval/loss, eval/accuracy)");
+  EXPECT_EQ(t.global_step(), 0);
+  Config k = init_config(dir, "callbacks: [{KeepBestCheckpoints: {monitor: eval/acc}}]\n");
+  k["loop"] = {{"max_steps", 2}, {"eval_frequency", 2}, {"eval_steps", 1}};
+  modelzoo::Trainer tk(ConfigView(k, "trainer.init"));
+  EXPECT_EQ(error_of([&] { tk.fit(small(2), small(1)); }),
+            "KeepBestCheckpoints: monitor 'eval/acc' is not among the validation results (they "
+            "are: eval/loss, eval/accuracy)");
+  EXPECT_EQ(tk.global_step(), 0);
+  // Without validation it would do nothing: a warning says so, and training runs.
+  Config w = init_config(dir, "callbacks: [{EarlyStopping: {monitor: eval/loss}}]\n");
+  w["loop"] = {{"max_steps", 2}};
+  modelzoo::Trainer tw(ConfigView(w, "trainer.init"));
+  ::testing::internal::CaptureStderr();
+  tw.fit(small(2), nullptr);
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warned.find("warning: EarlyStopping watches 'eval/loss', but this fit has no "
+                        "validation dataloader: it does nothing"),
+            std::string::npos)
+      << warned;
+  EXPECT_EQ(tw.global_step(), 2);
+  fs::remove_all(dir);
+}
+
+// A training loss that is not a finite number is said at once, once a run (a run whose losses
+// turned NaN reported success without a word); training goes on, as in PyTorch.
+TEST(TrainerLogging, ALossThatIsNotFiniteIsWarnedOnce) {
+  auto dir = cs::testing::temp_dir("nan", test_name());
+  Config c = init_config(dir);
+  c["optimizer"] = cs::parse_config("{SGD: {lr: 1.0e+30}}");
+  c["loop"] = {{"max_steps", 6}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  ::testing::internal::CaptureStderr();
+  t.fit(small(6));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(t.global_step(), 6);
+  const size_t at = err.find("warning: step ");
+  ASSERT_NE(at, std::string::npos) << err;
+  EXPECT_NE(err.find("(not a finite number); the data may hold NaN or infinite values, or the "
+                     "learning rate may be too high"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("warning: step ", at + 1), std::string::npos) << err;  // once
   fs::remove_all(dir);
 }
 
