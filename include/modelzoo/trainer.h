@@ -60,6 +60,10 @@ class Trainer {
  public:
   // From the `trainer.init` map; `view.path()` prefixes error messages.
   explicit Trainer(const ConfigView& init);
+  // The checks of an init section that need nothing built or read: its keys and its loop,
+  // checkpoint and logging sections (the errors a Trainer built from it would raise). run_config
+  // runs them for every phase before the first one starts.
+  static void check_init_config(const ConfigView& init);
   // The code form with a backend object (cstorch::backend(...)): `init` then names neither
   // `device` nor `backend` (both given is an error, as in the YAML form). The backend's
   // cluster_config is read when the Trainer is made, so changing it between two Trainers

@@ -16,6 +16,24 @@ DataLoaderPtr make_dataloader(const ConfigView& v) {
   return data_processors().create(name, v, v.child_path("data_processor"));
 }
 
+// What can be checked of a phase without building anything: its sections' keys, its init's
+// (Trainer::check_init_config), and the sections the command reads.
+void check_phase(const ConfigView& phase, Mode mode) {
+  phase.expect_map();
+  phase.check_keys({"init", "fit", "validate", "validate_all"});
+  Trainer::check_init_config(phase.at("init"));
+  auto loader = [](const ConfigView& dl) {
+    dl.expect_map();
+    (void)dl.at("data_processor").as_string();
+  };
+  if (mode == Mode::Fit) {
+    ConfigView f = phase.at("fit");
+    f.check_keys({"train_dataloader", "val_dataloader", "ckpt_path"});
+    loader(f.at("train_dataloader"));
+    if (f.has("val_dataloader")) loader(f.at("val_dataloader"));
+  }
+}
+
 void run_phase(const ConfigView& phase, Mode mode, const RunOverrides& o) {
   phase.check_keys({"init", "fit", "validate", "validate_all"});
   Config init = phase.at("init").value();
@@ -120,6 +138,13 @@ void run_config(const Config& root, Mode mode, const RunOverrides& o) {
   r.check_keys({"trainer"});
   ConfigView t = r.at("trainer");
   if (t.value().is_array()) {
+    // Every phase's sections are checked before the first phase runs: a mistake in a later
+    // phase was found only when it started, after the earlier phases had trained.
+    for (size_t i = 0; i < t.size(); ++i) {
+      ConfigView entry = t.at(i);
+      entry.check_keys({"trainer"});
+      check_phase(entry.at("trainer"), mode);
+    }
     for (size_t i = 0; i < t.size(); ++i) {
       ConfigView entry = t.at(i);
       entry.check_keys({"trainer"});

@@ -182,10 +182,36 @@ static CheckpointConfig parse_checkpoint(const ConfigView& v) {
 
 Trainer::Trainer(const ConfigView& init) : Trainer(init, nullptr) {}
 
+namespace {
+const std::vector<std::string> kInitKeys = {
+    "device",    "backend", "model_dir",  "seed",    "model",     "optimizer", "schedulers",
+    "precision", "loop",    "checkpoint", "logging", "callbacks", "loggers",   "cs_ip"};
+
+void check_logging(const ConfigView& l) {
+  l.check_keys({"log_steps", "progress", "progress_every", "plot"});
+  const int64_t log_steps = l.get_int("log_steps", 1);
+  if (log_steps < 1)
+    cstorch::fail("{}: must be at least 1, got {}", l.child_path("log_steps"), log_steps);
+  if (l.get_bool("progress", true) && l.get_int("progress_every", 100) < 0)
+    cstorch::fail("{}: must be 0 or more, got {}", l.child_path("progress_every"),
+                  l.get_int("progress_every", 100));
+  (void)l.get_bool("plot", true);
+}
+}  // namespace
+
+void Trainer::check_init_config(const ConfigView& init) {
+  init.expect_map();
+  init.check_keys(kInitKeys);
+  if (init.has("model_dir")) (void)init.get_string("model_dir", "");
+  if (init.has("seed")) (void)init.get_int("seed", 0);
+  (void)parse_loop(init.has("loop") ? init.at("loop") : ConfigView(Config(), ""));
+  (void)parse_checkpoint(init.has("checkpoint") ? init.at("checkpoint") : ConfigView(Config(), ""));
+  if (init.has("logging")) check_logging(init.at("logging"));
+}
+
 Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backend)
     : impl_(std::make_unique<Impl>()) {
-  init.check_keys({"device", "backend", "model_dir", "seed", "model", "optimizer", "schedulers",
-                   "precision", "loop", "checkpoint", "logging", "callbacks", "loggers", "cs_ip"});
+  init.check_keys(kInitKeys);
   if (backend) {
     // A backend object (the code form): its cluster_config as it is now, so a change between
     // two Trainers takes effect.
@@ -215,15 +241,9 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
   bool plot = true;
   if (init.has("logging")) {
     ConfigView l = init.at("logging");
-    l.check_keys({"log_steps", "progress", "progress_every", "plot"});
+    check_logging(l);
     logging_.log_steps = l.get_int("log_steps", 1);
-    if (logging_.log_steps < 1)
-      cstorch::fail("{}: must be at least 1, got {}", l.child_path("log_steps"),
-                    logging_.log_steps);
     progress_every = l.get_bool("progress", true) ? l.get_int("progress_every", 100) : 0;
-    if (progress_every < 0)
-      cstorch::fail("{}: must be 0 or more, got {}", l.child_path("progress_every"),
-                    progress_every);
     plot = l.get_bool("plot", true);
   }
   // Loggers: the configured list, else a JSON-lines metrics file and TensorBoard events.

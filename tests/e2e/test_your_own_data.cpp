@@ -256,3 +256,49 @@ TEST(YourOwnData, AFailingStepIsNamedByItsGlobalStep) {
   EXPECT_NE(out.find("target value 7 is out of range for 4 classes"), std::string::npos) << out;
   fs::remove_all(dir);
 }
+
+// Two phases, the second written with YAML merge keys as the first plus a longer loop: both run.
+// With a mistake in the second phase, the command fails before the first phase trains (it was
+// found only when the second phase started).
+TEST(YourOwnData, PhasesWithMergeKeysAreAllCheckedFirst) {
+  const fs::path dir = e2e::temp_dir("cstorch_e2e_own", "phases");
+  write_data(dir);
+  auto config = [&](const std::string& loop2) {
+    return std::string(
+               "trainer:\n"
+               "  - trainer: &p1\n"
+               "      init: &i1\n"
+               "        device: CPU\n"
+               "        model_dir: model_dir/two\n"
+               "        seed: 1\n"
+               "        model: {name: fc_mnist, input_size: 16, num_classes: 4, hidden_sizes: "
+               "[16]}\n"
+               "        optimizer: {SGD: {lr: 0.05, momentum: 0.9}}\n"
+               "        loop: {max_steps: 10}\n"
+               "        logging: {log_steps: 5, progress: false}\n"
+               "      fit:\n"
+               "        train_dataloader: {data_processor: CSVDataProcessor, files: "
+               "data/tabular/train.csv, labels: label, batch_size: 32}\n"
+               "  - trainer:\n"
+               "      <<: *p1\n"
+               "      init:\n"
+               "        <<: *i1\n"
+               "        loop: ") +
+           loop2 + "\n";
+  };
+  std::ofstream(dir / "two.yaml") << config("{max_steps: 20}");
+  std::ofstream(dir / "typo.yaml") << config("{max_stepz: 20}");
+  int status = 0;
+  std::string out = e2e::run(
+      "cd " + dir.string() + " && " + CSTORCH_BINARY_DIR + "/cszoo fit typo.yaml", &status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("trainer[1].trainer.init.loop.max_stepz: unknown key"), std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(dir / "model_dir" / "two" / "checkpoint_10.mdl")) << out;
+  out =
+      e2e::run("cd " + dir.string() + " && " + CSTORCH_BINARY_DIR + "/cszoo fit two.yaml", &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_TRUE(fs::exists(dir / "model_dir" / "two" / "checkpoint_10.mdl")) << out;
+  EXPECT_TRUE(fs::exists(dir / "model_dir" / "two" / "checkpoint_20.mdl")) << out;
+  fs::remove_all(dir);
+}
