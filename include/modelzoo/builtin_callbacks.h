@@ -34,8 +34,9 @@ class EarlyStopping : public Callback {
   struct Options {
     std::string monitor = "eval/loss";
     MonitorMode mode = MonitorMode::Min;
-    int64_t patience = 3;  // validations without improvement before stopping (>= 1)
-    double min_delta = 0;  // an improvement must exceed this (>= 0), in the monitor's units
+    int64_t patience = 3;     // validations without improvement before stopping (>= 1)
+    double min_delta = 0;     // an improvement must exceed this (>= 0), in the monitor's units
+    std::string monitor_key;  // where the monitor was configured, for errors ("" from code)
   };
   explicit EarlyStopping(Options o) : o_(std::move(o)) {}
   std::string name() const override { return "EarlyStopping"; }
@@ -67,7 +68,8 @@ class KeepBestCheckpoints : public Callback {
   struct Options {
     std::string monitor = "eval/loss";
     MonitorMode mode = MonitorMode::Min;
-    int64_t k = 1;  // >= 1
+    int64_t k = 1;            // >= 1
+    std::string monitor_key;  // where the monitor was configured, for errors ("" from code)
   };
   explicit KeepBestCheckpoints(Options o) : o_(std::move(o)) {}
   std::string name() const override { return "KeepBestCheckpoints"; }

@@ -17,6 +17,12 @@ class Model : public cstorch::nn::Module {
  public:
   explicit Model(std::string type_name) : Module(std::move(type_name)) {}
   virtual cstorch::Tensor loss(const cstorch::Batch& batch) = 0;
+  // What loss() averages over in `batch` (host values): a validation's eval/loss weighs each
+  // batch's loss by it, so that it is the mean over all of them whatever the batch size. By
+  // default the batch's samples (the first dimension of its tensors); a language model's loss
+  // is a mean over its unmasked tokens, so it answers their count. 0: the batch has none (its
+  // loss is left out).
+  virtual double loss_weight(const cstorch::Batch& batch) const;
 };
 
 using ModelPtr = std::shared_ptr<Model>;

@@ -179,7 +179,7 @@ class Trainer {
   void load_optimizer_state(const cstorch::State& full);
   void load_optimizer_groups(const cstorch::State& full);
   void sync_sharded_params();
-  void combine_validation(double& sum, int64_t& samples);
+  void combine_validation(double& sum, double& weight);
   std::string validation_result_name(const cstorch::metrics::Metric& m) const;
   void write_run_metadata();
   struct RunRecord;

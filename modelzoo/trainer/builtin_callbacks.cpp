@@ -39,7 +39,8 @@ double monitored(const Trainer& t, const std::string& monitor, const char* who) 
 
 // At the start of a fit: a monitor that no validation reports is an error now, not after the
 // first validation (which may come hours in); a fit without validation is warned about.
-void check_monitor(const Trainer& t, const std::string& monitor, const char* who) {
+void check_monitor(const Trainer& t, const std::string& monitor, const char* who,
+                   const std::string& key) {
   if (!t.fit_validates()) {
     if (cstorch::distributed::is_main_process())
       fmt::print(stderr,
@@ -50,8 +51,8 @@ void check_monitor(const Trainer& t, const std::string& monitor, const char* who
   }
   const auto names = t.validation_result_names();
   if (std::find(names.begin(), names.end(), monitor) == names.end())
-    cstorch::fail("{}: monitor '{}' is not among the validation results (they are: {})", who,
-                  monitor, fmt::join(names, ", "));
+    cstorch::fail("{}: monitor '{}' is not among the validation results (they are: {})",
+                  key.empty() ? std::string(who) : key, monitor, fmt::join(names, ", "));
 }
 
 // Whether `a` is better than `b` by more than `delta` (any number beats NaN: no value yet).
@@ -73,7 +74,7 @@ int64_t positive_int(const ConfigView& a, const std::string& key, int64_t def) {
 // EarlyStopping
 
 void EarlyStopping::on_fit_start(Trainer& t) {
-  check_monitor(t, o_.monitor, "EarlyStopping");
+  check_monitor(t, o_.monitor, "EarlyStopping", o_.monitor_key);
   in_fit_ = true;
   wait_ = 0;
   best_ = std::numeric_limits<double>::quiet_NaN();
@@ -98,7 +99,7 @@ void EarlyStopping::on_validate_end(Trainer& t) {
 // KeepBestCheckpoints
 
 void KeepBestCheckpoints::on_train_start(Trainer& t) {
-  check_monitor(t, o_.monitor, "KeepBestCheckpoints");
+  check_monitor(t, o_.monitor, "KeepBestCheckpoints", o_.monitor_key);
   active_ = true;
   best_.clear();
   dropped_.clear();
@@ -258,6 +259,7 @@ MODELZOO_REGISTER(callbacks, "EarlyStopping", [](const ConfigView& a) -> Callbac
   a.check_keys({"monitor", "mode", "patience", "min_delta"});
   EarlyStopping::Options o;
   o.monitor = a.get_string("monitor", o.monitor);
+  o.monitor_key = a.child_path("monitor");
   o.mode = parse_mode(a);
   o.patience = positive_int(a, "patience", o.patience);
   o.min_delta = a.get_double("min_delta", 0.0);
@@ -270,6 +272,7 @@ MODELZOO_REGISTER(callbacks, "KeepBestCheckpoints", [](const ConfigView& a) -> C
   a.check_keys({"monitor", "mode", "k"});
   KeepBestCheckpoints::Options o;
   o.monitor = a.get_string("monitor", o.monitor);
+  o.monitor_key = a.child_path("monitor");
   o.mode = parse_mode(a);
   o.k = positive_int(a, "k", o.k);
   return std::make_shared<KeepBestCheckpoints>(o);

@@ -52,6 +52,8 @@ class LoggingCallback : public CoreCallback {
   // The loss of the latest step whose values were read (NaN before any); read it after
   // cstorch::synchronize().
   double last_loss() const { return *last_loss_; }
+  // Whether a training loss that was not a finite number was read (and warned about).
+  bool saw_not_finite() const { return *warned_not_finite_; }
 
  private:
   std::shared_ptr<double> last_loss_ = std::make_shared<double>(std::nan(""));

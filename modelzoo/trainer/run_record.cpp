@@ -266,7 +266,9 @@ void Trainer::print_summary(const char* mode, const RunRecord& r, double wall, c
     s += fmt::format(": {} steps in {:.2f} s", steps, wall);
     if (steps > 0 && wall > 0) s += fmt::format(" ({:.1f} steps/s)", steps / wall);
     const double loss = last_train_loss();
-    if (std::isfinite(loss)) s += fmt::format("; final train loss {:.5f}", loss);
+    // NaN before the first logged step; a loss that went NaN or infinite is shown as such.
+    if (std::isfinite(loss) || (steps > 0 && impl_->logging->saw_not_finite()))
+      s += fmt::format("; final train loss {:.5f}", loss);
   } else {
     s += fmt::format(" in {:.2f} s", wall);
   }

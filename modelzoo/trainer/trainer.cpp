@@ -594,11 +594,13 @@ std::string Trainer::write_checkpoint(int64_t step, State state) {
   std::fflush(stdout);
   if (record_) record_->checkpoints.push_back(path);
   if (ckpt_.keep_last > 0) {
-    // Pinned checkpoints (the best ones) neither count nor go.
+    // Pinned checkpoints (the best ones) neither count nor go, nor do those past this step:
+    // they are another run's (this one resumed from an earlier checkpoint), and counting them
+    // as the newest deleted the checkpoint this run had started from.
     auto all = checkpoints();
     std::erase_if(all, [&](const auto& c) {
-      return std::find(pinned_.begin(), pinned_.end(), fs::path(c.second).filename().string()) !=
-             pinned_.end();
+      return c.first > step || std::find(pinned_.begin(), pinned_.end(),
+                                         fs::path(c.second).filename().string()) != pinned_.end();
     });
     for (size_t i = 0; i + static_cast<size_t>(ckpt_.keep_last) < all.size(); ++i) {
       std::error_code ec;
@@ -774,17 +776,17 @@ void Trainer::load_optimizer_groups(const State& full) {
 // Validation on several replicas: each evaluates its share of the data; the loss sums, step
 // counts and every live metric's state (all metric states are sums) are added up, so every
 // replica reports the same combined numbers.
-void Trainer::combine_validation(double& sum, int64_t& samples) {
+void Trainer::combine_validation(double& sum, double& weight) {
   if (replicas_ <= 1) return;
   namespace dist = cstorch::distributed;
-  // Two f32 values carry the sum and the count exactly enough (counts are exact to 2^24).
+  // Two f32 values carry the sum and the weight exactly enough (counts are exact to 2^24).
   auto v = dist::all_reduce(
                cstorch::from_vector(
-                   std::vector<float>{static_cast<float>(sum), static_cast<float>(samples)}, {2}),
+                   std::vector<float>{static_cast<float>(sum), static_cast<float>(weight)}, {2}),
                dist::ReduceOp::Sum)
                .to_vector<float>();
   sum = v[0];
-  samples = static_cast<int64_t>(std::llround(v[1]));
+  weight = v[1];
   cstorch::NoGradGuard ng;
   for (auto* m : impl_->metrics())
     for (const auto& [name, t] : m->states())
@@ -935,11 +937,24 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
   fit_validates_ = val != nullptr;
   bool interrupted = false;  // by a signal (include/modelzoo/interrupt.h)
   begin_run("fit", ckpt_path.value_or(""));
-  each([&](Callback& c) { c.on_fit_start(*this); });
   try {
+    // Inside: a callback's start-up error (a monitor no validation reports) is a failed run,
+    // recorded as such and summed up, not a run record left 'running'.
+    each([&](Callback& c) { c.on_fit_start(*this); });
     remove_stale_temp_checkpoints(model_dir_);
     if (ckpt_path) {
       load_checkpoint(*ckpt_path);
+      // Checkpoints of a later step in model_dir are another run's: said, since the next fit
+      // without a checkpoint path resumes from the latest of them.
+      std::vector<std::string> later;
+      for (const auto& [step, path] : checkpoints())
+        if (step > global_step_) later.push_back(fs::path(path).filename().string());
+      if (!later.empty() && cstorch::distributed::is_main_process())
+        fmt::print(stderr,
+                   "warning: model_dir '{}' holds checkpoints past step {} ({}): this run leaves "
+                   "them as they are (checkpoint.keep_last does not count them), and a fit "
+                   "without a checkpoint path resumes from the latest of them\n",
+                   model_dir_, global_step_, fmt::join(later, ", "));
     } else if (ckpt_.autoload_last_checkpoint) {
       auto found = checkpoints();
       if (!found.empty()) {
@@ -955,7 +970,9 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       }
     }
 
-    if (pending_loader_state_) restore_data_position(*train, *pending_loader_state_);
+    // (Not for a run that is complete already: it reads no data.)
+    const bool complete = loop_.max_steps && global_step_ >= *loop_.max_steps;
+    if (pending_loader_state_ && !complete) restore_data_position(*train, *pending_loader_state_);
     pending_loader_state_.reset();
     if (replicas_ > 1) {
       // Identical starting weights on every replica: rank 0's.
@@ -1150,6 +1167,12 @@ std::vector<std::string> Trainer::validation_result_names() const {
   return names;
 }
 
+double Model::loss_weight(const cstorch::Batch& batch) const {
+  for (const auto& [k, t] : batch)
+    if (t.defined() && t.dim() >= 1) return static_cast<double>(t.size(0));
+  return 1;  // a batch of scalars: one sample
+}
+
 double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path) {
   CS_CHECK(val != nullptr, "Trainer.validate: a validation dataloader is required");
   if (!participating_) return 0;
@@ -1200,13 +1223,14 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       model_->train(was_training);
       return 0;
     }
-    // eval/loss weighs each batch's loss by its samples (the first dimension of its tensors):
-    // for a loss that is a mean over the batch, the mean over every sample, whatever the batch
-    // size (a short last batch counted as a whole one moved the result with the batch size).
+    // eval/loss weighs each batch's loss by what the loss averages over (Model::loss_weight:
+    // samples, or a language model's unmasked tokens): the mean over all of them, whatever the
+    // batch size (a short last batch counted as a whole one moved the result with the batch
+    // size).
     auto sum = std::make_shared<double>(0.0);
-    int64_t samples = 0;
-    auto accumulate = cstorch::step_closure([sum](const Tensor& loss, int64_t n) {
-      *sum += static_cast<double>(loss.item<float>()) * static_cast<double>(n);
+    double samples = 0;
+    auto accumulate = cstorch::step_closure([sum](const Tensor& loss, double n) {
+      if (n > 0) *sum += static_cast<double>(loss.item<float>()) * n;
     });
     each([&](Callback& c) { c.on_validate_epoch_start(*this, 0); });
     // Validation may run inside training (eval_frequency), so it walks the loader itself
@@ -1217,12 +1241,7 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       CS_CHECK(batch.has_value(), "Trainer.validate: the validation dataloader is empty");
       each([&](Callback& c) { c.on_validate_batch_start(*this, *batch, i); });
       Tensor loss = eval_fn(*batch);
-      int64_t n = 1;  // a batch of scalars only counts as one sample
-      for (const auto& [k, t] : *batch)
-        if (t.defined() && t.dim() >= 1) {
-          n = std::max<int64_t>(1, t.size(0));
-          break;
-        }
+      const double n = model_->loss_weight(*batch);
       samples += n;
       accumulate(loss, n);
       each([&](Callback& c) { c.on_validate_batch_end(*this, loss, i); });
@@ -1233,7 +1252,7 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       }
     cstorch::synchronize();
     combine_validation(*sum, samples);
-    mean = *sum / static_cast<double>(samples);
+    mean = *sum / samples;
     // The results every callback can read: the mean loss and each metric the model updated.
     last_val_ = {{"eval/loss", mean}};
     const auto metrics = impl_->metrics();

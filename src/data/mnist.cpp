@@ -99,6 +99,18 @@ class IdxSource {
 
   int64_t size() const { return size_; }
   bool compressed() const { return size_ < 0; }
+  // zlib's message without the "<fd:N>: " it puts before it (the file is named already).
+  std::string zlib_error() const {
+    int err = 0;
+    const char* msg = gzerror(gz_, &err);
+    if (err == Z_ERRNO) return std::strerror(errno);
+    std::string m = msg ? msg : "unknown error";
+    if (m.rfind("<fd:", 0) == 0) {
+      const size_t colon = m.find(": ");
+      if (colon != std::string::npos) m = m.substr(colon + 2);
+    }
+    return m;
+  }
   // Reads up to n bytes; fewer only at the end of the data. Damaged compressed data (a bad
   // checksum, a cut stream) is an error.
   size_t read(uint8_t* buf, size_t n) {
@@ -106,21 +118,18 @@ class IdxSource {
     while (got < n) {
       const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30));
       const int r = gzread(gz_, buf + got, chunk);
-      if (r < 0) {
-        int err = 0;
-        const char* msg = gzerror(gz_, &err);
+      if (r < 0)
         fail("read_idx: '{}': {}: {}", path_, compressed() ? "decompressing failed" : "read failed",
-             err == Z_ERRNO ? std::strerror(errno) : msg);
-      }
+             zlib_error());
       if (r == 0) break;
       got += static_cast<size_t>(r);
     }
     if (got < n && compressed()) {
       // A gzip stream cut short reads as a short, error-free read before zlib reports it.
       int err = 0;
-      const char* msg = gzerror(gz_, &err);
+      (void)gzerror(gz_, &err);
       if (err != Z_OK && err != Z_STREAM_END)
-        fail("read_idx: '{}': decompressing failed: {}", path_, msg);
+        fail("read_idx: '{}': decompressing failed: {}", path_, zlib_error());
     }
     return got;
   }
@@ -346,13 +355,18 @@ MnistSplit load_mnist_split(const std::string& dir, const std::string& split) {
   return s;
 }
 
-bool mnist_files_exist(const std::string& dir) {
-  std::error_code ec;
+std::vector<std::string> mnist_files_missing(const std::string& dir) {
+  std::vector<std::string> missing;
   for (const char* prefix : {"train", "t10k"})
-    if (!std::filesystem::is_regular_file(images_path(dir, prefix), ec) ||
-        !std::filesystem::is_regular_file(labels_path(dir, prefix), ec))
-      return false;
-  return true;
+    for (const char* kind : {"-images-idx3-ubyte", "-labels-idx1-ubyte"}) {
+      const std::string name = std::string(prefix) + kind;
+      if (find_file(dir, name).empty()) missing.push_back(name);
+    }
+  return missing;
+}
+
+bool mnist_files_exist(const std::string& dir) {
+  return mnist_files_missing(dir).empty();
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -668,6 +682,14 @@ void write_synthetic_mnist(const std::string& dir, int64_t n_train, int64_t n_te
   for (int64_t n : {n_train, n_test})
     if (n < 1 || n > int64_t{0x7FFFFFFF})
       fail("write_synthetic_mnist: sample count {} is out of range 1..2^31-1", n);
+  // Some of the files but not all: an incomplete download, not to be written over.
+  const auto missing = mnist_files_missing(dir);
+  if (!missing.empty() && missing.size() < 4)
+    fail(
+        "write_synthetic_mnist: '{}' holds some MNIST files but not {} (an incomplete "
+        "download?); synthetic digits are written only into a folder with none of the four: add "
+        "the missing files, or use another folder",
+        dir, fmt::join(missing, ", "));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail("write_synthetic_mnist: cannot create directory '{}': {}", dir, ec.message());

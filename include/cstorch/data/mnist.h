@@ -49,6 +49,10 @@ struct MnistSplit {
 // that differ (naming both files), or a label > 9 (naming the file and the first bad index).
 MnistSplit load_mnist_split(const std::string& dir, const std::string& split);
 
+// The names of the four MNIST files (train/t10k images and labels) that `dir` lacks, neither
+// plain nor .gz: empty when all are there.
+std::vector<std::string> mnist_files_missing(const std::string& dir);
+
 // True if all four MNIST files (train/t10k images and labels, each plain or .gz) exist in `dir`
 // as regular files.
 // Checks existence only; load_mnist_split validates the contents.
@@ -65,7 +69,9 @@ void render_digit(int digit, uint64_t seed, uint8_t out[kMnistPixels]);
 // names: n_train training and n_test test samples. Labels are balanced (i % 10, shuffled
 // deterministically). Output depends only on (n_train, n_test, seed): it is byte-identical on
 // every machine and for any OpenMP thread count. Throws cstorch::Error if a count is < 1 or
-// > 2^31-1, or the directory or a file cannot be written.
+// > 2^31-1, the directory or a file cannot be written, or `dir` holds some of the four MNIST
+// files but not all (an incomplete download, whose files it would overwrite; the error names
+// the missing ones). A folder with all four is written over (a fresh synthetic set).
 void write_synthetic_mnist(const std::string& dir, int64_t n_train, int64_t n_test, uint64_t seed);
 
 // 28 lines (each ending in '\n') drawing a 28x28 image with characters by intensity, from ' '

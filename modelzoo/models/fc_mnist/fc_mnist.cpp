@@ -99,6 +99,13 @@ void ensure_mnist(const std::string& dir, bool synthetic, const std::string& whe
   cs::data::write_once(
       dir, [&] { return cs::data::mnist_files_exist(dir); },
       [&] {
+        const auto missing = cs::data::mnist_files_missing(dir);
+        if (missing.size() < 4)
+          cs::fail(
+              "{}: '{}' lacks the MNIST file{} {} (an incomplete download?); add {}, or use a "
+              "data_dir without MNIST files to have synthetic digits written there",
+              where, dir, missing.size() == 1 ? "" : "s", fmt::join(missing, ", "),
+              missing.size() == 1 ? "it" : "them");
         if (!synthetic)
           cs::fail("{}: no MNIST files in '{}' (set synthetic: true to generate digits)", where,
                    dir);

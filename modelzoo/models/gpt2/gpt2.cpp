@@ -170,6 +170,11 @@ cs::Tensor GPT2Model::loss(const cs::Batch& b) {
                                     eval ? accuracy_.get() : nullptr);
 }
 
+double GPT2Model::loss_weight(const cs::Batch& b) const {
+  auto it = b.find("attention_mask");
+  return it == b.end() ? Model::loss_weight(b) : seq2seq::token_count(it->second);
+}
+
 MODELZOO_REGISTER(models, "gpt2", [](const ConfigView& a) -> ModelPtr {
   return std::make_shared<GPT2Model>(GPT2Config::from(a));
 });

@@ -77,6 +77,12 @@ Seq2SeqBatch read_batch(const char* model, const cs::Batch& batch, const BatchLi
   return b;
 }
 
+double token_count(const cs::Tensor& mask) {
+  double n = 0;
+  for (double v : cs::cast(mask, cs::DType::f32).to_vector<double>()) n += v;
+  return n;
+}
+
 cs::Tensor masked_token_loss(const cs::Tensor& logits, const cs::Tensor& labels_bt,
                              const cs::Tensor& mask, double label_smoothing,
                              cs::metrics::PerplexityMetric* perplexity,
@@ -109,6 +115,11 @@ Seq2SeqModel::Seq2SeqModel(std::string type_name, const char* name, const BatchL
       label_smoothing_(label_smoothing),
       perplexity_(std::make_shared<cs::metrics::PerplexityMetric>("eval/lm_perplexity")),
       accuracy_(std::make_shared<cs::metrics::AccuracyMetric>("eval/accuracy")) {}
+
+double Seq2SeqModel::loss_weight(const cs::Batch& batch) const {
+  auto it = batch.find("decoder_attention_mask");
+  return it == batch.end() ? Model::loss_weight(batch) : token_count(it->second);
+}
 
 cs::Tensor Seq2SeqModel::loss(const cs::Batch& batch) {
   Seq2SeqBatch b = read(batch);

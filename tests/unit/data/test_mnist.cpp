@@ -296,6 +296,21 @@ TEST(MnistSplit, ReadsGzipCompressedFilesAsDownloaded) {
                                      "decompressed"});
 }
 
+// A folder with some of the files (an incomplete download) is never written over with
+// synthetic digits: the user's labels were replaced, tried as a new user would.
+TEST(MnistSplit, SyntheticDigitsNeverOverwriteAnIncompleteDownload) {
+  TempDir dir;
+  write_synthetic_mnist(dir.str(), 30, 20, 7);
+  fs::remove(dir.file("train-images-idx3-ubyte"));
+  const std::vector<uint8_t> labels = read_bytes(dir.file("train-labels-idx1-ubyte"));
+  EXPECT_EQ(mnist_files_missing(dir.str()), std::vector<std::string>{"train-images-idx3-ubyte"});
+  const std::string msg = error_of([&] { write_synthetic_mnist(dir.str(), 40, 20, 8); });
+  EXPECT_NE(msg.find("holds some MNIST files but not train-images-idx3-ubyte"), std::string::npos)
+      << msg;
+  EXPECT_EQ(read_bytes(dir.file("train-labels-idx1-ubyte")), labels);
+  EXPECT_FALSE(fs::exists(dir.file("train-images-idx3-ubyte")));
+}
+
 TEST(MnistSplit, ErrorUnknownSplit) {
   TempDir dir;
   const std::string msg = error_of([&] { load_mnist_split(dir.str(), "validation"); });

@@ -405,15 +405,19 @@ TEST(BuiltinCallbacks, ParameterErrorsNameTheKeyPath) {
   c["loop"] = {{"max_steps", 2}, {"eval_frequency", 2}, {"eval_steps", 1}};
   modelzoo::Trainer t(ConfigView(c, "trainer.init"));
   EXPECT_EQ(error_of([&] { t.fit(small(2), small(1)); }),
-            "EarlyStopping: monitor 'eval/f1' is not among the validation results (they are: "
-            "eval/loss, eval/accuracy)");
+            "trainer.init.callbacks[0].EarlyStopping.monitor: monitor 'eval/f1' is not among "
+            "the validation results (they are: eval/loss, eval/accuracy)");
   EXPECT_EQ(t.global_step(), 0);
+  // A failed run, recorded so (the record had stayed 'running').
+  EXPECT_NE(
+      cs::testing::read_file(dir / "run_records" / "run_0001.yaml").find("status: \"failed\""),
+      std::string::npos);
   Config k = init_config(dir, "callbacks: [{KeepBestCheckpoints: {monitor: eval/acc}}]\n");
   k["loop"] = {{"max_steps", 2}, {"eval_frequency", 2}, {"eval_steps", 1}};
   modelzoo::Trainer tk(ConfigView(k, "trainer.init"));
   EXPECT_EQ(error_of([&] { tk.fit(small(2), small(1)); }),
-            "KeepBestCheckpoints: monitor 'eval/acc' is not among the validation results (they "
-            "are: eval/loss, eval/accuracy)");
+            "trainer.init.callbacks[0].KeepBestCheckpoints.monitor: monitor 'eval/acc' is not "
+            "among the validation results (they are: eval/loss, eval/accuracy)");
   EXPECT_EQ(tk.global_step(), 0);
   // Without validation it would do nothing: a warning says so, and training runs.
   Config w = init_config(dir, "callbacks: [{EarlyStopping: {monitor: eval/loss}}]\n");
@@ -529,4 +533,73 @@ TEST(Plot, ValidationCurveOnlyWhenValidationRan) {
       EXPECT_EQ(d.val_pixels, 0) << "a validation curve without validation";
     fs::remove_all(dir);
   }
+}
+
+// A language model's eval/loss is the mean over its unmasked tokens, whatever the batch size:
+// GPT-2 on 6 sequences with masks of different lengths, validated in batches of 6, 4 (4 + 2) and
+// 1, and equal to the log of its perplexity (weighting the batches by samples gave 4.158 at
+// batch 1 against 4.151 at 8, tried as a new user would). Tolerance 1e-5 relative: the batches'
+// f32 means are summed in other groupings.
+TEST(TrainerValidation, ALanguageModelsLossIsTheMeanOverItsTokens) {
+  auto dir = cs::testing::temp_dir("tokens", test_name());
+  const int64_t N = 6, T = 8, V = 32;
+  std::vector<int64_t> ids(N * T), labels(N * T), mask(N * T);
+  for (int64_t i = 0; i < N * T; ++i) {
+    ids[i] = (i * 7 + 3) % V;
+    labels[i] = (i * 5 + 1) % V;
+    mask[i] = i % T < 2 + (i / T) ? 1 : 0;  // sequence s counts 2 + s tokens
+  }
+  auto loader = [&](int64_t batch) {
+    cs::Batch all{{"input_ids", cs::from_vector(ids, {N, T})},
+                  {"labels", cs::from_vector(labels, {N, T})},
+                  {"attention_mask", cs::from_vector(mask, {N, T})}};
+    return std::make_shared<cs::utils::data::DataLoader>(
+        [all, batch](const Config&, const cs::utils::data::WorkerInfo&) {
+          return std::make_shared<cs::utils::data::TensorLoader>(all, batch);
+        },
+        Config{{"batch_size", batch}});
+  };
+  Config c = cs::parse_config(
+      "device: CPU\nmodel_dir: " + dir.string() +
+      "\nseed: 3\n"
+      "model: {name: gpt2, vocab_size: 32, hidden_size: 16, num_hidden_layers: 1, num_heads: 2,"
+      " max_position_embeddings: 8, filter_size: 32}\n"
+      "logging: {progress: false, plot: false}\nloggers: []\n");
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  std::vector<double> losses;
+  double ppl = 0;
+  for (int64_t b : {6, 4, 1}) {
+    losses.push_back(t.validate(loader(b)));
+    ppl = t.last_validation_metrics().at("eval/lm_perplexity");
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-5 * losses[0]);
+  EXPECT_NEAR(losses[2], losses[0], 1e-5 * losses[0]);
+  EXPECT_NEAR(losses[0], std::log(ppl), 1e-5 * losses[0]);
+  fs::remove_all(dir);
+}
+
+// Resuming from an earlier checkpoint of a model_dir holding later ones (another run's): they
+// are said, and checkpoint.keep_last neither counts nor deletes them (it had deleted the very
+// checkpoint the run started from, keeping the stale later ones as the newest).
+TEST(TrainerCheckpoints, ResumingFromAnEarlierCheckpointKeepsItAndNamesTheLaterOnes) {
+  auto dir = cs::testing::temp_dir("later", test_name());
+  {
+    Config c = init_config(dir, "");
+    c["checkpoint"] = {{"steps", 10}, {"keep_last", 3}};
+    c["loop"] = {{"max_steps", 30}};
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(small(4));
+  }
+  Config c = init_config(dir, "");
+  c["checkpoint"] = {{"steps", 5}, {"keep_last", 3}};
+  c["loop"] = {{"max_steps", 15}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  ::testing::internal::CaptureStderr();
+  t.fit(small(4), nullptr, (dir / "checkpoint_10.mdl").string());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("holds checkpoints past step 10 (checkpoint_20.mdl, checkpoint_30.mdl)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(checkpoint_steps(t), (std::vector<int64_t>{10, 15, 20, 30}));
+  fs::remove_all(dir);
 }

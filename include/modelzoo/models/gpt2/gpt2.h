@@ -59,6 +59,7 @@ class GPT2Model : public Model {
   // Next-token logits [B, T, vocab_size] (the tied head).
   cstorch::Tensor logits(const cstorch::Tensor& input_ids, KVCache* cache = nullptr);
   cstorch::Tensor loss(const cstorch::Batch& batch) override;
+  double loss_weight(const cstorch::Batch& batch) const override;  // unmasked tokens
   const GPT2Config& config() const { return c_; }
 
   cstorch::nn::Embedding wte{nullptr};

@@ -37,6 +37,9 @@ struct BatchLimits {
 // -100, named with its [row, column].
 Seq2SeqBatch read_batch(const char* model, const cstorch::Batch& batch, const BatchLimits& lim);
 
+// The tokens a mask [B, T] counts (its sum; host values): a token model's loss_weight.
+double token_count(const cstorch::Tensor& mask);
+
 // Masked token loss of any token model (the seq2seq models and GPT-2): logits [B, T, V],
 // labels [B, T] (-100 ignored), mask [B, T] (1 = counted); sum_t CE_t * mask_t / sum_t mask_t.
 // With metrics given (eval) it also updates perplexity (of the unsmoothed cross-entropy) and
@@ -65,6 +68,7 @@ class Seq2SeqModel : public Model {
   // Logits [B, T, tgt_vocab_size] of a batch (checks as in loss()).
   cstorch::Tensor logits(const cstorch::Batch& batch) { return logits_of(read(batch)); }
   cstorch::Tensor loss(const cstorch::Batch& batch) override;
+  double loss_weight(const cstorch::Batch& batch) const override;  // unmasked tokens
 
  protected:
   virtual cstorch::Tensor logits_of(const Seq2SeqBatch& b) = 0;
