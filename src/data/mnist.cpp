@@ -312,6 +312,10 @@ std::string split_prefix(const std::string& split) {
   fail("load_mnist_split: unknown split '{}': expected \"train\" or \"test\"", split);
 }
 
+// The two files of a split: "{prefix}{kind}".
+constexpr const char* kImages = "-images-idx3-ubyte";
+constexpr const char* kLabels = "-labels-idx1-ubyte";
+
 // A split's file: NAME, or NAME.gz as the MNIST site ships it (read_idx decompresses it) when
 // only that is there; "" when neither is.
 std::string find_file(const std::string& dir, const std::string& name) {
@@ -322,22 +326,18 @@ std::string find_file(const std::string& dir, const std::string& name) {
   if (std::filesystem::is_regular_file(gz, ec)) return gz.string();
   return "";
 }
-std::string images_path(const std::string& dir, const std::string& prefix) {
-  const std::string name = prefix + "-images-idx3-ubyte";
-  const std::string f = find_file(dir, name);
-  return f.empty() ? (std::filesystem::path(dir) / name).string() : f;
-}
-std::string labels_path(const std::string& dir, const std::string& prefix) {
-  const std::string name = prefix + "-labels-idx1-ubyte";
-  const std::string f = find_file(dir, name);
-  return f.empty() ? (std::filesystem::path(dir) / name).string() : f;
+// Where a split's file is read from: the file find_file finds, else the plain name (for the
+// error saying it cannot be opened). Writers use the plain name: a .gz beside it is not theirs.
+std::string read_path(const std::string& dir, const std::string& prefix, const char* kind) {
+  const std::string f = find_file(dir, prefix + kind);
+  return f.empty() ? (std::filesystem::path(dir) / (prefix + kind)).string() : f;
 }
 
 }  // namespace
 
 MnistSplit load_mnist_split(const std::string& dir, const std::string& split) {
   const std::string prefix = split_prefix(split);
-  const std::string ip = images_path(dir, prefix), lp = labels_path(dir, prefix);
+  const std::string ip = read_path(dir, prefix, kImages), lp = read_path(dir, prefix, kLabels);
   MnistSplit s{read_idx(ip), read_idx(lp)};
   const auto& id = s.images.dims;
   if (id.size() != 3 || id[1] != kMnistRows || id[2] != kMnistCols)
@@ -358,7 +358,7 @@ MnistSplit load_mnist_split(const std::string& dir, const std::string& split) {
 std::vector<std::string> mnist_files_missing(const std::string& dir) {
   std::vector<std::string> missing;
   for (const char* prefix : {"train", "t10k"})
-    for (const char* kind : {"-images-idx3-ubyte", "-labels-idx1-ubyte"}) {
+    for (const char* kind : {kImages, kLabels}) {
       const std::string name = std::string(prefix) + kind;
       if (find_file(dir, name).empty()) missing.push_back(name);
     }
@@ -718,8 +718,10 @@ void write_synthetic_mnist(const std::string& dir, int64_t n_train, int64_t n_te
       render_impl(labels.data[static_cast<size_t>(i)], hash2(split_seed, static_cast<uint64_t>(i)),
                   images.data.data() + i * kMnistPixels);
 
-    write_idx(images_path(dir, sp.prefix), images);
-    write_idx(labels_path(dir, sp.prefix), labels);
+    // The plain names, also where .gz files are: writing IDX bytes under a .gz name made a
+    // "compressed" file that is not.
+    write_idx((std::filesystem::path(dir) / (std::string(sp.prefix) + kImages)).string(), images);
+    write_idx((std::filesystem::path(dir) / (std::string(sp.prefix) + kLabels)).string(), labels);
   }
 }
 

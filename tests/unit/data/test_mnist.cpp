@@ -266,6 +266,16 @@ TEST(MnistSplit, ReadsGzipCompressedFilesAsDownloaded) {
   EXPECT_EQ(gz.images.data, plain.images.data);
   EXPECT_EQ(gz.labels.data, plain.labels.data);
   EXPECT_EQ(load_mnist_split(dir.str(), "test").images.dims, (std::vector<int64_t>{20, 28, 28}));
+  // A synthetic set written into that folder goes to the plain names; the .gz files stay gzip.
+  {
+    const fs::path copy = fs::path(dir.str()) / "copy";
+    fs::create_directories(copy);
+    for (const auto& e : fs::directory_iterator(dir.str()))
+      if (e.is_regular_file()) fs::copy_file(e.path(), copy / e.path().filename());
+    write_synthetic_mnist(copy.string(), 12, 10, 3);
+    EXPECT_EQ(read_bytes((copy / "train-labels-idx1-ubyte.gz").string())[0], 0x1f);
+    EXPECT_EQ(load_mnist_split(copy.string(), "train").labels.dims, (std::vector<int64_t>{12}));
+  }
   // Cut short: the stream ends early.
   const std::string images = dir.file("train-images-idx3-ubyte.gz");
   std::vector<uint8_t> bytes = read_bytes(images);
