@@ -8,6 +8,8 @@
 // behind the caller. Non-tensor values in the body keep the value they had when it was
 // traced. Reading a tensor's value inside the body is an error: use a step closure.
 #pragma once
+#include <atomic>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -151,14 +153,37 @@ Traced<F> compile_step(F fn, std::string name = "step") {
 // ---------------------------------------------------------------------------------------------
 // Step closures: run `fn(args...)` after every step enqueued so far has run, with tensor
 // arguments materialised, in order, on the executor thread. Tensors passed in are read when
-// the closure runs (an in-place update made before then is what it sees).
+// the closure runs (an in-place update made before then is what it sees); reading, inside the
+// closure, a result of a step queued after it is an error (that step has not run). Inside the
+// closure, current_step() is the step it was queued after. When the last copy of the returned
+// callable is destroyed while an exception unwinds the stack (a loop left by an error), the
+// calls still queued are waited for first, since `fn` may refer to the caller's locals that
+// the unwinding destroys next.
 namespace detail {
-void enqueue_closure(std::function<void()> fn, std::string what);
-}
+// Returns the executor's id of the queued call.
+int64_t enqueue_closure(std::function<void()> fn, std::string what);
+// Waits until executor job `job` has run or been dropped after a failure; an error stays for the
+// next synchronize(). Returns at once on the executor thread.
+void await_job_quietly(int64_t job) noexcept;
+class ClosureCalls {
+ public:
+  ClosureCalls() : exceptions_(std::uncaught_exceptions()) {}
+  ~ClosureCalls() {
+    if (std::uncaught_exceptions() > exceptions_ && last >= 0) await_job_quietly(last);
+  }
+  ClosureCalls(const ClosureCalls&) = delete;
+  ClosureCalls& operator=(const ClosureCalls&) = delete;
+  std::atomic<int64_t> last{-1};
+
+ private:
+  int exceptions_;
+};
+}  // namespace detail
 template <class F>
 auto step_closure(F fn) {
-  return [fn = std::make_shared<F>(std::move(fn))](auto&&... args) {
-    detail::enqueue_closure(
+  return [fn = std::make_shared<F>(std::move(fn)),
+          calls = std::make_shared<detail::ClosureCalls>()](auto&&... args) {
+    calls->last = detail::enqueue_closure(
         [fn, tup = std::make_tuple(std::decay_t<decltype(args)>(args)...)]() mutable {
           std::apply(*fn, tup);
         },

@@ -48,7 +48,10 @@ GradScaler::GradScaler(GradScalerOptions o) : opt_(std::move(o)) {
   CS_CHECK(opt_.min_loss_scale > 0 && opt_.min_loss_scale <= opt_.max_loss_scale,
            "GradScaler: need 0 < min_loss_scale <= max_loss_scale, got {} and {}",
            opt_.min_loss_scale, opt_.max_loss_scale);
-  CS_CHECK(opt_.overflow_tolerance >= 0, "GradScaler: overflow_tolerance must be >= 0, got {}",
+  // A fraction of the steps since the last change: at 1 or above the scale could never drop.
+  CS_CHECK(opt_.overflow_tolerance >= 0 && opt_.overflow_tolerance < 1,
+           "GradScaler: overflow_tolerance must be in [0, 1) (the fraction of steps that may "
+           "overflow before the scale halves), got {}",
            opt_.overflow_tolerance);
   CS_CHECK(opt_.max_gradient_norm > 0 && std::isfinite(opt_.max_gradient_norm),
            "GradScaler: max_gradient_norm must be > 0, got {}", opt_.max_gradient_norm);

@@ -326,12 +326,12 @@ void assign_inplace(const Tensor& self, const Tensor& value_in, const char* op) 
         "in cstorch::NoGradGuard (optimizers do)",
         op);
   const auto& vn = value.node();
-  if (!in_trace() && !is_grad_enabled() && impl->requires_grad && vn->buffer &&
-      (vn->requires_grad || !vn->leaf.expired() || !vn->inputs.empty())) {
-    // A tensor that requires grad (a parameter) given, under NoGradGuard, a value that has an
-    // autograd identity of its own (another parameter, or a result with history): it takes a
-    // node of its own on that value's storage, as detach() makes, and stays its own leaf.
-    // Sharing the node made its gradient flow into the other tensor (or through the history).
+  if (!in_trace() && !is_grad_enabled() && impl->requires_grad && vn->buffer) {
+    // A tensor that requires grad (a parameter) given a value under NoGradGuard takes a node of
+    // its own on that value's storage, as detach() makes, and stays its own leaf. Sharing the
+    // value's node made its gradient flow into whatever else holds that node: another
+    // parameter (even one whose node an optimizer step had just replaced, so that the node did
+    // not yet look like a leaf's), or a result's history.
     impl->node = make_constant_node(vn->buffer, vn->shape, vn->dtype);
     return;
   }

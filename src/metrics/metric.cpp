@@ -43,6 +43,13 @@ Metric::~Metric() {
 }
 
 double Metric::compute() const {
+  // A host read: inside a traced step there is no value yet (the error was item()'s, naming
+  // an op of the metric's arithmetic, not the metric).
+  CS_CHECK(!detail::in_trace(),
+           "metric '{}': compute() inside a traced step, where values cannot be read; use "
+           "compute_tensor() there (and read it in a step closure), or call compute() after the "
+           "loop",
+           name());
   return compute_tensor().item<double>();
 }
 

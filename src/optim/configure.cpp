@@ -23,7 +23,17 @@ struct Arg {
     CS_CHECK(v.is_number(), "configure_optimizer: '{}' must be a number, got {}", k, v.dump());
     return v.get<double>();
   }
-  bool flag(const std::string& k, bool def) { return num(k, def ? 1 : 0) != 0; }
+  // A switch: true / false (or 1 / 0). Another number was taken as true, and a string was
+  // called "not a number".
+  bool flag(const std::string& k, bool def) {
+    used.insert(k);
+    if (!c.contains(k)) return def;
+    const auto& v = c.at(k);
+    if (v.is_boolean()) return v.get<bool>();
+    CS_CHECK(v.is_number() && (v.get<double>() == 0 || v.get<double>() == 1),
+             "configure_optimizer: '{}' must be true or false, got {}", k, v.dump());
+    return v.get<double>() != 0;
+  }
   // A pair given as a two-element list `key` or as two scalar keys k1, k2.
   std::pair<double, double> pair(const std::string& key, const std::string& k1, double d1,
                                  const std::string& k2, double d2) {

@@ -353,36 +353,7 @@ void Optimizer::load_state_dict(const State& sd) {
     }
   }
   // Validate everything before writing anything, so a bad dict leaves the optimizer as it was.
-  std::vector<std::pair<Tensor, State>> loads;  // parameter, its state as this optimizer holds it
-  for (const auto& key : st.keys()) {
-    auto found = by_id.find(key);
-    CS_CHECK(found != by_id.end(), "{}: state.{}: not a parameter id of param_groups.*.params", who,
-             key);
-    CS_CHECK(st.at(key).is_map(), "{}: state.{} must be a map of state tensors", who, key);
-    const auto& [gi, p] = found->second;
-    State ps = state_from_dict(groups_[gi], st.at(key));
-    auto it = state_.find(p.impl());
-    for (const auto& nm : ps.keys()) {
-      const State& v = ps.at(nm);
-      if (v.is_none()) continue;  // torch: no such state yet (SGD without momentum)
-      CS_CHECK(it != state_.end() && it->second.count(nm),
-               "{}: state.{}.{}: this optimizer has no state '{}' for parameter '{}'", who, key, nm,
-               nm, p.name());
-      const Tensor& own = it->second.at(nm);
-      if (v.is_number()) {
-        CS_CHECK(own.numel() == 1, "{}: state.{}.{}: a number for a state of shape {}", who, key,
-                 nm, shape_str(own.shape()));
-        continue;
-      }
-      CS_CHECK(v.is_tensor(), "{}: state.{}.{}: expected a tensor, got {}", who, key, nm,
-               kind_name(v.kind()));
-      CS_CHECK(v.as_tensor().shape() == own.shape(),
-               "{}: state.{}.{}: shape {} does not match this optimizer's {}", who, key, nm,
-               shape_str(v.as_tensor().shape()), shape_str(own.shape()));
-    }
-    loads.emplace_back(p, std::move(ps));
-  }
-  // Hyper-parameters: (group, option, value).
+  // Hyper-parameters first: (group, option, value). They decide which state the optimizer keeps.
   std::vector<std::tuple<size_t, std::string, double>> options;
   for (size_t gi = 0; gi < groups_.size(); ++gi)
     for (const auto& k : gl[gi].keys()) {
@@ -408,18 +379,60 @@ void Optimizer::load_state_dict(const State& sd) {
     }
   for (const auto& [gi, k, d] : options)
     if (k == "lr") CS_CHECK(d >= 0, "{}: param_groups.{}.lr: invalid learning rate {}", who, gi, d);
-  NoGradGuard ng;
-  for (const auto& [p, ps] : loads) {
+  // The groups as they will be: state is read in the layout their options give.
+  std::vector<ParamGroup> target = groups_;
+  bool reshaped = false;  // an option other than the lr changes: the kept state may change
+  for (const auto& [gi, k, d] : options) {
+    if (k != "lr" && target[gi].options.at(k) != d) reshaped = true;
+    target[gi].options[k] = d;
+  }
+  // Parameter-shaped state this kind of optimizer keeps under some hyper-parameters only
+  // (SGD's momentum_buffer, Adam's max_exp_avg_sq): a dict may hold it where this optimizer
+  // does not, as a checkpoint of the same optimizer with momentum does for one without.
+  const auto optional_names = state_names_to_sparsify();
+  const std::set<std::string> optional(optional_names.begin(), optional_names.end());
+  std::vector<std::pair<Tensor, State>> loads;  // parameter, its state as this optimizer holds it
+  for (const auto& key : st.keys()) {
+    auto found = by_id.find(key);
+    CS_CHECK(found != by_id.end(), "{}: state.{}: not a parameter id of param_groups.*.params", who,
+             key);
+    CS_CHECK(st.at(key).is_map(), "{}: state.{} must be a map of state tensors", who, key);
+    const auto& [gi, p] = found->second;
+    State ps = state_from_dict(target[gi], st.at(key));
+    auto it = state_.find(p.impl());
     for (const auto& nm : ps.keys()) {
       const State& v = ps.at(nm);
-      if (v.is_none()) continue;
-      Tensor& own = state_.at(p.impl()).at(nm);
-      if (v.is_number())
-        own.fill_(v.as_double());
-      else
-        own.copy_(v.as_tensor().to(own.dtype()));
+      if (v.is_none()) continue;  // torch: no such state yet (SGD without momentum)
+      const bool kept = it != state_.end() && it->second.count(nm);
+      // What state_from_dict adds of its own layout (SGD's first-step flag) is loaded where
+      // the hyper-parameters keep it.
+      if (!kept && !st.at(key).contains(nm)) continue;
+      if (!kept && !optional.count(nm)) {
+        std::vector<std::string> own;
+        if (it != state_.end())
+          for (const auto& [k, v] : it->second) own.push_back(k);
+        fail(
+            "{}: state.{}.{}: this optimizer has no state '{}' for parameter '{}' (it keeps {}): "
+            "the state of another kind of optimizer?",
+            who, key, nm, nm, p.name(),
+            own.empty() ? std::string("none") : fmt::format("{}", fmt::join(own, ", ")));
+      }
+      const Tensor& like = kept ? it->second.at(nm) : p;
+      const auto want = like.shape();
+      if (v.is_number()) {
+        CS_CHECK(like.numel() == 1, "{}: state.{}.{}: a number for a state of shape {}", who, key,
+                 nm, shape_str(want));
+        continue;
+      }
+      CS_CHECK(v.is_tensor(), "{}: state.{}.{}: expected a tensor, got {}", who, key, nm,
+               kind_name(v.kind()));
+      CS_CHECK(v.as_tensor().shape() == want,
+               "{}: state.{}.{}: shape {} does not match this optimizer's {}", who, key, nm,
+               shape_str(v.as_tensor().shape()), shape_str(want));
     }
+    loads.emplace_back(p, std::move(ps));
   }
+  NoGradGuard ng;
   for (const auto& [gi, k, d] : options) {
     ParamGroup& g = groups_[gi];
     if (k == "lr") {
@@ -429,6 +442,52 @@ void Optimizer::load_state_dict(const State& sd) {
     g.options[k] = d;
     auto t = g.tensors.find(k);
     if (t != g.tensors.end()) t->second.fill_(d);
+  }
+  if (reshaped) {
+    // As torch's optimizer follows the loaded hyper-parameters, so does the state kept here:
+    // preinitialize() again under them decides what is kept (momentum turned on adds buffers,
+    // turned off drops them). State kept before stays the same tensors (a traced step may
+    // hold them).
+    auto before = std::move(state_);
+    auto order_before = std::move(state_order_);
+    state_.clear();
+    state_order_.clear();  // the dict's names in the order these hyper-parameters create them
+    runtime::SuspendTrace eager;
+    in_preinitialize_ = true;
+    try {
+      preinitialize();
+      if (enable_global_step_)
+        for (auto& g : groups_)
+          for (auto& p : g.params)
+            if (!state_[p.impl()].count("step")) create_state(p, "step", zeros({}, DType::f32));
+    } catch (...) {
+      in_preinitialize_ = false;
+      state_ = std::move(before);
+      state_order_ = std::move(order_before);
+      throw;
+    }
+    in_preinitialize_ = false;
+    for (auto& [impl, names] : state_) {
+      auto old = before.find(impl);
+      if (old == before.end()) continue;
+      for (auto& [nm, t] : names) {
+        auto kept = old->second.find(nm);
+        if (kept != old->second.end()) t = kept->second;
+      }
+    }
+  }
+  for (const auto& [p, ps] : loads) {
+    auto& own_state = state_[p.impl()];
+    for (const auto& nm : ps.keys()) {
+      const State& v = ps.at(nm);
+      if (v.is_none()) continue;
+      auto own = own_state.find(nm);
+      if (own == own_state.end()) continue;  // optional state these hyper-parameters do not use
+      if (v.is_number())
+        own->second.fill_(v.as_double());
+      else
+        own->second.copy_(v.as_tensor().to(own->second.dtype()));
+    }
   }
 }
 

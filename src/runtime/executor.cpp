@@ -1,6 +1,7 @@
 // Executor implementation (see executor.h) and the client-side synchronisation points.
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@ namespace cstorch::runtime {
 namespace {
 thread_local bool t_on_executor = false;
 thread_local int64_t t_job_step = -1;  // step of the job running on this (executor) thread
+thread_local int64_t t_job_id = -1;    // its id
 
 // Before a client thread blocks on the executor, it gives up the host threads it keeps idle for
 // its own parallel kernels (see DeviceBackend::release_idle_host_threads): while the client
@@ -76,6 +78,7 @@ void Executor::loop() {
     }
     std::exception_ptr err;
     t_job_step = job.step;
+    t_job_id = job.id;
     try {
       job.fn();
     } catch (const std::exception& e) {
@@ -149,6 +152,14 @@ void Executor::wait_for(int64_t job) {
   rethrow_if_failed();
 }
 
+void Executor::await_quietly(int64_t job) {
+  if (t_on_executor) return;
+  std::unique_lock<std::mutex> l(m_);
+  auto done = [&] { return done_id_ >= job; };
+  if (!done()) release_idle_host_threads(l);
+  cv_done_.wait(l, done);
+}
+
 void Executor::synchronize() {
   int64_t last;
   {
@@ -177,7 +188,17 @@ void wait_for_job(int64_t job) {
   Executor::get().wait_for(job);
 }
 void wait(const Event& e) {
-  if (t_on_executor) return;
+  if (t_on_executor) {
+    // Jobs run in the order queued: a result of a job queued after this one has not been
+    // computed yet (its buffer holds whatever was there). Reached from a step closure that
+    // reads a tensor of a later step (through a variable it captured, not an argument).
+    CS_CHECK(e.job < t_job_id,
+             "step {}: a step closure reads a result of a step queued after it, which has not run "
+             "yet: pass the tensor to the closure as an argument (it is read once its step has "
+             "run)",
+             t_job_step);
+    return;
+  }
   if (e.written_by_steps)
     synchronize();
   else if (e.job >= 0)
@@ -234,13 +255,25 @@ void set_current_step(int64_t step) {
   g_step_set = true;
 }
 int64_t current_step() {
+  // A step closure's: the step it was queued after.
+  if (runtime::on_executor_thread()) return runtime::executing_step();
   return g_step;
 }
 
 namespace detail {
-void enqueue_closure(std::function<void()> fn, std::string what) {
-  runtime::Executor::get().enqueue(runtime::bind_checkpoint_schedule(std::move(fn)), false,
-                                   current_step(), std::move(what));
+int64_t enqueue_closure(std::function<void()> fn, std::string what) {
+  // The step the closure follows: the current one under a DataExecutor (which numbers the steps
+  // before running them), else the last step run (the counter names the next one).
+  const int64_t step = g_step_set ? g_step : std::max<int64_t>(g_step - 1, 0);
+  return runtime::Executor::get().enqueue(runtime::bind_checkpoint_schedule(std::move(fn)), false,
+                                          step, std::move(what));
+}
+void await_job_quietly(int64_t job) noexcept {
+  try {
+    runtime::Executor::get().await_quietly(job);
+  } catch (...) {
+    // Only from locking: nothing to wait for then.
+  }
 }
 // A DataExecutor has finished numbering steps: executions count on from `next`.
 void end_step_numbering(int64_t next) {

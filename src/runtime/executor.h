@@ -20,6 +20,8 @@ class Executor {
   int64_t enqueue(std::function<void()> fn, bool is_step, int64_t step, std::string what);
   void synchronize();
   void wait_for(int64_t job);
+  // As wait_for, without rethrowing a failure (it stays for the next synchronize).
+  void await_quietly(int64_t job);
   void rethrow_if_failed();  // the client-side check at every enqueue
   void set_lookahead(int n);
   int64_t executions() const { return executions_; }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 #include <unordered_set>
 
 #include "compiler/program.h"
@@ -181,7 +182,21 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
       restore(ctx);
       for (auto& c : ctx.captures())
         if (c.impl->grad && c.impl->grad->node->trace_id == ctx.id()) c.impl->grad.reset();
-      throw;
+      // The body's own exceptions (a std::map::at of a batch key the batch lacks) become a
+      // cstorch::Error naming the step: as they were, they passed a caller's catch of
+      // cstorch::Error and ended the program with "terminate called ... map::at".
+      try {
+        throw;
+      } catch (const Error&) {
+        throw;
+      } catch (const std::out_of_range& e) {
+        fail(
+            "trace '{}': the step's body threw std::out_of_range: {} (a key or index it reads "
+            "is not there, e.g. a batch key the batch lacks)",
+            f.name, e.what());
+      } catch (const std::exception& e) {
+        fail("trace '{}': the step's body threw: {}", f.name, e.what());
+      }
     }
     restore(ctx);
     for (auto& c : ctx.captures()) {

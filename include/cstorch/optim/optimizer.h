@@ -98,8 +98,12 @@ class Optimizer {
   // "fused" and "initial_lr", which change no update and are ignored when this optimizer has
   // no such option), and the layout of older cstorch checkpoints ("beta1"/"beta2" as numbers,
   // booleans as 0/1). State entries are matched to parameters through the groups' "params"
-  // lists, as torch does. Parameters the dict has no state for keep theirs. Everything is
-  // validated before anything is written; errors name the key path that is wrong.
+  // lists, as torch does. Parameters the dict has no state for keep theirs. As in torch, the
+  // dict's hyper-parameters replace this optimizer's, and the state kept follows them: a dict
+  // of SGD with momentum loaded into SGD without gives it the momentum and its buffers (one
+  // without momentum loaded into SGD with drops them). Everything is validated before anything
+  // is written; errors name the key path that is wrong (a state no configuration of this kind
+  // of optimizer keeps, such as Adam's exp_avg given to SGD, is one).
   void load_state_dict(const State& sd);
 
   // How state_dict() names and types hyper-parameters so that the dict matches torch.optim's.
@@ -359,7 +363,8 @@ class Rprop : public Optimizer {
 };
 
 // Builds an optimizer by class name (case-insensitive). `learning_rate` is an alias of `lr`.
-// An unknown type is an error listing the valid names; unknown keys are a warning naming them.
+// An unknown type is an error listing the valid names; so are unknown keys, naming them and the
+// valid ones (a warning let a misspelt key train with its default).
 std::unique_ptr<Optimizer> configure_optimizer(const std::string& optimizer_type,
                                                std::vector<Tensor> params, const Config& args);
 // The optimizer names configure_optimizer knows.

@@ -36,6 +36,29 @@ TEST(InPlace, CopyFromAnotherParameterUnderNoGradKeepsEachGradientItsOwn) {
   EXPECT_EQ(v.grad().to_vector<float>(), (std::vector<float>{3, 3, 3}));  // was 5: w's went here
 }
 
+// The same after an optimizer step of the source: the step had given it a fresh node that did
+// not yet look like a leaf's, and the copy shared it, so the copy's gradient went to the
+// source once the source was used again.
+TEST(InPlace, CopyFromAParameterAnOptimizerHasUpdatedKeepsEachGradientItsOwn) {
+  Tensor v = param({1, 2, 3});
+  cs::optim::SGD opt({v}, 0.5, 0.9);
+  cs::sum(v * 3.0).backward();
+  opt.step();
+  opt.zero_grad();
+  Tensor w = param({0, 0, 0});
+  {
+    cs::NoGradGuard ng;
+    w.copy_(v);
+  }
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{-0.5f, 0.5f, 1.5f}));
+  cs::sum(v * 3.0).backward();  // v used again: its node becomes a leaf's
+  opt.zero_grad();
+  cs::sum(w * 2.0).backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{2, 2, 2}));
+  EXPECT_FALSE(v.grad().defined());  // was 2, 2, 2: w's gradient went here
+}
+
 TEST(InPlace, CopyFromAResultWithHistoryUnderNoGradDoesNotReachTheHistory) {
   Tensor a = param({1, 1, 1});
   Tensor h = a * 5.0;

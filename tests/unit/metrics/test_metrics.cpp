@@ -37,6 +37,22 @@ TEST(Metrics, AccuracyHandComputed) {
   EXPECT_DOUBLE_EQ(acc.compute(), 0.5);
 }
 
+// compute() inside a traced step names the metric and the way out (the error was item()'s,
+// naming an op of the metric's arithmetic).
+TEST(Metrics, ComputeInsideATracedStepNamesTheMetric) {
+  m::AccuracyMetric acc("acc_in_trace");
+  auto step = cs::trace([&](const Tensor& labels) {
+    acc.update(labels, labels);
+    (void)acc.compute();
+    return labels * 1;
+  });
+  expect_error(
+      [&] {
+        step(iv({1, 2}));
+      },
+      {"metric 'acc_in_trace': compute() inside a traced step", "compute_tensor()"});
+}
+
 TEST(Metrics, PerplexityAndMeanHandComputed) {
   m::PerplexityMetric ppl("ppl_hand");
   ppl.update(iv({1, 2, 3, 4}), cs::scalar_tensor(4.0));

@@ -166,6 +166,12 @@ TEST(GradScaler, Errors) {
         amp::GradScaler(amp::GradScalerOptions{.loss_scale = "dynamic", .max_gradient_norm = 0});
       },
       {"max_gradient_norm must be > 0"});
+  // A fraction: at 1.5 the scale could never drop, and it was accepted.
+  expect_error(
+      [] {
+        amp::GradScaler(amp::GradScalerOptions{.loss_scale = "dynamic", .overflow_tolerance = 1.5});
+      },
+      {"overflow_tolerance must be in [0, 1)", "1.5"});
   expect_error([&] { amp::optimizer_step(sum(p * p), opt, nullptr, 1.0, 0.5); },
                {"max_gradient_norm and max_gradient_value are mutually exclusive"});
 }

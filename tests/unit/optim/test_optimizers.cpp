@@ -235,6 +235,59 @@ TEST(OptimizerStateDict, BadDictsNameTheKeyPath) {
   expect_error([&] { opt.load_state_dict(bad); }, {"param_groups.0.nonsense", "unknown"});
 }
 
+// A dict from the same kind of optimizer under other hyper-parameters (a later phase turns
+// momentum off, or on): as torch's load_state_dict, the dict's hyper-parameters win, and the
+// state follows them, so the loaded optimizer continues exactly as the saved one would have.
+TEST(OptimizerStateDict, ADictWithOtherStateSwitchesContinuesAsSaved) {
+  const std::vector<std::tuple<std::string, Config, Config>> cases = {
+      {"SGD", {{"lr", 0.1}, {"momentum", 0.9}}, {{"lr", 0.1}}},
+      {"SGD", {{"lr", 0.1}}, {{"lr", 0.1}, {"momentum", 0.9}}},
+      {"SGD", {{"lr", 0.1}, {"momentum", 0.9}, {"dampening", 0.1}}, {{"lr", 0.1}}},
+      {"Adam", {{"lr", 0.01}, {"amsgrad", true}}, {{"lr", 0.01}}},
+      {"Adam", {{"lr", 0.01}}, {{"lr", 0.01}, {"amsgrad", true}}},
+      {"RMSprop", {{"momentum", 0.5}, {"centered", true}}, Config::object()},
+      {"RMSprop", Config::object(), {{"momentum", 0.5}, {"centered", true}}},
+  };
+  for (const auto& [type, saved_args, loading_args] : cases) {
+    SCOPED_TRACE(type + " " + saved_args.dump() + " into " + loading_args.dump());
+    auto pa = params(1);
+    auto oa = optim::configure_optimizer(type, pa, saved_args);
+    for (int s = 0; s < 3; ++s) {
+      set_grads(pa, s);
+      oa->step();
+      oa->zero_grad();
+    }
+    State sd = oa->state_dict();
+    auto pb = params(1);
+    {
+      NoGradGuard ng;
+      for (size_t i = 0; i < pb.size(); ++i) pb[i].copy_(pa[i]);
+    }
+    auto ob = optim::configure_optimizer(type, pb, loading_args);
+    ob->load_state_dict(sd);
+    for (int s = 3; s < 6; ++s) {
+      set_grads(pa, s);
+      oa->step();
+      oa->zero_grad();
+      set_grads(pb, s);
+      ob->step();
+      ob->zero_grad();
+    }
+    EXPECT_EQ(values(pa), values(pb));
+    EXPECT_EQ(ob->state_dict(), oa->state_dict()) << ob->state_dict().repr() << "\n"
+                                                  << oa->state_dict().repr();
+  }
+  // Another kind's state is still an error: SGD's buffer is no state of Adam's.
+  auto ps = params(1);
+  optim::SGD sgd(ps, 0.1, 0.9);
+  set_grads(ps, 0);
+  sgd.step();
+  State sd = sgd.state_dict();
+  sd.at("param_groups")[0] = optim::Adam(ps).state_dict().at("param_groups")[0];
+  optim::Adam adam(ps);
+  expect_error([&] { adam.load_state_dict(sd); }, {"state.0.momentum_buffer", "no state"});
+}
+
 TEST(ConfigureOptimizer, EveryNameCaseInsensitiveWithAlias) {
   for (const auto& name : optim::optimizer_names()) {
     std::string upper = name;
@@ -281,6 +334,16 @@ TEST(ConfigureOptimizer, Errors) {
         optim::configure_optimizer("Adafactor", params(1), {{"lr", 0.1}, {"relative_step", true}});
       },
       {"mutually exclusive"});
+  // A switch is true or false (1 / 0): 2 was taken as true, and "yes" called "not a number".
+  for (const Config& v : {Config(2), Config("yes")})
+    expect_error(
+        [&] {
+          optim::configure_optimizer("SGD", params(1),
+                                     {{"lr", 0.1}, {"momentum", 0.9}, {"nesterov", v}});
+        },
+        {"'nesterov' must be true or false, got " + v.dump()});
+  EXPECT_NO_THROW(optim::configure_optimizer("SGD", params(1),
+                                             {{"lr", 0.1}, {"momentum", 0.9}, {"nesterov", 1}}));
   auto ps = params(1);
   optim::SGD sgd(ps, 0.1);
   expect_error([&] { sgd.set_lr(0, -1); }, {"invalid learning rate -1"});

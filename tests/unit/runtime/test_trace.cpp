@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include <cstorch/cstorch.h>
@@ -13,6 +16,10 @@
 
 namespace cs = cstorch;
 using cs::Tensor;
+
+namespace cstorch::detail {
+void end_step_numbering(int64_t next);  // src/runtime/executor.cpp: as a DataExecutor's loop ends
+}
 
 namespace {
 Tensor vec(std::vector<float> v) {
@@ -146,6 +153,125 @@ TEST(Trace, StepClosuresRunInOrderWithMaterialisedValues) {
   for (int i = 0; i < 20; ++i) {
     EXPECT_EQ(seen[i].first, i);
     EXPECT_FLOAT_EQ(seen[i].second, static_cast<float>(i + 1));
+  }
+}
+
+// Inside a step closure, current_step() is the step the closure was queued after (it was the
+// client's current step, which runs ahead: "step 4 (current_step() says 7)").
+TEST(Trace, CurrentStepInsideAStepClosureIsItsStep) {
+  Tensor state = cs::zeros({});
+  auto step = cs::trace([&](const Tensor& x) {
+    state.add_(x);
+    return state * 1.0;
+  });
+  std::vector<std::pair<int64_t, int64_t>> seen;  // (the step passed, current_step())
+  auto record = cs::step_closure([&](const Tensor&, int64_t s) {
+    seen.push_back({s, cs::current_step()});
+  });
+  const int64_t before = cs::current_step();
+  for (int64_t s = 100; s < 120; ++s) {
+    cs::set_current_step(s);
+    record(step(cs::full({}, 1.0)), s);
+  }
+  cs::synchronize();
+  cs::detail::end_step_numbering(before);  // the implicit counter again, for the other tests
+  ASSERT_EQ(seen.size(), 20u);
+  for (const auto& [s, current] : seen) EXPECT_EQ(current, s);
+}
+
+// A step closure reading, through a captured variable, a result of a step queued after it: an
+// error (it read the buffer before that step wrote it, a made-up 0.25). Passed as an argument,
+// the same tensor is read once its step has run.
+TEST(Trace, AStepClosureReadingALaterStepsResultIsAnError) {
+  Tensor state = cs::zeros({});
+  auto step = cs::trace([&](const Tensor& x) {
+    state.add_(x);
+    return state * 1.0;
+  });
+  Tensor later;
+  std::mutex m;
+  cs::set_lookahead(4);
+  auto peek = cs::step_closure([&] {
+    std::lock_guard<std::mutex> l(m);
+    (void)later.item<float>();
+  });
+  (void)step(cs::full({}, 0.0));  // traced now: the calls below only queue
+  cs::synchronize();
+  // Hold the executor until both steps are queued and `later` is the second one's result.
+  std::atomic<bool> release{false};
+  cs::step_closure([&] {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  })();
+  Tensor first = step(cs::full({}, 1.0));
+  {
+    std::lock_guard<std::mutex> l(m);
+    later = first;  // set before the closure is queued: its own step's result, fine
+  }
+  peek();
+  Tensor second = step(cs::full({}, 1.0));
+  {
+    std::lock_guard<std::mutex> l(m);
+    later = second;  // when the closure runs, `later` is the next step's result
+  }
+  release = true;
+  try {
+    cs::synchronize();
+    ADD_FAILURE() << "no error";
+  } catch (const cs::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reads a result of a step queued after it"),
+              std::string::npos)
+        << e.what();
+  }
+  cs::set_lookahead(2);
+}
+
+// A loop left by an exception while its step closures are queued: the closures refer to the
+// loop's locals, which the unwinding destroys. The closure object's destruction waits for
+// them first (they ran on freed stack memory: a crash or heap corruption).
+TEST(Trace, LeavingALoopByAnExceptionWaitsForItsQueuedClosures) {
+  auto step = cs::trace([](const Tensor& x) { return x * 2.0; });
+  std::atomic<int> ran{0};
+  bool alive_when_run = true;
+  auto body = [&] {
+    std::vector<float> losses;  // a local the closures write to
+    struct Alive {
+      bool*& flag;
+      bool value = true;
+      ~Alive() { value = false; }
+    };
+    bool* flag = &alive_when_run;
+    Alive alive{flag};
+    auto record = cs::step_closure([&](const Tensor& l) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (!alive.value) *alive.flag = false;
+      losses.push_back(l.item<float>());
+      ++ran;
+    });
+    for (int i = 0; i < 10; ++i) {
+      record(step(cs::full({}, 1.0)));
+      if (i == 5) throw std::runtime_error("leaving the loop");
+    }
+  };
+  EXPECT_THROW(body(), std::runtime_error);
+  EXPECT_EQ(ran.load(), 6);  // all queued calls ran before the locals went
+  EXPECT_TRUE(alive_when_run);
+  cs::synchronize();
+}
+
+// An exception of the body's own (std::map::at of a batch key the batch lacks) is a
+// cstorch::Error naming the step: it escaped a caller's catch of cstorch::Error.
+TEST(Trace, TheBodysOwnExceptionsBecomeErrorsNamingTheStep) {
+  auto step = cs::trace([](const cs::Batch& b) { return b.at("y") * 2.0; }, "train_step");
+  cs::Batch bad{{"label", cs::ones({2})}};
+  try {
+    step(bad);
+    ADD_FAILURE() << "no error";
+  } catch (const cs::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("trace 'train_step': the step's body threw std::out_of_range"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("a batch key the batch lacks"), std::string::npos) << m;
   }
 }
 
