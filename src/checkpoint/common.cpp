@@ -490,7 +490,8 @@ void FileWriter::close() {
 }
 
 FileReader::FileReader(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ =
+      ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO is refused, not waited on
   CS_CHECK(fd_ >= 0, "cannot open checkpoint {}: {}", path, errno_text());
   struct stat st;
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -735,8 +736,14 @@ State load_safetensors(const std::string& path_arg, std::optional<Device> map_lo
 }
 
 void convert_checkpoint(const std::string& in, const std::string& out) {
-  CS_CHECK(std::filesystem::absolute(in) != std::filesystem::absolute(out),
-           "convert: input and output are the same file ({})", in);
+  namespace fs = std::filesystem;
+  CS_CHECK(!in.empty(), "convert: the input path is empty");
+  CS_CHECK(!out.empty(), "convert: the output path is empty");
+  // The same file however it is written (./a.pt and a.pt, a link to it).
+  std::error_code e1, e2, e3;
+  const fs::path a = fs::weakly_canonical(in, e1), b = fs::weakly_canonical(out, e2);
+  const bool same = fs::equivalent(in, out, e3) || (!e1 && !e2 && a == b);
+  CS_CHECK(!same, "convert: input and output are the same file ({})", in);
   save(load(in), out);
 }
 

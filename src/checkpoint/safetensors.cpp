@@ -5,7 +5,8 @@
 // __metadata__["cstorch_structure"], so it round-trips; files without it load as a flat map in
 // header order. Each tensor cstorch writes has its CRC-32 (zlib's) in
 // __metadata__["cstorch.crc32.<name>"] (8 lowercase hex digits), checked when it is read; files
-// without these keys (other writers) load unchecked.
+// without these keys (other writers) load unchecked. The header itself has its CRC-32 in
+// __metadata__["cstorch.header_crc32"] (over the header text with that value as "00000000").
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -48,6 +49,22 @@ constexpr uint64_t kMaxHeader = 100u << 20;
 // The metadata key holding the CRC-32 of tensor `name`'s bytes.
 const std::string kCrcPrefix = "cstorch.crc32.";
 
+// The metadata key holding the CRC-32 of the header itself (its JSON text with this value as
+// "00000000"): the names, dtypes, shapes, offsets and cstorch_structure, which the tensors'
+// checksums do not cover (a flipped bit there changed a step count or a key unnoticed).
+const std::string kHeaderCrcKey = "cstorch.header_crc32";
+
+// The header text with its own checksum's value zeroed, as it was checksummed; nullopt when the
+// header holds no such key (a file of another writer, or of an older cstorch).
+std::optional<std::pair<std::string, std::string>> header_for_crc(const std::string& h) {
+  const std::string key = "\"" + kHeaderCrcKey + "\":\"";
+  const size_t at = h.find(key);
+  if (at == std::string::npos || at + key.size() + 8 > h.size()) return std::nullopt;
+  std::string zeroed = h;
+  zeroed.replace(at + key.size(), 8, "00000000");
+  return std::make_pair(zeroed, h.substr(at + key.size(), 8));
+}
+
 std::optional<uint32_t> parse_crc(const std::string& s) {
   if (s.size() != 8) return std::nullopt;
   uint32_t v = 0;
@@ -71,7 +88,19 @@ class SafetensorsReader : public FormatReader {
              f_.size());
     data_start_ = 8 + n;
     uint64_t data_size = f_.size() - data_start_;
-    Json h = parse_json(f_.read_string(8, n, "the safetensors header"), p, "safetensors header");
+    const std::string text = f_.read_string(8, n, "the safetensors header");
+    if (auto c = header_for_crc(text)) {
+      auto want = parse_crc(c->second);
+      CS_CHECK(want.has_value(), "checkpoint {}: safetensors metadata {} is not a CRC-32 ('{}')", p,
+               kHeaderCrcKey, c->second);
+      const uint32_t got = crc32(c->first.data(), c->first.size());
+      CS_CHECK(got == *want,
+               "checkpoint {}: the header is damaged (the safetensors header: tensor names, "
+               "dtypes, shapes, offsets and structure): its CRC-32 is {:08x}, the file says "
+               "{:08x}",
+               p, got, *want);
+    }
+    Json h = parse_json(text, p, "safetensors header");
     CS_CHECK(h.is_object(), "checkpoint {}: the safetensors header is not a JSON object", p);
     std::map<std::string, int64_t> by_name;
     for (auto& item : h.items()) {
@@ -306,6 +335,7 @@ void save_safetensors(const State& state, const std::string& path_arg) {
   Json meta = Json::object();
   if (!flat) meta["cstorch_structure"] = structure.dump();
   for (auto& it : items) meta[kCrcPrefix + it.name] = "00000000";
+  meta[kHeaderCrcKey] = "00000000";
   auto make_header = [&] {
     Json header = Json::object();
     header["__metadata__"] = meta;
@@ -336,6 +366,10 @@ void save_safetensors(const State& state, const std::string& path_arg) {
       meta[kCrcPrefix + it.name] = fmt::format("{:08x}", crc32(bytes.data(), nb));
       w.write(bytes.data(), nb);
     }
+    // The header's own checksum last, over the header with the tensors' checksums in it.
+    meta[kHeaderCrcKey] = "00000000";
+    const std::string zeroed = make_header();
+    meta[kHeaderCrcKey] = fmt::format("{:08x}", crc32(zeroed.data(), zeroed.size()));
     const std::string final_header = make_header();
     CS_CHECK(final_header.size() == h.size(), "save {}: the header changed size", path);
     w.write_at(8, final_header.data(), final_header.size());

@@ -167,6 +167,9 @@ constexpr size_t kMaxFields = 1000000;
 std::string read_all(const std::string& path, const char* what) {
   std::error_code ec;
   CS_CHECK(!fs::is_directory(path, ec), "{}: cannot open '{}': it is a directory", what, path);
+  // Not waited on: a FIFO or device (opening one blocks until a writer comes).
+  CS_CHECK(!fs::exists(path, ec) || fs::is_regular_file(path, ec),
+           "{}: cannot open '{}': not a regular file", what, path);
   std::ifstream in(path, std::ios::binary);
   CS_CHECK(in.good(), "{}: cannot open '{}': {}", what, path, std::strerror(errno));
   std::stringstream s;
@@ -633,12 +636,18 @@ HostArray read_npy_from(NpySource& src) {
 namespace {
 class FileSource : public NpySource {
  public:
-  explicit FileSource(const std::string& path) : in_(path, std::ios::binary) {
+  explicit FileSource(const std::string& path) : in_(regular(path), std::ios::binary) {
     where = path;
-    CS_CHECK(in_.good() && fs::is_regular_file(path), "cannot open '{}'", path);
+    CS_CHECK(in_.good(), "cannot open '{}'", path);
     size_ = fs::file_size(path);
   }
   uint64_t size() const override { return size_; }
+  // Checked before the stream opens it: opening a FIFO blocks until a writer comes.
+  static const std::string& regular(const std::string& path) {
+    CS_CHECK(fs::is_regular_file(path), "cannot open '{}'{}", path,
+             fs::exists(path) ? ": not a regular file" : "");
+    return path;
+  }
   void read(void* dst, uint64_t n) override {
     in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
     CS_CHECK(in_.good(), "{}: reading {} bytes failed", where, n);

@@ -69,7 +69,8 @@ int64_t decode(const uint8_t* p, TokenType t) {
 BinaryTokenDataset::BinaryTokenDataset(std::string path, int64_t msl, TokenType type, int64_t vocab)
     : path_(std::move(path)), msl_(msl), vocab_(vocab), type_(type), tsize_(token_size(type)) {
   CS_CHECK(msl_ >= 1, "BinaryTokenDataset: '{}': msl must be >= 1, got {}", path_, msl_);
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ =
+      ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO is refused, not waited on
   if (fd_ < 0) fail("BinaryTokenDataset: cannot open '{}': {}", path_, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {

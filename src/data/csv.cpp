@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -36,6 +37,10 @@ std::vector<std::string> split(const std::string& line, char d) {
 }  // namespace
 
 CsvDataset::CsvDataset(const std::string& path, CsvOptions o) : path_(path) {
+  std::error_code ec;
+  // Not waited on: a FIFO or device (opening one blocks until a writer comes).
+  CS_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec),
+           "CsvDataset: cannot open '{}': not a regular file", path);
   std::ifstream in(path);
   CS_CHECK(in.good(), "CsvDataset: cannot open '{}'", path);
   std::string line;

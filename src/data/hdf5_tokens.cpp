@@ -70,6 +70,8 @@ Hdf5TokenDataset::Hdf5TokenDataset(std::vector<std::string> files)
   try {
     for (const auto& path : paths_) {
       CS_CHECK(std::filesystem::exists(path), "Hdf5TokenDataset: '{}': no such file", path);
+      CS_CHECK(std::filesystem::is_regular_file(path), "Hdf5TokenDataset: '{}': not a regular file",
+               path);
       hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
       if (f < 0)
         fail("Hdf5TokenDataset: '{}': cannot open as an HDF5 file (not HDF5, or truncated): {}",
@@ -152,6 +154,24 @@ void Hdf5TokenDataset::read_sample(int64_t i, int64_t* ids, int64_t* mask, int64
         "Hdf5TokenDataset: '{}': reading sample {} (sample {} of the file) failed (truncated or "
         "corrupt file?): {}",
         paths_[f], i, local, err);
+  // The mask weighs each token's loss: 1 counted, 0 not. Another value weighed a token twice
+  // (2) or against the loss (-1); a row that counts no token made the loss of a batch of such
+  // rows an average over nothing, NaN.
+  bool counted = false;
+  for (int64_t t = 0; t < msl_; ++t) {
+    const int64_t m = buf[static_cast<size_t>(msl_ + t)];
+    if (m != 0 && m != 1)
+      fail(
+          "Hdf5TokenDataset: '{}': sample {} (of the file), attention_mask[{}] is {}: it must "
+          "be 0 (padding) or 1 (a counted token)",
+          paths_[f], local, t, m);
+    counted |= m == 1;
+  }
+  if (!counted)
+    fail(
+        "Hdf5TokenDataset: '{}': sample {} (of the file) has no counted token (its "
+        "attention_mask is all 0): its loss would be an average over nothing",
+        paths_[f], local);
   std::copy(buf.begin(), buf.begin() + msl_, ids);
   std::copy(buf.begin() + msl_, buf.begin() + 2 * msl_, mask);
   std::copy(buf.begin() + 2 * msl_, buf.end(), labels);

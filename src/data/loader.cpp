@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include "core/internal.h"
 #include "core/splitmix.h"
@@ -536,13 +537,36 @@ State DataLoader::to_state(const Position& p) const {
                                   {"batches", p.batches[i]},
                                   {"samples", p.samples[i]}}));
   }
-  return State::map({{"num_workers", static_cast<int64_t>(p.consumed.size())},
-                     {"epoch", p.epoch},
-                     {"batches_in_epoch", p.batches_in_epoch},
-                     {"batches_total", p.total},
-                     {"next_worker", p.next},
-                     {"workers", std::move(workers)}});
+  State s = State::map({{"num_workers", static_cast<int64_t>(p.consumed.size())},
+                        {"epoch", p.epoch},
+                        {"batches_in_epoch", p.batches_in_epoch},
+                        {"batches_total", p.total},
+                        {"next_worker", p.next},
+                        {"workers", std::move(workers)}});
+  if (!description_.is_null()) s.set("data", description_.dump());
+  return s;
 }
+
+namespace {
+// "key: saved then, now now" for each top-level setting that differs between two descriptions.
+std::vector<std::string> description_changes(const Config& then, const Config& now) {
+  if (!then.is_object() || !now.is_object())
+    return then == now ? std::vector<std::string>{}
+                       : std::vector<std::string>{then.dump() + " then, " + now.dump() + " now"};
+  std::set<std::string> keys;
+  for (const auto& [k, v] : then.items()) keys.insert(k);
+  for (const auto& [k, v] : now.items()) keys.insert(k);
+  std::vector<std::string> changed;
+  for (const auto& k : keys) {
+    auto was = then.find(k);
+    auto is = now.find(k);
+    const std::string w = was == then.end() ? "unset" : was->dump();
+    const std::string n = is == now.end() ? "unset" : is->dump();
+    if (w != n) changed.push_back(fmt::format("{}: {} then, {} now", k, w, n));
+  }
+  return changed;
+}
+}  // namespace
 
 State DataLoader::state_dict() {
   if (runtime::on_executor_thread()) {
@@ -563,6 +587,16 @@ State DataLoader::state_dict() {
 
 void DataLoader::load_state_dict(const State& st) {
   const std::string what = "DataLoader.load_state_dict";
+  if (!description_.is_null() && st.is_map() && st.contains("data")) {
+    const State& d = st.at("data");
+    CS_CHECK(d.is_string(), "{}: 'data' must be a string (a JSON map), got {}", what,
+             kind_name(d.kind()));
+    Config then = Config::parse(d.as_string(), nullptr, /*allow_exceptions=*/false);
+    CS_CHECK(!then.is_discarded(), "{}: 'data' is not JSON: {}", what, d.as_string());
+    auto changed = description_changes(then, description_);
+    CS_CHECK(changed.empty(), "{}: the state is of a loader over other data ({})", what,
+             fmt::join(changed, "; "));
+  }
   int64_t n = state_int(st, "num_workers", what);
   CS_CHECK(n == num_workers_, "{}: the state was saved with {} workers but this DataLoader has {}",
            what, n, num_workers_);

@@ -78,7 +78,7 @@ class IdxSource {
  public:
   explicit IdxSource(const std::string& path) : path_(path) {
     Fd f;
-    f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: refused below
     if (f.fd < 0) fail("read_idx: cannot open '{}': {}", path, std::strerror(errno));
     struct stat st {};
     if (::fstat(f.fd, &st) != 0)

@@ -323,11 +323,24 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> bert_mask_row(
   };
   CS_CHECK(vocab_size > static_cast<int64_t>(special.size()),
            "bert_mask_row: vocab_size {} leaves no non-special token", vocab_size);
-  for (int64_t t = 0; t < length && t < static_cast<int64_t>(ids.size()); ++t) {
+  // Every row predicts at least one token (the candidate of the lowest draw when the draws
+  // select none), as BERT's pre-training data does: a batch of rows without one has a loss
+  // averaged over no tokens, NaN, which trained the weights to NaN.
+  const int64_t n = std::min<int64_t>(length, static_cast<int64_t>(ids.size()));
+  int64_t fallback = -1;
+  uint64_t lowest = 0;
+  bool any = false;
+  for (int64_t t = 0; t < n; ++t) {
+    if (is_special(ids[static_cast<size_t>(t)])) continue;
+    uint64_t r = h(key, static_cast<uint64_t>(t));
+    if (unit(r) < p) any = true;
+    if (fallback < 0 || r < lowest) fallback = t, lowest = r;
+  }
+  for (int64_t t = 0; t < n; ++t) {
     auto k = static_cast<size_t>(t);
     if (is_special(ids[k])) continue;
     uint64_t r = h(key, static_cast<uint64_t>(t));
-    if (unit(r) >= p) continue;
+    if (unit(r) >= p && (any || t != fallback)) continue;
     labels[k] = ids[k];
     double u = unit(h(r, 1));
     if (u < 0.8) {
@@ -483,7 +496,8 @@ class FlatTokens {
  public:
   FlatTokens(std::string path, TokenType type) : path_(std::move(path)), type_(type) {
     size_ = type == TokenType::u16 ? 2 : type == TokenType::i64 ? 8 : 4;
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    fd_ = ::open(path_.c_str(),
+                 O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO is refused, not waited on
     if (fd_ < 0) fail("T5 data: cannot open '{}': {}", path_, std::strerror(errno));
     struct stat st {};
     if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -124,7 +124,10 @@ struct BertDataOptions {
 };
 std::shared_ptr<utils::data::Loader> make_bert_loader(const BertDataOptions& d,
                                                       const LoaderOptions& o);
-// The masking of one row (exposed for tests): returns {masked ids, labels}.
+// The masking of one row (exposed for tests): returns {masked ids, labels}. Each non-special
+// token within `length` is predicted with probability mlm_probability (80% replaced by
+// mask_id, 10% by a random non-special token, 10% kept); a row whose draws predict none
+// predicts the token of the lowest draw, so every row with such a token predicts at least one.
 std::pair<std::vector<int32_t>, std::vector<int32_t>> bert_mask_row(
     const std::vector<int32_t>& ids, int64_t length, int64_t vocab_size, double mlm_probability,
     int64_t mask_id, const std::vector<int64_t>& special_ids, uint64_t key);

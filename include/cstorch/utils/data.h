@@ -137,6 +137,13 @@ class DataLoader {
   DataLoader& operator=(const DataLoader&) = delete;
 
   const Config& args() const { return args_; }  // what input_fn receives
+  // What data this loader reads, as a map of the settings that decide it (files, split, order;
+  // not how fast it is read): the Model Zoo's data processors set their config section. When
+  // set, state_dict() records it and load_state_dict() refuses a state of a loader that read
+  // other data, naming the settings that differ, so a resumed run does not continue another
+  // data set at a position that means nothing there. Null (the default): not checked.
+  void set_data_description(Config description) { description_ = std::move(description); }
+  const Config& data_description() const { return description_; }
   const StepArgs& step_args() const { return steps_; }
   int num_workers() const { return num_workers_; }  // workers this process runs
   // Multi-replica: the replica this loader feeds, of how many, and its workers' global ids
@@ -169,8 +176,9 @@ class DataLoader {
   // worker's loader that is not restartable.
   State state_dict();
   // Restores a state_dict(); the next batch is the one the saved run would have taken next.
-  // Running workers are stopped and restarted from the state. Errors name the bad key, or a
-  // worker count different from the saved one.
+  // Running workers are stopped and restarted from the state. Errors name the bad key, a
+  // worker count different from the saved one, or the data description's settings that differ
+  // from the saved one's (both loaders having one).
   void load_state_dict(const State& state);
 
   // Seconds the client spent blocked in next() waiting for a worker, and batches taken.
@@ -238,6 +246,7 @@ class DataLoader {
 
   InputFn fn_;
   Config args_;
+  Config description_;  // null: none
   StepArgs steps_;
   int num_workers_ = 1, prefetch_ = 4;
   int num_replicas_ = 1, replica_ = 0, total_workers_ = 1;

@@ -3,11 +3,18 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <thread>
 #include <tuple>
 
 #include "cstorch/checkpoint.h"
@@ -260,6 +267,15 @@ TEST(Checkpoint, FormatChosenByExtensionAndDetectedByContent) {
   EXPECT_TRUE(load((dir / "c.h5").string()) == full);
   EXPECT_ERROR_HAS(convert_checkpoint((dir / "c.h5").string(), (dir / "c.h5").string()),
                    "same file");
+  // Written another way (it compared the strings), or through a link; an empty path is named
+  // (it was the filesystem library's "cannot make absolute path").
+  EXPECT_ERROR_HAS(convert_checkpoint((dir / "c.h5").string(), (dir / "." / "c.h5").string()),
+                   "same file");
+  fs::create_symlink(dir / "c.h5", dir / "link.h5");
+  EXPECT_ERROR_HAS(convert_checkpoint((dir / "link.h5").string(), (dir / "c.h5").string()),
+                   "same file");
+  EXPECT_ERROR_HAS(convert_checkpoint((dir / "c.h5").string(), ""), "the output path is empty");
+  EXPECT_TRUE(load((dir / "c.h5").string()) == full);
   fs::remove_all(dir);
 }
 
@@ -336,6 +352,32 @@ void craft(const std::string& path, bool marker, int64_t version, const std::str
 const char* kGoodStructure =
     R"({"kind":"map","keys":["w"],"values":[{"kind":"tensor","dataset":"w","dtype":"f32","shape":[3]}]})";
 }  // namespace
+
+// A FIFO given as a checkpoint is refused at once: opening it waited for a writer forever. A
+// thread opens the FIFO for writing after 3 s, so that a reader blocked in open() returns
+// (and the test ends); the refusal must come before that.
+TEST(Checkpoint, AFifoIsRefusedNotWaitedOn) {
+  auto dir = temp_dir("fifo");
+  const std::string fifo = (dir / "ckpt.mdl").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::atomic<bool> done{false};
+  std::thread unblock([&] {
+    const auto start = std::chrono::steady_clock::now();
+    while (!done && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(3)) {
+        int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // succeeds once a reader waits
+        if (fd >= 0) ::close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_ERROR_HAS(load(fifo), "not a regular file");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  done = true;
+  unblock.join();
+  fs::remove_all(dir);
+}
 
 TEST(Checkpoint, Hdf5ErrorsNameTheProblem) {
   auto dir = temp_dir("h5err");

@@ -317,14 +317,37 @@ TEST(CheckpointCorruption, SafetensorsDamagedChecksumMetadata) {
   write_file(q, renamed);
   std::string msg = error_of([&] { load(q); });
   EXPECT_NE(msg.find("the header is damaged"), std::string::npos) << msg;
-  // A checksum that is not 8 hex digits.
+  // A tensor's checksum changed: the header's own checksum no longer matches.
   std::string bad = file;
   at = bad.find("\"cstorch.crc32.a\":\"");
   ASSERT_NE(at, std::string::npos);
   bad[at + 19] = 'x';
   write_file(q, bad);
   msg = error_of([&] { load(q); });
+  EXPECT_NE(msg.find("the header is damaged"), std::string::npos) << msg;
+  // The header's checksum that is not 8 hex digits.
+  bad = file;
+  const std::string key = "\"cstorch.header_crc32\":\"";
+  at = bad.find(key);
+  ASSERT_NE(at, std::string::npos);
+  bad[at + key.size()] = 'x';
+  write_file(q, bad);
+  msg = error_of([&] { load(q); });
   EXPECT_NE(msg.find("is not a CRC-32"), std::string::npos) << msg;
+  // One bit of the structure (the state's values other than tensors, here a step count): it
+  // loaded, with another step, and `verify` said all was intact.
+  State nested = State::map({{"model", State::map({{"w", rt({3, 2}, 5)}})}, {"global_step", 4}});
+  std::string n = (dir / "nested.safetensors").string();
+  save(nested, n);
+  std::string text = read_file(n);
+  at = text.find("global_step");
+  ASSERT_NE(at, std::string::npos);
+  const size_t digit = text.find('4', at);
+  ASSERT_NE(digit, std::string::npos);
+  text[digit] = static_cast<char>(text[digit] ^ 0x01);  // 4 -> 5
+  write_file(n, text);
+  msg = error_of([&] { load(n); });
+  EXPECT_NE(msg.find("the header is damaged"), std::string::npos) << msg;
   fs::remove_all(dir);
 }
 

@@ -36,6 +36,13 @@ write(os.path.join(out, "bad_shape.h5"), "data", np.zeros((4, 2, MSL), np.int32)
 write(os.path.join(out, "bad_msl.h5"), "data", np.zeros((2, 3, 6), np.int32))
 write(os.path.join(out, "floats.h5"), "data", np.zeros((2, 3, MSL), np.float32))
 write(os.path.join(out, "no_data.h5"), "tokens", samples(0, 2))
+# Masks that are not 0 / 1 (sample 1, token 3 is 2), and a sample that counts no token (sample 2).
+bad_mask = samples(0, 3)
+bad_mask[1, 1, 3] = 2
+write(os.path.join(out, "mask_two.h5"), "data", bad_mask)
+no_token = samples(0, 3)
+no_token[2, 1, :] = 0
+write(os.path.join(out, "no_token.h5"), "data", no_token)
 # Truncated: the first half of a good file.
 src = os.path.join(out, "dir", "a.h5")
 with open(src, "rb") as f:

@@ -309,6 +309,14 @@ TEST_F(Hdf5Tokens, BadFilesAreClearErrors) {
   EXPECT_ERROR(Hdf5TokenDataset(V{path("floats.h5")}), "floats.h5", "not of an integer type");
   EXPECT_ERROR(Hdf5TokenDataset(V{path("no_data.h5")}), "no_data.h5", "no dataset 'data'");
   EXPECT_ERROR(Hdf5TokenDataset(V{}), "no files given");
+  // Mask values other than 0 / 1 (a 2 weighed its token twice), and a sample that counts no
+  // token (a batch of such samples had a NaN loss), named when the sample is read.
+  Hdf5TokenDataset two(V{path("mask_two.h5")});
+  (void)two.get(0);
+  EXPECT_ERROR(two.get(1), "mask_two.h5", "sample 1", "attention_mask[3] is 2", "0 (padding) or 1");
+  Hdf5TokenDataset none(V{path("no_token.h5")});
+  (void)none.get(1);
+  EXPECT_ERROR(none.get(2), "no_token.h5", "sample 2", "no counted token");
 }
 
 TEST_F(Hdf5Tokens, WorkerErrorsNameWorkerFileAndSample) {

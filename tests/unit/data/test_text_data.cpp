@@ -235,6 +235,29 @@ TEST(BertData, MaskChangesPerEpochAndResumesExactly) {
   EXPECT_NE(vals(e0, "mlm_labels"), vals(e0b, "mlm_labels"));
 }
 
+// Every row predicts at least one token: at a low mlm_probability most rows drew none, and a
+// batch of such rows had a masked-token loss averaged over nothing (NaN), which trained BERT's
+// weights to NaN.
+TEST(BertData, EveryRowPredictsAtLeastOneToken) {
+  const std::vector<int32_t> row = {SyntheticVocab::cls, 40, 41, 42, 43, SyntheticVocab::sep, 0, 0};
+  int rows_with_draws = 0;
+  for (uint64_t key = 0; key < 200; ++key) {
+    auto [ids, labels] = bert_mask_row(
+        row, 6, 400, 0.01, SyntheticVocab::mask,
+        {SyntheticVocab::cls, SyntheticVocab::sep, SyntheticVocab::pad, SyntheticVocab::mask}, key);
+    int predicted = 0;
+    for (size_t k = 0; k < labels.size(); ++k)
+      if (labels[k] != -100) {
+        ++predicted;
+        EXPECT_TRUE(k >= 1 && k <= 4) << "key " << key << ": a special or padding position";
+        EXPECT_EQ(labels[k], row[k]);
+      }
+    EXPECT_GE(predicted, 1) << "key " << key;
+    rows_with_draws += predicted > 1;
+  }
+  EXPECT_LT(rows_with_draws, 10);  // p = 0.01: the draws alone rarely select two
+}
+
 namespace {
 // Writes a BERT row file with the given rows (padded to msl with 0), attributes included.
 void write_bert(const std::string& path, const std::vector<std::vector<int32_t>>& rows, int msl,
