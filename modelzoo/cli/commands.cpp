@@ -82,7 +82,13 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
                   "Replicas of the CSX backend (cluster_config.num_csx); started without a "
                   "launcher, cszoo runs itself under mpirun with that many processes")
       ->transform(cli::whole_number<int>())
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            // CLI11's PositiveNumber said "Value 0 not in range 0.000000 to 1.79e308".
+            return std::stoll(s) >= 1 ? std::string()
+                                      : fmt::format("{} replicas: at least 1 is needed", s);
+          },
+          "", "at_least_one"));
   cmd->add_option("--mount_dirs", o.mount_dirs, "Directories the run needs (must exist)");
   cmd->add_option("--plugin_paths,--python_paths", o.python_paths,
                   "Plugins: shared libraries (.so), or directories whose every *.so is loaded; "

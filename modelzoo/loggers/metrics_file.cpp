@@ -33,8 +33,10 @@ std::ofstream open_append(const std::filesystem::path& file, const char* who, bo
   std::error_code ec;
   auto size = std::filesystem::file_size(file, ec);
   *was_empty = ec || size == 0;
+  errno = 0;
   std::ofstream out(file, std::ios::app);
-  CS_CHECK(out.good(), "{}: cannot open '{}' for writing", who, file.string());
+  CS_CHECK(out.good(), "{}: cannot open '{}' for writing: {}", who, file.string(),
+           errno != 0 ? std::strerror(errno) : "unknown reason");
   return out;
 }
 

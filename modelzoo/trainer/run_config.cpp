@@ -13,7 +13,22 @@ namespace {
 DataLoaderPtr make_dataloader(const ConfigView& v) {
   v.expect_map();
   std::string name = v.at("data_processor").as_string();
-  return data_processors().create(name, v, v.child_path("data_processor"));
+  DataLoaderPtr dl;
+  try {
+    dl = data_processors().create(name, v, v.child_path("data_processor"));
+  } catch (const cstorch::Error& e) {
+    // The loader's own checks (num_workers, prefetch) do not know where they were configured.
+    const std::string msg = e.what();
+    if (msg.rfind(v.path(), 0) == 0) throw;
+    cstorch::fail("{}: {}", v.path(), msg);
+  }
+  // The section says which data it is: a checkpoint's data position is kept for this data
+  // only. How it is read (workers, prefetch) does not change the data.
+  Config what = v.value();
+  what.erase("num_workers");
+  what.erase("prefetch");
+  dl->set_data_description(std::move(what));
+  return dl;
 }
 
 // What can be checked of a phase without building anything: its sections' keys, its init's

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
@@ -254,13 +255,15 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
                                       : Config::array({"JSONLines", "TensorBoard"});
     ConfigView lv(list, init.child_path("loggers"));
     // Multi-replica: only the main process (world rank 0) logs; the others validate the
-    // entries but open no files.
+    // entries but open no files. Nor does a compile_only / validate_only run, which logs
+    // nothing (it left an empty metrics file and event folder).
     const bool main = cstorch::distributed::is_main_process();
+    const bool dry_run = backend_->options().compile_only || backend_->options().validate_only;
     for (size_t i = 0; i < lv.size(); ++i) {
       auto [name, args] = lv.at(i).named_entry();
       if (!args.contains("model_dir")) args["model_dir"] = model_dir_;
       ConfigView av(args, lv.at(i).child_path(name));
-      if (!main) {
+      if (!main || dry_run) {
         av.check_keys({"model_dir", "file", "log_dir"});
         continue;
       }
@@ -520,7 +523,6 @@ void Trainer::load_state_dict(const State& s) {
            "Trainer.load_state_dict: the state has no 'model' entry (keys: {})",
            s.is_map() ? fmt::format("{}", fmt::join(s.keys(), ", ")) : s.repr());
   model_->load_state_dict(cstorch::nn::StateDict::from_state(s.at("model")));
-  if (s.contains("global_step")) global_step_ = s.at("global_step").as_int();
   if (s.contains("rng_state")) cstorch::set_rng_state(s.at("rng_state").as_tensor());
   if (optimizer_ && s.contains("optimizer"))
     with_path("checkpoint 'optimizer'", [&] { load_optimizer_state(s.at("optimizer")); });
@@ -532,6 +534,10 @@ void Trainer::load_state_dict(const State& s) {
     for (size_t i = 0; i < schedulers_.size(); ++i)
       with_path(fmt::format("checkpoint 'schedulers[{}]'", i),
                 [&] { schedulers_[i]->load_state_dict(list[i]); });
+  } else {
+    // Schedulers the checkpoint's run did not have start here, at their first value: the
+    // optimizer state just loaded had set its own lr, which the first resumed step then used.
+    for (auto& sched : schedulers_) sched->load_state_dict(sched->state_dict());
   }
   if (s.contains("dataloader")) {
     const State& d = s.at("dataloader");
@@ -550,6 +556,9 @@ void Trainer::load_state_dict(const State& s) {
       pending_loader_state_ = d;
     }
   }
+  // The step last, once the rest loaded: a failed load left it at the checkpoint's, and the
+  // failed run's summary counted its steps as trained ("5 steps in 0.00 s").
+  if (s.contains("global_step")) global_step_ = s.at("global_step").as_int();
   each([&](Callback& c) { c.on_load_checkpoint(*this, s); });
 }
 
@@ -641,6 +650,12 @@ void Trainer::setup_replicas() {
   const bool device_replicas =
       type == cstorch::DeviceType::GPU || type == cstorch::DeviceType::Plugin;
   replicas_ = type == cstorch::DeviceType::CSX || device_replicas ? cc.num_csx : 1;
+  if (type == cstorch::DeviceType::CPU && cc.num_csx > 1 && dist::is_main_process())
+    fmt::print(stderr,
+               "warning: cluster_config.num_csx is {}, but the CPU backend trains one replica: "
+               "num_csx is the CSX backend's replica count (backend_type: CSX, or --num_csx, "
+               "for data-parallel replicas)\n",
+               cc.num_csx);
   // The hung-replica watchdog of this trainer's collectives (0: the environment's or 300 s).
   dist::set_collective_timeout(cc.collective_timeout_s);
   participating_ = dist::set_num_replicas(replicas_);
@@ -921,10 +936,23 @@ void check_not_empty(cstorch::utils::data::DataLoader& dl, const char* what) {
   const Config& a = dl.args();
   std::string bs;
   if (a.is_object() && a.contains("batch_size")) bs = " " + a["batch_size"].dump();
-  cstorch::fail(
-      "the {} dataloader makes no batches (0 steps per epoch): its data has fewer samples than "
-      "its batch_size{} with drop_last true, or none at all",
-      what, bs);
+  // The causes this loader can have: its settings decide which (the message had named
+  // drop_last for a validation loader that does not drop, and missed the worker count).
+  std::vector<std::string> causes;
+  const bool drops = a.is_object() && a.contains("drop_last") && a["drop_last"].is_boolean()
+                         ? a["drop_last"].get<bool>()
+                         : std::string(what) == "training";
+  if (drops) causes.push_back(fmt::format("fewer samples than its batch_size{} (drop_last)", bs));
+  if (dl.total_workers() > 1)
+    causes.push_back(fmt::format("fewer than its {} workers{} can each take a batch of",
+                                 dl.total_workers(),
+                                 dl.num_replicas() > 1 ? " (of every replica)" : ""));
+  causes.push_back("no samples at all");
+  std::string where;
+  if (dl.num_replicas() > 1)
+    where = fmt::format(" on replica {} of {}", dl.replica(), dl.num_replicas());
+  cstorch::fail("the {} dataloader makes no batches{} (0 steps per epoch): its data has {}", what,
+                where, fmt::join(causes, ", or "));
 }
 }  // namespace
 
@@ -942,13 +970,17 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     // recorded as such and summed up, not a run record left 'running'.
     each([&](Callback& c) { c.on_fit_start(*this); });
     remove_stale_temp_checkpoints(model_dir_);
+    // Checkpoints of a later step than the one this run starts from: another run's.
+    std::vector<std::pair<int64_t, std::string>> later_checkpoints;
     if (ckpt_path) {
       load_checkpoint(*ckpt_path);
-      // Checkpoints of a later step in model_dir are another run's: said, since the next fit
-      // without a checkpoint path resumes from the latest of them.
+      // Said, since the next fit without a checkpoint path resumes from the latest of them.
       std::vector<std::string> later;
       for (const auto& [step, path] : checkpoints())
-        if (step > global_step_) later.push_back(fs::path(path).filename().string());
+        if (step > global_step_) {
+          later.push_back(fs::path(path).filename().string());
+          later_checkpoints.emplace_back(step, later.back());
+        }
       if (!later.empty() && cstorch::distributed::is_main_process())
         fmt::print(stderr,
                    "warning: model_dir '{}' holds checkpoints past step {} ({}): this run leaves "
@@ -1008,6 +1040,23 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       return data::compute_num_steps(args, loader_len > 0 ? loader_len / accum : -1);
     });
     run_steps_ = total;
+    if (!later_checkpoints.empty() && global_step_ + total >= later_checkpoints.front().first) {
+      // Training into the other run's steps would write over its checkpoints of the steps this
+      // run saves at, and mix the two runs in one model_dir: refused before any step.
+      std::vector<std::string> over;
+      for (const auto& [step, name] : later_checkpoints)
+        if (step <= global_step_ + total && ((ckpt_.steps > 0 && step % ckpt_.steps == 0) ||
+                                             (step == global_step_ + total && ckpt_.save_at_end)))
+          over.push_back(name);
+      std::vector<std::string> names;
+      for (const auto& [step, name] : later_checkpoints) names.push_back(name);
+      cstorch::fail(
+          "model_dir '{}' holds checkpoints past step {} ({}) of the run this checkpoint comes "
+          "from, and this run trains to step {}: it would write its checkpoints among them{}. "
+          "Train into another model_dir (-o DIR, or trainer.init.model_dir), or move them away",
+          model_dir_, global_step_, fmt::join(names, ", "), global_step_ + total,
+          over.empty() ? std::string() : fmt::format(", over {}", fmt::join(over, ", ")));
+    }
     print_header("fit", train.get(), val.get(), total);
     model_->train();
     each([&](Callback& c) { c.on_train_start(*this); });
@@ -1173,6 +1222,28 @@ double Model::loss_weight(const cstorch::Batch& batch) const {
   return 1;  // a batch of scalars: one sample
 }
 
+// Every validation reads the same batches, from the data's start: a validation in the loader's
+// next epoch drew other masks or noise spans (BERT, T5) than the one before it, or than
+// `cszoo validate` on the same checkpoint, and with eval_steps it went on to other batches.
+namespace {
+void rewind_validation(
+    const DataLoaderPtr& val,
+    std::vector<std::pair<std::weak_ptr<cstorch::utils::data::DataLoader>, cstorch::State>>&
+        starts) {
+  std::erase_if(starts, [](const auto& e) { return e.first.expired(); });
+  for (const auto& [loader, start] : starts)
+    if (loader.lock() == val) {
+      val->load_state_dict(start);
+      return;
+    }
+  try {
+    starts.emplace_back(val, val->state_dict());
+  } catch (const cstorch::Error&) {
+    // A loader that cannot say its position: validations continue where the last one stopped.
+  }
+}
+}  // namespace
+
 double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path) {
   CS_CHECK(val != nullptr, "Trainer.validate: a validation dataloader is required");
   if (!participating_) return 0;
@@ -1204,6 +1275,7 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
              "Trainer.validate: the validation dataloader's length is unknown; set "
              "trainer.init.loop.eval_steps");
     if (len > 0) steps = std::min(steps, len);
+    rewind_validation(val, impl_->validation_starts);
     for (auto* m : impl_->metrics()) m->reset();
     const auto& bo = backend_->options();
     if (bo.compile_only || bo.validate_only) {
@@ -1278,8 +1350,24 @@ std::vector<double> Trainer::validate_all(DataLoaderPtr val, std::vector<std::st
     for (auto& [step, p] : checkpoints()) paths.push_back(p);
   CS_CHECK(!paths.empty(), "Trainer.validate_all: no checkpoints in '{}' and none given",
            model_dir_);
+  // A checkpoint that cannot be validated (a damaged file) does not stop the others: each is
+  // reported as it fails, and the call fails at the end naming them all.
   std::vector<double> r;
-  for (const auto& p : paths) r.push_back(validate(val, p));
+  std::vector<std::string> failed;
+  for (const auto& p : paths) {
+    try {
+      r.push_back(validate(val, p));
+    } catch (const std::exception& e) {
+      if (!participating_) throw;
+      if (cstorch::distributed::is_main_process())
+        fmt::print(stderr, "error: validate_all: {}; going on with the next checkpoint\n",
+                   e.what());
+      failed.push_back(fs::path(p).filename().string());
+      r.push_back(std::numeric_limits<double>::quiet_NaN());
+    }
+  }
+  CS_CHECK(failed.empty(), "validate_all: {} of {} checkpoints could not be validated: {}",
+           failed.size(), paths.size(), fmt::join(failed, ", "));
   return r;
 }
 

@@ -25,6 +25,9 @@ struct Trainer::Impl {
   std::vector<cstorch::metrics::Metric*> metrics() const {
     return model_metrics.empty() ? cstorch::metrics::live_metrics() : model_metrics;
   }
+  // Validation loaders' positions before their first batch: every validation starts there.
+  std::vector<std::pair<std::weak_ptr<cstorch::utils::data::DataLoader>, cstorch::State>>
+      validation_starts;
 };
 
 // One run's record: model_dir/run_records/run_NNNN.yaml (`file` empty on processes other

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <tuple>
 
 #include "e2e/e2e_util.h"
 
@@ -187,13 +188,18 @@ TEST(YourOwnData, ValidationLossIsTheMeanOverSamplesAtAnyBatchSize) {
 // Resuming (or a later phase) with other data than the checkpoint's run: another batch size, or
 // another file. The saved data position cannot apply, so the data starts from its beginning with
 // a warning saying so (the run had refused to start: "restoring the saved data position failed").
+// Another file with as many samples (a copy here) had continued mid-epoch without a word: the
+// position now records the loader's arguments, and the warning names what changed.
 TEST(YourOwnData, ResumingOnOtherDataStartsTheDataFromItsBeginning) {
   const fs::path dir = e2e::temp_dir("cstorch_e2e_own", "resume");
   write_data(dir);
+  fs::copy_file(dir / "data" / "tabular" / "train.csv", dir / "data" / "tabular" / "copy.csv");
   (void)fit(dir, "fc_csv", 30);
-  for (const auto& [more, change] : std::vector<std::pair<int, std::string>>{
-           {40, "trainer.fit.train_dataloader.batch_size=16"},
-           {50, "trainer.fit.train_dataloader.files=data/tabular/val.csv"}}) {
+  for (const auto& [more, change, names] : std::vector<std::tuple<int, std::string, std::string>>{
+           {40, "trainer.fit.train_dataloader.batch_size=16", "batch_size: 32 then, 16 now"},
+           {45, "trainer.fit.train_dataloader.files=data/tabular/copy.csv",
+            "files: \"data/tabular/train.csv\" then, \"data/tabular/copy.csv\" now"},
+           {50, "trainer.fit.train_dataloader.files=data/tabular/val.csv", "files: "}}) {
     SCOPED_TRACE(change);
     int status = 0;
     const std::string out =
@@ -205,6 +211,7 @@ TEST(YourOwnData, ResumingOnOtherDataStartsTheDataFromItsBeginning) {
                        "position is of other data"),
               std::string::npos)
         << out;
+    EXPECT_NE(out.find(names), std::string::npos) << out;
     EXPECT_TRUE(
         fs::exists(dir / "model_dir" / "fc_csv" / ("checkpoint_" + std::to_string(more) + ".mdl")))
         << out;

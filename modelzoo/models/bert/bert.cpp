@@ -236,6 +236,14 @@ cs::Tensor BertModel::loss(const cs::Batch& b) {
   return loss;
 }
 
+double BertModel::loss_weight(const cs::Batch& b) const {
+  auto it = b.find("mlm_labels");
+  if (!c_.disable_nsp || it == b.end()) return Model::loss_weight(b);
+  double n = 0;
+  for (int64_t v : cs::cast(it->second, cs::DType::i64).to_vector<int64_t>()) n += v != -100;
+  return n;
+}
+
 MODELZOO_REGISTER(models, "bert", [](const ConfigView& a) -> ModelPtr {
   return std::make_shared<BertModel>(BertConfig::from(a));
 });

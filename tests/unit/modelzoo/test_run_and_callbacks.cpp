@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "cstorch/cstorch.h"
+#include "cstorch/data/mnist.h"
 #include "cstorch/version.h"
 #include "modelzoo/builtin_callbacks.h"
 #include "modelzoo/loggers.h"
@@ -324,6 +325,99 @@ TEST(BuiltinCallbacks, LRMonitorLogsTheRateEachStepUsed) {
   fs::remove_all(dir);
 }
 
+// A scheduler added when resuming from a checkpoint that has none (or in a later phase): its
+// first value is the rate of the first resumed step. The loaded optimizer state had set the
+// checkpoint's lr, which that step used (0.1 at step 6, then 0.01).
+TEST(TrainerCheckpoints, ASchedulerAddedOnResumeSetsTheFirstResumedStepsRate) {
+  auto dir = cs::testing::temp_dir("cb", test_name());
+  Config c = init_config(dir);
+  c["loop"] = {{"max_steps", 5}};
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(small(4));
+  }
+  c["loop"] = {{"max_steps", 7}};
+  c["schedulers"] = cs::parse_config("[{ConstantLR: {learning_rate: 0.01}}]");
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(small(4));
+  }
+  auto lr = series(dir, "lr");
+  ASSERT_TRUE(lr.count(5) && lr.count(6) && lr.count(7));
+  EXPECT_NEAR(lr[5], 0.1, 1e-7);
+  EXPECT_NEAR(lr[6], 0.01, 1e-9);
+  EXPECT_NEAR(lr[7], 0.01, 1e-9);
+  fs::remove_all(dir);
+}
+
+// Every validation reads the same batches, from the validation data's start: with eval_steps
+// the second validation went on to the next batches (and a BERT or T5 loader's next epoch drew
+// other masks), so the same weights scored differently.
+TEST(TrainerValidation, EveryValidationReadsTheSameBatches) {
+  auto dir = cs::testing::temp_dir("val", test_name());
+  cs::data::write_synthetic_mnist((dir / "mnist").string(), 64, 64, 3);
+  Config c = init_config(dir);
+  c["loop"] = {{"max_steps", 1}, {"eval_steps", 1}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  auto val = std::make_shared<cs::utils::data::DataLoader>(
+      cs::data::mnist_input_fn,
+      Config{{"data_dir", (dir / "mnist").string()}, {"split", "test"}, {"batch_size", 16}});
+  const double first = t.validate(val);
+  const double second = t.validate(val);
+  EXPECT_EQ(first, second);
+  // The batch it reads is the first: a fresh loader's validation agrees.
+  auto fresh = std::make_shared<cs::utils::data::DataLoader>(
+      cs::data::mnist_input_fn,
+      Config{{"data_dir", (dir / "mnist").string()}, {"split", "test"}, {"batch_size", 16}});
+  EXPECT_EQ(t.validate(fresh), first);
+  fs::remove_all(dir);
+}
+
+// validate_all goes on past a checkpoint it cannot read (it stopped there, leaving the later
+// ones unvalidated and unnamed), then fails naming it.
+TEST(TrainerValidation, ValidateAllGoesOnPastADamagedCheckpoint) {
+  auto dir = cs::testing::temp_dir("val", test_name());
+  Config c = init_config(dir);
+  c["loop"] = {{"max_steps", 6}};
+  c["checkpoint"] = {{"steps", 2}};
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(small(4));
+  }
+  fs::resize_file(dir / "checkpoint_4.mdl", 3000);
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  ::testing::internal::CaptureStderr();
+  cs::testing::expect_error([&] { t.validate_all(small(2)); },
+                            {"validate_all: 1 of 3 checkpoints could not be validated: "
+                             "checkpoint_4.mdl"});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("checkpoint_4.mdl"), std::string::npos) << err;
+  EXPECT_NE(err.find("going on with the next checkpoint"), std::string::npos) << err;
+  auto loss = series(dir, "eval/loss");
+  EXPECT_TRUE(loss.count(2) && loss.count(6)) << "steps validated: " << loss.size();
+  EXPECT_FALSE(loss.count(4));
+  fs::remove_all(dir);
+}
+
+// An empty loader is an error before the first step, with the causes its settings allow: a
+// validation loader does not drop its last batch (the message had blamed drop_last).
+TEST(TrainerValidation, AnEmptyLoaderIsNamedWithItsPossibleCauses) {
+  auto dir = cs::testing::temp_dir("val", test_name());
+  Config c = init_config(dir);
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  const std::string train = error_of([&] { t.fit(small(0)); });
+  EXPECT_NE(train.find("the training dataloader makes no batches (0 steps per epoch): its data "
+                       "has fewer samples than its batch_size 8 (drop_last), or no samples at all"),
+            std::string::npos)
+      << train;
+  const std::string val = error_of([&] { t.validate(small(0)); });
+  EXPECT_NE(val.find("the validation dataloader makes no batches (0 steps per epoch): its data "
+                     "has no samples at all"),
+            std::string::npos)
+      << val;
+  fs::remove_all(dir);
+}
+
 TEST(BuiltinCallbacks, GradNormIsTheNormOfTheSgdUpdate) {
   // Plain SGD moves the parameters by -lr * grad: the update's norm / lr is the gradient's
   // norm at that step, computed independently of the callback. Tolerance 1e-4 relative: the
@@ -578,6 +672,47 @@ TEST(TrainerValidation, ALanguageModelsLossIsTheMeanOverItsTokens) {
   fs::remove_all(dir);
 }
 
+// BERT without the next-sentence loss: its loss is the mean over the masked tokens, and so is
+// eval/loss at any batch size (weighted by samples, it moved with the batch size), the log of
+// eval/mlm_perplexity. Tolerance as above.
+TEST(TrainerValidation, BertsLossIsTheMeanOverItsMaskedTokens) {
+  auto dir = cs::testing::temp_dir("tokens", test_name());
+  const int64_t N = 6, T = 8, V = 32;
+  std::vector<int64_t> ids(N * T), labels(N * T), mask(N * T, 1), types(N * T, 0);
+  for (int64_t i = 0; i < N * T; ++i) {
+    ids[i] = (i * 7 + 3) % V;
+    labels[i] = i % T < 1 + (i / T) ? (i * 5 + 1) % V : -100;  // sequence s masks 1 + s tokens
+  }
+  auto loader = [&](int64_t batch) {
+    cs::Batch all{{"input_ids", cs::from_vector(ids, {N, T})},
+                  {"attention_mask", cs::from_vector(mask, {N, T})},
+                  {"token_type_ids", cs::from_vector(types, {N, T})},
+                  {"mlm_labels", cs::from_vector(labels, {N, T})}};
+    return std::make_shared<cs::utils::data::DataLoader>(
+        [all, batch](const Config&, const cs::utils::data::WorkerInfo&) {
+          return std::make_shared<cs::utils::data::TensorLoader>(all, batch);
+        },
+        Config{{"batch_size", batch}});
+  };
+  Config c = cs::parse_config(
+      "device: CPU\nmodel_dir: " + dir.string() +
+      "\nseed: 3\n"
+      "model: {name: bert, vocab_size: 32, hidden_size: 16, num_hidden_layers: 1, num_heads: 2,"
+      " max_position_embeddings: 8, filter_size: 32, disable_nsp: true}\n"
+      "logging: {progress: false, plot: false}\nloggers: []\n");
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  std::vector<double> losses;
+  double ppl = 0;
+  for (int64_t b : {6, 4, 1}) {
+    losses.push_back(t.validate(loader(b)));
+    ppl = t.last_validation_metrics().at("eval/mlm_perplexity");
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-5 * losses[0]);
+  EXPECT_NEAR(losses[2], losses[0], 1e-5 * losses[0]);
+  EXPECT_NEAR(losses[0], std::log(ppl), 1e-5 * losses[0]);
+  fs::remove_all(dir);
+}
+
 // Resuming from an earlier checkpoint of a model_dir holding later ones (another run's): they
 // are said, and checkpoint.keep_last neither counts nor deletes them (it had deleted the very
 // checkpoint the run started from, keeping the stale later ones as the newest).
@@ -601,5 +736,23 @@ TEST(TrainerCheckpoints, ResumingFromAnEarlierCheckpointKeepsItAndNamesTheLaterO
             std::string::npos)
       << err;
   EXPECT_EQ(checkpoint_steps(t), (std::vector<int64_t>{10, 15, 20, 30}));
+  // Training on into the later run's steps is refused before any step: it overwrote
+  // checkpoint_20 right after the warning had said the later checkpoints were left as they are.
+  auto bytes = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string before = bytes(dir / "checkpoint_20.mdl");
+  Config c2 = init_config(dir, "");
+  c2["checkpoint"] = {{"steps", 5}};
+  c2["loop"] = {{"max_steps", 25}};
+  modelzoo::Trainer t2(ConfigView(c2, "trainer.init"));
+  cs::testing::expect_error(
+      [&] { t2.fit(small(4), nullptr, (dir / "checkpoint_10.mdl").string()); },
+      {"holds checkpoints past step 10 (checkpoint_15.mdl, checkpoint_20.mdl, "
+       "checkpoint_30.mdl)",
+       "trains to step 25", "over checkpoint_15.mdl, checkpoint_20.mdl", "another model_dir"});
+  EXPECT_EQ(bytes(dir / "checkpoint_20.mdl"), before);
+  EXPECT_EQ(checkpoint_steps(t2), (std::vector<int64_t>{10, 15, 20, 30}));
   fs::remove_all(dir);
 }

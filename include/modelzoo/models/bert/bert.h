@@ -59,6 +59,10 @@ class BertModel : public Model {
   cstorch::Tensor mlm_logits(const cstorch::Tensor& hidden);  // [B, T, V]
   cstorch::Tensor nsp_logits(const cstorch::Tensor& hidden);  // [B, 2]
   cstorch::Tensor loss(const cstorch::Batch& batch) override;
+  // With disable_nsp, the loss is the mean over the masked tokens: their count (so eval/loss is
+  // the mean over every masked token at any batch size). With the next-sentence loss added,
+  // the batch's samples (the sum of two means has no exact weight).
+  double loss_weight(const cstorch::Batch& batch) const override;
   const BertConfig& config() const { return c_; }
 
  private:
