@@ -229,12 +229,19 @@ void Trainer::print_header(const char* mode, cstorch::utils::data::DataLoader* t
   for (const auto& p : model_->parameters()) params += p.numel();
   // Steps per epoch and the global batch size where the loader knows them. (Not batches x
   // batch size as samples: a last partial batch made that more than the data holds.)
-  auto describe = [&](cstorch::utils::data::DataLoader* dl) {
+  // (Gradient accumulation makes a training step of several batches; validation steps are
+  // batches. The global batch is the configured one: the replicas' shares of an odd batch
+  // differ, and the share times the replicas overstated it.)
+  auto describe = [&](cstorch::utils::data::DataLoader* dl, bool training) {
     const int64_t n = dl->size();
     if (n < 0) return std::string("length unknown");
-    std::string s = fmt::format("{} steps/epoch", n / std::max<int64_t>(1, loop_.grad_accum_steps));
+    const int64_t accum = training ? std::max<int64_t>(1, loop_.grad_accum_steps) : 1;
+    std::string s = fmt::format("{} steps/epoch", n / accum);
+    const Config& d = dl->data_description();
     const Config& a = dl->args();
-    if (a.is_object() && a.contains("batch_size") && a["batch_size"].is_number_integer())
+    if (d.is_object() && d.contains("batch_size") && d["batch_size"].is_number_integer())
+      s += fmt::format(", batch {}", d["batch_size"].get<int64_t>());
+    else if (a.is_object() && a.contains("batch_size") && a["batch_size"].is_number_integer())
       s += fmt::format(", batch {}", a["batch_size"].get<int64_t>() * dl->num_replicas());
     return s;
   };
@@ -242,9 +249,9 @@ void Trainer::print_header(const char* mode, cstorch::utils::data::DataLoader* t
       "== {}: model {}, {} parameters (cstorch {}, commit {}, CPU kernels {})", mode,
       impl_->model_name, params, cstorch::version(), cstorch::git_commit(), cstorch::cpu_kernels());
   fmt::print("{}\n", line);
-  if (train) fmt::print("   train data: {}\n", describe(train));
+  if (train) fmt::print("   train data: {}\n", describe(train, true));
   if (val) {
-    std::string v = describe(val);
+    std::string v = describe(val, false);
     if (loop_.eval_steps) v += fmt::format("; {} steps per validation", *loop_.eval_steps);
     fmt::print("   validation data: {}\n", v);
   }

@@ -161,6 +161,25 @@ TEST(RunRecord, OnePerRunAResumeAppends) {
   fs::remove_all(dir);
 }
 
+// The header's counts: gradient accumulation makes training steps of several batches, not
+// validation steps (it divided both); the batch shown is the configured (global) one.
+TEST(RunRecord, HeaderCountsValidationBatchesAndTheConfiguredBatch) {
+  auto dir = cs::testing::temp_dir("runrec", test_name());
+  Config c = init_config(dir);
+  c["loop"] = {{"max_steps", 1}, {"grad_accum_steps", 3}};
+  ::testing::internal::CaptureStdout();
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    auto train = small(3);
+    train->set_data_description(Config{{"data_processor", "Small"}, {"batch_size", 7}});
+    t.fit(train, small(2));
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("train data: 1 steps/epoch, batch 7\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("validation data: 2 steps/epoch, batch 8\n"), std::string::npos) << out;
+  fs::remove_all(dir);
+}
+
 TEST(RunRecord, ConsoleHeaderSummaryAndCheckpointLines) {
   auto dir = cs::testing::temp_dir("runrec", test_name());
   Config c = init_config(dir);
