@@ -184,6 +184,9 @@ static CheckpointConfig parse_checkpoint(const ConfigView& v) {
 Trainer::Trainer(const ConfigView& init) : Trainer(init, nullptr) {}
 
 namespace {
+// A pending data position that cannot be restored: the checkpoint's replica count is another.
+constexpr const char* kReplicaMismatchKey = "replica count mismatch";
+
 const std::vector<std::string> kInitKeys = {
     "device",    "backend", "model_dir",  "seed",    "model",     "optimizer", "schedulers",
     "precision", "loop",    "checkpoint", "logging", "callbacks", "loggers",   "cs_ip"};
@@ -540,20 +543,27 @@ void Trainer::load_state_dict(const State& s) {
     for (auto& sched : schedulers_) sched->load_state_dict(sched->state_dict());
   }
   if (s.contains("dataloader")) {
+    // Another replica count is an error for training (fit raises it), not for validating the
+    // weights: a checkpoint of 3 replicas could not be validated by one process.
     const State& d = s.at("dataloader");
     if (d.is_map() && d.contains("replicas")) {
       const State& list = d.at("replicas");
-      CS_CHECK(list.is_list() && static_cast<int>(list.size()) == replicas_,
-               "checkpoint 'dataloader': it holds the data positions of {} replicas, this run "
-               "has {}",
-               list.is_list() ? list.size() : 0, replicas_);
-      pending_loader_state_ = list[static_cast<size_t>(cstorch::distributed::replica_rank())];
-    } else {
-      CS_CHECK(replicas_ == 1,
-               "checkpoint 'dataloader': it holds the data position of 1 replica, this run has "
-               "{}; resume with the replica count it was written with",
-               replicas_);
+      if (list.is_list() && static_cast<int>(list.size()) == replicas_)
+        pending_loader_state_ = list[static_cast<size_t>(cstorch::distributed::replica_rank())];
+      else
+        pending_loader_state_ = State::map(
+            {{kReplicaMismatchKey,
+              fmt::format("checkpoint 'dataloader': it holds the data positions of {} replicas, "
+                          "this run has {}; resume with the replica count it was written with",
+                          list.is_list() ? list.size() : 0, replicas_)}});
+    } else if (replicas_ == 1) {
       pending_loader_state_ = d;
+    } else {
+      pending_loader_state_ = State::map(
+          {{kReplicaMismatchKey,
+            fmt::format("checkpoint 'dataloader': it holds the data position of 1 replica, this "
+                        "run has {}; resume with the replica count it was written with",
+                        replicas_)}});
     }
   }
   // The step last, once the rest loaded: a failed load left it at the checkpoint's, and the
@@ -944,9 +954,9 @@ void check_not_empty(cstorch::utils::data::DataLoader& dl, const char* what) {
                          : std::string(what) == "training";
   if (drops) causes.push_back(fmt::format("fewer samples than its batch_size{} (drop_last)", bs));
   if (dl.total_workers() > 1)
-    causes.push_back(fmt::format("fewer than its {} workers{} can each take a batch of",
+    causes.push_back(fmt::format("fewer samples than its {} workers{} need for a batch each",
                                  dl.total_workers(),
-                                 dl.num_replicas() > 1 ? " (of every replica)" : ""));
+                                 dl.num_replicas() > 1 ? " (of all the replicas)" : ""));
   causes.push_back("no samples at all");
   std::string where;
   if (dl.num_replicas() > 1)
@@ -1004,6 +1014,9 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
 
     // (Not for a run that is complete already: it reads no data.)
     const bool complete = loop_.max_steps && global_step_ >= *loop_.max_steps;
+    if (pending_loader_state_ && pending_loader_state_->is_map() &&
+        pending_loader_state_->contains(kReplicaMismatchKey))
+      cstorch::fail("{}", pending_loader_state_->at(kReplicaMismatchKey).as_string());
     if (pending_loader_state_ && !complete) restore_data_position(*train, *pending_loader_state_);
     pending_loader_state_.reset();
     if (replicas_ > 1) {
@@ -1019,7 +1032,7 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     // An empty loader is reported now, not when the first step (or, for validation, the first
     // validation after hours of training) finds no data.
     check_not_empty(*train, "training");
-    if (val) check_not_empty(*val, "validation");
+    if (val && replicas_ <= 1) check_not_empty(*val, "validation");
     data::StepArgs args;
     args.num_steps = loop_.num_steps;
     args.max_steps = loop_.max_steps;
@@ -1269,12 +1282,15 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
         },
         "eval_step");
     const int64_t len = val->size();
-    check_not_empty(*val, "validation");
+    // Several replicas: one whose share of a small validation set is empty validates nothing
+    // and adds nothing to the combined results (it stopped the launch); only all of them
+    // empty is an error, found after combining.
+    if (replicas_ <= 1) check_not_empty(*val, "validation");
     int64_t steps = loop_.eval_steps.value_or(len);
-    CS_CHECK(steps > 0,
+    CS_CHECK(steps > 0 || (replicas_ > 1 && len == 0),
              "Trainer.validate: the validation dataloader's length is unknown; set "
              "trainer.init.loop.eval_steps");
-    if (len > 0) steps = std::min(steps, len);
+    if (len >= 0) steps = std::min(steps, len);
     rewind_validation(val, impl_->validation_starts);
     for (auto* m : impl_->metrics()) m->reset();
     const auto& bo = backend_->options();
@@ -1324,6 +1340,7 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       }
     cstorch::synchronize();
     combine_validation(*sum, samples);
+    if (samples <= 0) check_not_empty(*val, "validation");  // every replica's share was empty
     mean = *sum / samples;
     // The results every callback can read: the mean loss and each metric the model updated.
     last_val_ = {{"eval/loss", mean}};

@@ -98,6 +98,14 @@ void expect_models_close(const fs::path& a, const fs::path& b, double rel) {
   }
 }
 
+// The last value of `metric` at `step` in model_dir's metrics.jsonl (NaN when none).
+double logged_at(const fs::path& model_dir, const std::string& metric, int64_t step) {
+  double v = NAN;
+  for (auto& r : modelzoo::read_metrics_file(model_dir / "metrics.jsonl"))
+    if (r.name == metric && r.step == step) v = r.value;
+  return v;
+}
+
 double logged(const std::string& name, const std::string& metric, int64_t step) {
   auto rows = modelzoo::read_metrics_file(setup().root / name / "model" / "metrics.jsonl");
   for (auto& r : rows)
@@ -359,6 +367,41 @@ TEST(DistributedE2E, TextModelsSplitTheGlobalBatchAcrossReplicas) {
     }
     expect_models_close(one / "checkpoint_3.mdl", two / "checkpoint_3.mdl", 1e-5);
   }
+}
+
+// A validation set smaller than the replicas: a replica whose share is empty validates nothing
+// and adds nothing (its "makes no batches" error stopped the launch, blaming drop_last, and
+// left the run record 'running'); the combined eval/loss is one process's on the same
+// checkpoint (1e-5 relative: sums of f32 losses in another grouping).
+TEST(DistributedE2E, AReplicaWithNoValidationDataAddsNothing) {
+  const fs::path root = setup().root / "small_val";
+  const fs::path data = root / "mnist";
+  cstorch::data::write_synthetic_mnist(data.string(), 96, 2, 5);
+  const std::string d = data.string();
+  const std::string y =
+      "trainer:\n  init:\n    device: CPU\n    model_dir: " + (root / "model").string() +
+      "\n    seed: 7\n    model: {name: fc_mnist, hidden_sizes: [16]}\n"
+      "    optimizer: {SGD: {lr: 0.05}}\n    loop: {max_steps: 2}\n"
+      "  fit:\n    train_dataloader: {data_processor: MNISTDataProcessor, data_dir: " +
+      d +
+      ", batch_size: 6, synthetic: false}\n"
+      "    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: " +
+      d +
+      ", split: test, batch_size: 3, synthetic: false}\n"
+      "  validate:\n    val_dataloader: {data_processor: MNISTDataProcessor, data_dir: " +
+      d + ", split: test, batch_size: 3, synthetic: false}\n";
+  fs::create_directories(root);
+  const std::string cfg = (root / "fit.yaml").string();
+  std::ofstream(cfg) << y;
+  int st = 0;
+  std::string out = run(mpirun(3) + kCszoo + " fit " + cfg + " --multireplica", &st);
+  ASSERT_EQ(st, 0) << out;
+  const double three = logged_at(root / "model", "eval/loss", 2);
+  out = run(kCszoo + " validate " + cfg, &st);
+  ASSERT_EQ(st, 0) << out;
+  const double one = logged_at(root / "model", "eval/loss", 2);
+  EXPECT_FALSE(std::isnan(three));
+  EXPECT_NEAR(three, one, 1e-5 * std::max(1.0, std::fabs(one)));
 }
 
 // The multi-replica switches: `runconfig.multireplica: True` in a legacy params.yaml trains on
