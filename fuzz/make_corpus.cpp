@@ -71,13 +71,15 @@ void checkpoints(const fs::path& scratch) {
       std::string bytes = read_all(p);
       put(target, "state" + std::to_string(n) + ext, bytes);
       // The header's own checksum stops most mutations of a cstorch safetensors header before
-      // it is parsed: a seed whose checksum key is renamed (same length, not recognised) lets
-      // the fuzzer reach the header parser as with files of other writers.
-      const std::string key = "\"cstorch.header_crc32\"";
-      if (auto at = bytes.find(key); at != std::string::npos) {
+      // it is parsed: a seed whose checksum keys are renamed (same lengths, not recognised, as
+      // in a file of another writer) lets the fuzzer reach the header parser.
+      bool renamed = false;
+      for (size_t at = bytes.find("\"cstorch."); at != std::string::npos;
+           at = bytes.find("\"cstorch.", at + 1)) {
         bytes[at + 1] = 'x';
-        put(target, "state" + std::to_string(n) + "_unchecked" + ext, bytes);
+        renamed = true;
       }
+      if (renamed) put(target, "state" + std::to_string(n) + "_unchecked" + ext, bytes);
       ++n;
     }
   }

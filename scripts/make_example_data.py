@@ -19,7 +19,12 @@ def table(rng, centres, n):
 
 
 def main():
-    out = os.path.join(sys.argv[1] if len(sys.argv) > 1 else "data", "tabular")
+    # One optional argument, the output folder ("--help" had made a folder of that name).
+    args = sys.argv[1:]
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        print(__doc__.strip() + "\n\nusage: make_example_data.py [OUT]", file=sys.stderr)
+        sys.exit(0 if args and args[0] in ("-h", "--help") else 2)
+    out = os.path.join(args[0] if args else "data", "tabular")
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(7)
     centres = rng.normal(0.0, 0.6, (4, 16))

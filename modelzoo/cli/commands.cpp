@@ -238,6 +238,15 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
       opts.replicas_need_cluster = true;
     }
   }
+  // Evaluation runs on one process, as --multireplica says above (--num_csx 2 with validate led
+  // to an error advising `cszoo fit ... --num_csx 2`).
+  if (mode != Mode::Fit && opts.num_csx > 1) {
+    if (cstorch::distributed::is_main_process())
+      fmt::print(stderr,
+                 "warning: --num_csx {} is ignored in evaluation (it runs on one process)\n",
+                 opts.num_csx);
+    opts.num_csx = 0;
+  }
   // More than one replica means the CSX backend (this cluster), unless the config names a device
   // that hosts replicas itself.
   if (opts.num_csx > 1) opts.replicas_need_cluster = true;

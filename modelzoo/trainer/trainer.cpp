@@ -984,19 +984,9 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     std::vector<std::pair<int64_t, std::string>> later_checkpoints;
     if (ckpt_path) {
       load_checkpoint(*ckpt_path);
-      // Said, since the next fit without a checkpoint path resumes from the latest of them.
-      std::vector<std::string> later;
       for (const auto& [step, path] : checkpoints())
-        if (step > global_step_) {
-          later.push_back(fs::path(path).filename().string());
-          later_checkpoints.emplace_back(step, later.back());
-        }
-      if (!later.empty() && cstorch::distributed::is_main_process())
-        fmt::print(stderr,
-                   "warning: model_dir '{}' holds checkpoints past step {} ({}): this run leaves "
-                   "them as they are (checkpoint.keep_last does not count them), and a fit "
-                   "without a checkpoint path resumes from the latest of them\n",
-                   model_dir_, global_step_, fmt::join(later, ", "));
+        if (step > global_step_)
+          later_checkpoints.emplace_back(step, fs::path(path).filename().string());
     } else if (ckpt_.autoload_last_checkpoint) {
       auto found = checkpoints();
       if (!found.empty()) {
@@ -1069,6 +1059,16 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
           "Train into another model_dir (-o DIR, or trainer.init.model_dir), or move them away",
           model_dir_, global_step_, fmt::join(names, ", "), global_step_ + total,
           over.empty() ? std::string() : fmt::format(", over {}", fmt::join(over, ", ")));
+    }
+    if (!later_checkpoints.empty() && cstorch::distributed::is_main_process()) {
+      // Said, since the next fit without a checkpoint path resumes from the latest of them.
+      std::vector<std::string> names;
+      for (const auto& [step, name] : later_checkpoints) names.push_back(name);
+      fmt::print(stderr,
+                 "warning: model_dir '{}' holds checkpoints past step {} ({}): this run leaves "
+                 "them as they are (checkpoint.keep_last does not count them), and a fit "
+                 "without a checkpoint path resumes from the latest of them\n",
+                 model_dir_, global_step_, fmt::join(names, ", "));
     }
     print_header("fit", train.get(), val.get(), total);
     model_->train();

@@ -4,9 +4,11 @@
 // not a flat map of distinct tensors keeps its structure (docs/checkpoint-format.md) in
 // __metadata__["cstorch_structure"], so it round-trips; files without it load as a flat map in
 // header order. Each tensor cstorch writes has its CRC-32 (zlib's) in
-// __metadata__["cstorch.crc32.<name>"] (8 lowercase hex digits), checked when it is read; files
-// without these keys (other writers) load unchecked. The header itself has its CRC-32 in
-// __metadata__["cstorch.header_crc32"] (over the header text with that value as "00000000").
+// __metadata__["cstorch.tensor_crc32.<name>"] (8 lowercase hex digits), checked when it is read,
+// and the header itself has its CRC-32 in __metadata__["cstorch.header_crc32"] (over the header
+// text with that value as "00000000"), required by those keys. Files of older versions
+// ("cstorch.crc32.<name>", no header checksum) load with their tensors checked; files without
+// these keys (other writers) load unchecked.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -46,8 +48,12 @@ std::optional<DType> st_dtype_from(const std::string& s) {
 // Header size limit (the reference implementation uses 100 MB).
 constexpr uint64_t kMaxHeader = 100u << 20;
 
-// The metadata key holding the CRC-32 of tensor `name`'s bytes.
-const std::string kCrcPrefix = "cstorch.crc32.";
+// The metadata key holding the CRC-32 of tensor `name`'s bytes, as written with a header
+// checksum (kHeaderCrcKey), which these keys make required: a bit flipped in the header
+// checksum's own key name otherwise left a file that read as one without it. Files written
+// before the header checksum existed use kOldCrcPrefix and are read without it.
+const std::string kCrcPrefix = "cstorch.tensor_crc32.";
+const std::string kOldCrcPrefix = "cstorch.crc32.";
 
 // The metadata key holding the CRC-32 of the header itself (its JSON text with this value as
 // "00000000"): the names, dtypes, shapes, offsets and cstorch_structure, which the tensors'
@@ -219,8 +225,16 @@ class SafetensorsReader : public FormatReader {
                       const std::string& p) {
     size_t found = 0;
     for (auto& [k, v] : meta.items()) {
-      if (k.rfind(kCrcPrefix, 0) != 0) continue;
-      std::string name = k.substr(kCrcPrefix.size());
+      const std::string& prefix = k.rfind(kCrcPrefix, 0) == 0      ? kCrcPrefix
+                                  : k.rfind(kOldCrcPrefix, 0) == 0 ? kOldCrcPrefix
+                                                                   : std::string();
+      if (prefix.empty()) continue;
+      if (prefix == kCrcPrefix)
+        CS_CHECK(meta.contains(kHeaderCrcKey),
+                 "checkpoint {}: safetensors metadata {} comes with a header checksum ({}), "
+                 "which is missing: the header is damaged",
+                 p, k, kHeaderCrcKey);
+      std::string name = k.substr(prefix.size());
       auto it = by_name.find(name);
       CS_CHECK(it != by_name.end(),
                "checkpoint {}: safetensors metadata {} holds the checksum of a tensor '{}' the "

@@ -182,8 +182,16 @@ template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
 template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  Tensor v = src;
-  if (src.shape() != shape()) v = cstorch::expand(src, shape());
+  // A source someone else holds (another model's parameter, a loaded state dict's tensor) is
+  // copied first: eagerly, the assignment below may take the value's storage rather than copy
+  // it (which is what it does with a temporary, an optimizer's update), and a shared storage
+  // tied the two tensors once a traced step updated either in place (a model loaded from
+  // another's state_dict trained with it). Inside a trace the value is a graph value: no copy.
+  const bool held_elsewhere = src.defined() && src.impl_.use_count() > 1;
+  Tensor v = held_elsewhere && !detail::in_trace() && src.impl_.get() != impl_.get()
+                 ? detail::dispatch(ir::OpCode::Copy, ir::NoAttrs{}, {src})
+                 : src;
+  if (src.shape() != shape()) v = cstorch::expand(v, shape());
   detail::assign_inplace(*this, v, "copy_");
   return *this;
 }

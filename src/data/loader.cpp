@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <set>
 
@@ -548,6 +549,24 @@ State DataLoader::to_state(const Position& p) const {
 }
 
 namespace {
+// Two settings that name the same data: equal, or paths of one file written differently
+// ("./data/a.csv", an absolute path, a link), or one path and a list of just it.
+bool same_setting(const Config& a, const Config& b) {
+  if (a == b) return true;
+  if (a.is_string() && b.is_string()) {
+    std::error_code ec;
+    return std::filesystem::equivalent(a.get<std::string>(), b.get<std::string>(), ec);
+  }
+  if (a.is_array() && a.size() == 1 && !b.is_array()) return same_setting(a[0], b);
+  if (b.is_array() && b.size() == 1 && !a.is_array()) return same_setting(a, b[0]);
+  if (a.is_array() && b.is_array() && a.size() == b.size()) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!same_setting(a[i], b[i])) return false;
+    return true;
+  }
+  return false;
+}
+
 // "key: saved then, now now" for each top-level setting that differs between two descriptions.
 std::vector<std::string> description_changes(const Config& then, const Config& now) {
   if (!then.is_object() || !now.is_object())
@@ -560,6 +579,7 @@ std::vector<std::string> description_changes(const Config& then, const Config& n
   for (const auto& k : keys) {
     auto was = then.find(k);
     auto is = now.find(k);
+    if (was != then.end() && is != now.end() && same_setting(*was, *is)) continue;
     const std::string w = was == then.end() ? "unset" : was->dump();
     const std::string n = is == now.end() ? "unset" : is->dump();
     if (w != n) changed.push_back(fmt::format("{}: {} then, {} now", k, w, n));

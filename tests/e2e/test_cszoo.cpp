@@ -369,6 +369,11 @@ TEST(CszooE2E, ValidationSemanticsAndDryRuns) {
   ASSERT_EQ(st, 0) << out;
   EXPECT_NE(out.find("loaded checkpoint"), std::string::npos) << out;
   EXPECT_EQ(out.find("warning: validate"), std::string::npos) << out;
+  // Evaluation runs on one process: --num_csx is said to be ignored, as --multireplica is (it
+  // failed, advising `cszoo fit ... --num_csx 2`).
+  out = run(kCszoo + " validate " + cfg + " --num_csx 2", &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("warning: --num_csx 2 is ignored in evaluation"), std::string::npos) << out;
   fs::remove_all(root);
 }
 

@@ -216,12 +216,13 @@ TEST(YourOwnData, ResumingOnOtherDataStartsTheDataFromItsBeginning) {
         fs::exists(dir / "model_dir" / "fc_csv" / ("checkpoint_" + std::to_string(more) + ".mdl")))
         << out;
   }
-  // The same data resumes where it stopped, without the warning. A learning rate given for the
-  // resumed run is the checkpoint's (as in PyTorch), which a warning now says (it was silent).
+  // The same data resumes where it stopped, without the warning, also when its path is
+  // written another way (it restarted the data). A learning rate given for the resumed run is
+  // the checkpoint's (as in PyTorch), which a warning now says (it was silent).
   int status = 0;
   const std::string out = e2e::run("cd " + dir.string() + " && " + CSTORCH_BINARY_DIR +
                                        "/cszoo fit fc_csv.yaml --max_steps 60 "
-                                       "trainer.fit.train_dataloader.files=data/tabular/val.csv "
+                                       "trainer.fit.train_dataloader.files=./data/tabular/val.csv "
                                        "trainer.init.optimizer.SGD.lr=0.01",
                                    &status);
   EXPECT_EQ(status, 0) << out;

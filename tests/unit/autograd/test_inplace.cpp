@@ -93,3 +93,28 @@ TEST(InPlace, CopyFromPlainValuesUnderNoGradThenTrain) {
   EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{0, 0, 0}));
   EXPECT_EQ(m.to_vector<float>(), (std::vector<float>{3.5f, 4.5f, 5.5f, 3.5f, 4.5f, 5.5f}));
 }
+
+// A model loaded from another's state dict (or two models from one loaded state) keeps its own
+// storage: the copy had taken the source's, so a traced step's in-place update of one model
+// changed the other (found by a new-user trial: a loaded checkpoint's tensors changed too).
+TEST(InPlace, LoadedParametersDoNotShareTheSourcesStorage) {
+  cs::manual_seed(0);
+  cs::nn::Linear a(4, 3), b(4, 3);
+  b->load_state_dict(a->state_dict());
+  const std::vector<float> before = b->weight.to_vector<float>();
+  EXPECT_EQ(before, a->weight.to_vector<float>());
+  cs::optim::SGD opt(a->parameters(), 0.5);
+  Tensor x = cs::ones({8, 4});
+  auto step = cs::trace([&](const Tensor& xb) {
+    opt.zero_grad();
+    Tensor l = cs::sum(a(xb));
+    l.backward();
+    opt.step();
+    return l;
+  });
+  step(x);
+  step(x);
+  cs::synchronize();
+  EXPECT_NE(a->weight.to_vector<float>(), before);  // a trained
+  EXPECT_EQ(b->weight.to_vector<float>(), before);  // b did not
+}

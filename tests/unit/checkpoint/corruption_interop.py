@@ -4,7 +4,8 @@
                             Fletcher-32 filter) and writes {key: hex of its bytes} to OUT.json
   damaged-mdl FILE KEY      h5py's reading of the dataset of KEY must fail (checksum error)
   check-pt FILE             Python's zipfile checks the CRC-32 of every record
-  check-st FILE             zlib.crc32 of each tensor equals its cstorch.crc32.<name> metadata
+  check-st FILE             zlib.crc32 of each tensor equals its cstorch.tensor_crc32.<name>
+                            metadata
   write DIR                 files from other writers, and DIR/expected.json ({file: {key: {dtype,
                             shape, hex}}}) with what each holds
 
@@ -88,7 +89,7 @@ def check_st(path):
     meta = header.pop("__metadata__")
     for name, t in header.items():
         b, e = t["data_offsets"]
-        want = meta["cstorch.crc32." + name]
+        want = meta["cstorch.tensor_crc32." + name]
         assert "%08x" % zlib.crc32(raw[8 + n + b:8 + n + e]) == want, name
     print("OK st", len(header))
 

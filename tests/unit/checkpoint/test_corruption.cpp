@@ -9,6 +9,7 @@
 #include <hdf5.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -290,7 +291,7 @@ TEST(CheckpointCorruption, SafetensorsFlippedBitsAreDetected) {
   save(flat, q);
   std::string file = read_file(q);
   EXPECT_EQ(file.find("cstorch_structure"), std::string::npos);
-  EXPECT_NE(file.find("\"cstorch.crc32.a\""), std::string::npos);
+  EXPECT_NE(file.find("\"cstorch.tensor_crc32.a\""), std::string::npos);
   EXPECT_TRUE(load(q) == flat);
   std::string a = bytes_of(flat.at("a").as_tensor());
   size_t at = file.find(a);
@@ -319,9 +320,10 @@ TEST(CheckpointCorruption, SafetensorsDamagedChecksumMetadata) {
   EXPECT_NE(msg.find("the header is damaged"), std::string::npos) << msg;
   // A tensor's checksum changed: the header's own checksum no longer matches.
   std::string bad = file;
-  at = bad.find("\"cstorch.crc32.a\":\"");
+  const std::string tensor_key = "\"cstorch.tensor_crc32.a\":\"";
+  at = bad.find(tensor_key);
   ASSERT_NE(at, std::string::npos);
-  bad[at + 19] = 'x';
+  bad[at + tensor_key.size()] = 'x';
   write_file(q, bad);
   msg = error_of([&] { load(q); });
   EXPECT_NE(msg.find("the header is damaged"), std::string::npos) << msg;
@@ -334,6 +336,47 @@ TEST(CheckpointCorruption, SafetensorsDamagedChecksumMetadata) {
   write_file(q, bad);
   msg = error_of([&] { load(q); });
   EXPECT_NE(msg.find("is not a CRC-32"), std::string::npos) << msg;
+  // A flipped bit in the header checksum's own key name: the tensors' keys require it (the
+  // check was skipped, as for a file without one).
+  bad = file;
+  at = bad.find(key);
+  bad[at + 3] = static_cast<char>(bad[at + 3] ^ 0x01);
+  write_file(q, bad);
+  msg = error_of([&] { load(q); });
+  EXPECT_NE(msg.find("comes with a header checksum (cstorch.header_crc32), which is missing"),
+            std::string::npos)
+      << msg;
+  // A file of an older version: tensor checksums under cstorch.crc32.<name> and no header
+  // checksum (the header rewritten so, its length updated): it loads, its tensors checked.
+  uint64_t hlen = 0;
+  std::memcpy(&hlen, file.data(), 8);
+  std::string header = file.substr(8, hlen);
+  at = header.find(key);
+  ASSERT_NE(at, std::string::npos);
+  // "key":"xxxxxxxx" and the comma that joins it to its neighbour.
+  const size_t end = at + key.size() + 9;
+  if (header[end] == ',')
+    header.erase(at, end + 1 - at);
+  else
+    header.erase(at - 1, end + 1 - at);
+  for (size_t i = header.find("cstorch.tensor_crc32."); i != std::string::npos;
+       i = header.find("cstorch.tensor_crc32.", i))
+    header.replace(i, 21, "cstorch.crc32.");
+  const std::string data = file.substr(8 + hlen);
+  std::string old_style(8, '\0');
+  const uint64_t old_n = header.size();
+  std::memcpy(old_style.data(), &old_n, 8);
+  old_style += header + data;
+  write_file(q, old_style);
+  EXPECT_TRUE(load(q) == flat) << error_of([&] { load(q); });
+  std::string damaged = old_style;
+  const std::string a_bytes = bytes_of(flat.at("a").as_tensor());
+  const size_t data_at = damaged.find(a_bytes);
+  ASSERT_NE(data_at, std::string::npos);
+  damaged[data_at + 5] = static_cast<char>(damaged[data_at + 5] ^ 0x04);
+  write_file(q, damaged);
+  msg = error_of([&] { load(q); });
+  EXPECT_NE(msg.find("CRC-32"), std::string::npos) << msg;
   // One bit of the structure (the state's values other than tensors, here a step count): it
   // loaded, with another step, and `verify` said all was intact.
   State nested = State::map({{"model", State::map({{"w", rt({3, 2}, 5)}})}, {"global_step", 4}});
