@@ -143,12 +143,7 @@ int64_t Executor::enqueue(std::function<void()> fn, bool is_step, int64_t step, 
 
 void Executor::wait_for(int64_t job) {
   if (t_on_executor) return;
-  {
-    std::unique_lock<std::mutex> l(m_);
-    auto done = [&] { return done_id_ >= job; };
-    if (!done()) release_idle_host_threads(l);
-    cv_done_.wait(l, done);
-  }
+  await_quietly(job);
   rethrow_if_failed();
 }
 

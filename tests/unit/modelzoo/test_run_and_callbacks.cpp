@@ -648,13 +648,43 @@ TEST(Plot, ValidationCurveOnlyWhenValidationRan) {
   }
 }
 
+// `batch` (all N = 6 sequences of T = 8 tokens) validated by the model `model` (YAML) at
+// batch sizes 6, 4 and 1 (last batch short): each eval/loss must be the first, and the log of
+// `perplexity` (1e-5 relative: the f32 batch means are summed in other groupings).
+namespace {
+void expect_token_mean_at_any_batch_size(const std::string& name, const std::string& model,
+                                         const cs::Batch& all, const std::string& perplexity) {
+  auto dir = cs::testing::temp_dir("tokens", name);
+  auto loader = [&](int64_t batch) {
+    return std::make_shared<cs::utils::data::DataLoader>(
+        [all, batch](const Config&, const cs::utils::data::WorkerInfo&) {
+          return std::make_shared<cs::utils::data::TensorLoader>(all, batch);
+        },
+        Config{{"batch_size", batch}});
+  };
+  Config c =
+      cs::parse_config("device: CPU\nmodel_dir: " + dir.string() + "\nseed: 3\nmodel: " + model +
+                       "\nlogging: {progress: false, plot: false}\nloggers: []\n");
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  std::vector<double> losses;
+  double ppl = 0;
+  for (int64_t b : {6, 4, 1}) {
+    losses.push_back(t.validate(loader(b)));
+    ppl = t.last_validation_metrics().at(perplexity);
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-5 * losses[0]);
+  EXPECT_NEAR(losses[2], losses[0], 1e-5 * losses[0]);
+  EXPECT_NEAR(losses[0], std::log(ppl), 1e-5 * losses[0]);
+  fs::remove_all(dir);
+}
+}  // namespace
+
 // A language model's eval/loss is the mean over its unmasked tokens, whatever the batch size:
 // GPT-2 on 6 sequences with masks of different lengths, validated in batches of 6, 4 (4 + 2) and
 // 1, and equal to the log of its perplexity (weighting the batches by samples gave 4.158 at
 // batch 1 against 4.151 at 8, tried as a new user would). Tolerance 1e-5 relative: the batches'
 // f32 means are summed in other groupings.
 TEST(TrainerValidation, ALanguageModelsLossIsTheMeanOverItsTokens) {
-  auto dir = cs::testing::temp_dir("tokens", test_name());
   const int64_t N = 6, T = 8, V = 32;
   std::vector<int64_t> ids(N * T), labels(N * T), mask(N * T);
   for (int64_t i = 0; i < N * T; ++i) {
@@ -662,74 +692,35 @@ TEST(TrainerValidation, ALanguageModelsLossIsTheMeanOverItsTokens) {
     labels[i] = (i * 5 + 1) % V;
     mask[i] = i % T < 2 + (i / T) ? 1 : 0;  // sequence s counts 2 + s tokens
   }
-  auto loader = [&](int64_t batch) {
-    cs::Batch all{{"input_ids", cs::from_vector(ids, {N, T})},
-                  {"labels", cs::from_vector(labels, {N, T})},
-                  {"attention_mask", cs::from_vector(mask, {N, T})}};
-    return std::make_shared<cs::utils::data::DataLoader>(
-        [all, batch](const Config&, const cs::utils::data::WorkerInfo&) {
-          return std::make_shared<cs::utils::data::TensorLoader>(all, batch);
-        },
-        Config{{"batch_size", batch}});
-  };
-  Config c = cs::parse_config(
-      "device: CPU\nmodel_dir: " + dir.string() +
-      "\nseed: 3\n"
-      "model: {name: gpt2, vocab_size: 32, hidden_size: 16, num_hidden_layers: 1, num_heads: 2,"
-      " max_position_embeddings: 8, filter_size: 32}\n"
-      "logging: {progress: false, plot: false}\nloggers: []\n");
-  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
-  std::vector<double> losses;
-  double ppl = 0;
-  for (int64_t b : {6, 4, 1}) {
-    losses.push_back(t.validate(loader(b)));
-    ppl = t.last_validation_metrics().at("eval/lm_perplexity");
-  }
-  EXPECT_NEAR(losses[1], losses[0], 1e-5 * losses[0]);
-  EXPECT_NEAR(losses[2], losses[0], 1e-5 * losses[0]);
-  EXPECT_NEAR(losses[0], std::log(ppl), 1e-5 * losses[0]);
-  fs::remove_all(dir);
+  expect_token_mean_at_any_batch_size(
+      test_name(),
+      "{name: gpt2, vocab_size: 32, hidden_size: 16, num_hidden_layers: 1, num_heads: 2, "
+      "max_position_embeddings: 8, filter_size: 32}",
+      {{"input_ids", cs::from_vector(ids, {N, T})},
+       {"labels", cs::from_vector(labels, {N, T})},
+       {"attention_mask", cs::from_vector(mask, {N, T})}},
+      "eval/lm_perplexity");
 }
 
 // BERT without the next-sentence loss: its loss is the mean over the masked tokens, and so is
 // eval/loss at any batch size (weighted by samples, it moved with the batch size), the log of
 // eval/mlm_perplexity. Tolerance as above.
 TEST(TrainerValidation, BertsLossIsTheMeanOverItsMaskedTokens) {
-  auto dir = cs::testing::temp_dir("tokens", test_name());
   const int64_t N = 6, T = 8, V = 32;
   std::vector<int64_t> ids(N * T), labels(N * T), mask(N * T, 1), types(N * T, 0);
   for (int64_t i = 0; i < N * T; ++i) {
     ids[i] = (i * 7 + 3) % V;
     labels[i] = i % T < 1 + (i / T) ? (i * 5 + 1) % V : -100;  // sequence s masks 1 + s tokens
   }
-  auto loader = [&](int64_t batch) {
-    cs::Batch all{{"input_ids", cs::from_vector(ids, {N, T})},
-                  {"attention_mask", cs::from_vector(mask, {N, T})},
-                  {"token_type_ids", cs::from_vector(types, {N, T})},
-                  {"mlm_labels", cs::from_vector(labels, {N, T})}};
-    return std::make_shared<cs::utils::data::DataLoader>(
-        [all, batch](const Config&, const cs::utils::data::WorkerInfo&) {
-          return std::make_shared<cs::utils::data::TensorLoader>(all, batch);
-        },
-        Config{{"batch_size", batch}});
-  };
-  Config c = cs::parse_config(
-      "device: CPU\nmodel_dir: " + dir.string() +
-      "\nseed: 3\n"
-      "model: {name: bert, vocab_size: 32, hidden_size: 16, num_hidden_layers: 1, num_heads: 2,"
-      " max_position_embeddings: 8, filter_size: 32, disable_nsp: true}\n"
-      "logging: {progress: false, plot: false}\nloggers: []\n");
-  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
-  std::vector<double> losses;
-  double ppl = 0;
-  for (int64_t b : {6, 4, 1}) {
-    losses.push_back(t.validate(loader(b)));
-    ppl = t.last_validation_metrics().at("eval/mlm_perplexity");
-  }
-  EXPECT_NEAR(losses[1], losses[0], 1e-5 * losses[0]);
-  EXPECT_NEAR(losses[2], losses[0], 1e-5 * losses[0]);
-  EXPECT_NEAR(losses[0], std::log(ppl), 1e-5 * losses[0]);
-  fs::remove_all(dir);
+  expect_token_mean_at_any_batch_size(
+      test_name(),
+      "{name: bert, vocab_size: 32, hidden_size: 16, num_hidden_layers: 1, num_heads: 2, "
+      "max_position_embeddings: 8, filter_size: 32, disable_nsp: true}",
+      {{"input_ids", cs::from_vector(ids, {N, T})},
+       {"attention_mask", cs::from_vector(mask, {N, T})},
+       {"token_type_ids", cs::from_vector(types, {N, T})},
+       {"mlm_labels", cs::from_vector(labels, {N, T})}},
+      "eval/mlm_perplexity");
 }
 
 // Resuming from an earlier checkpoint of a model_dir holding later ones (another run's): they
