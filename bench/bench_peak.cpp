@@ -361,6 +361,13 @@ int main(int argc, char** argv) {
       v.sgemm(s.ta, s.tb, s.M, s.N, s.K, 1.f, A, s.ta ? s.M : s.K, B, s.tb ? s.K : s.N, 0.f, C, s.N,
               threads, ws, {});
     };
+    // The short-side kernels of the OpenBLAS path (gemm.h: sgemm_small), where they take the
+    // product: small_ok says whether the last call did.
+    bool small_ok = false;
+    auto small = [&](const Shape& s, const float* A, const float* B, float* C) {
+      small_ok = v.sgemm_small(s.ta, s.tb, s.M, s.N, s.K, A, s.ta ? s.M : s.K, B, s.tb ? s.K : s.N,
+                               0.f, C, s.N, threads);
+    };
     std::vector<uint16_t> a16, b16;
     auto bf16 = [&](const Shape& s, const float* A, const float* B, float* C) {
       // bf16 operands (truncated bits of the f32 values: the timing does not depend on them).
@@ -409,6 +416,8 @@ int main(int argc, char** argv) {
         r["own_gflops"] = o;
         own_sec += f / (o * 1e9);
       }
+      const double sm = gemm_rate(s, small);  // returns at once where it does not apply
+      if (small_ok) r["small_gflops"] = sm;   // not in the GPT-2 total: its products are long
       if (v.bf16_gemm_runs_here()) {
         a16.clear();
         b16.clear();

@@ -84,6 +84,17 @@ bool sgemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                   int threads, const Scratch& ws, const GemmEpilogue& ep = {});
 
+// C[M, N] = op(A)[M, K] @ op(B)[K, N] + beta * C (row-major; beta == 0 never reads C) when one
+// side is short and the product small (gemm_small.cpp): up to 2^22 multiply-adds, and K or M at
+// most 16 with B not transposed, or N or M at most 16 with B transposed and A not (K >= 8). Each
+// element is a sum of its K products in an order fixed by K alone, so the bits do not depend on
+// `threads` (the team splitting the tiles; 1 inside a parallel region). Returns false, doing
+// nothing, for other products and in variants without AVX2 and FMA (callers then use OpenBLAS,
+// which packs both operands whatever their shape: with 10 rows, columns or inner steps, the
+// packing costs more than the arithmetic).
+bool sgemm_small(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads);
+
 // Whether sgemm_bf16 runs here: the AVX-512 variant of the kernels on a CPU with avx512_bf16.
 bool bf16_gemm_runs_here();
 // Floats of the scratch area one thread of sgemm_bf16 needs (0 where it does not run).

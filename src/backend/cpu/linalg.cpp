@@ -201,7 +201,8 @@ void epilogue_pass(int64_t M, int64_t N, const float* P, float* C, int64_t ldc,
 }
 
 // C = epilogue(op(A) @ op(B) + beta * C) on the shared pool. Products own_gemm_applies accepts
-// run through gemm.cpp on the whole team, the epilogue inside. Others run on OpenBLAS: a bias is
+// run through gemm.cpp on the whole team, the epilogue inside. Those with a short side that
+// sgemm_small takes run there. Others run on OpenBLAS: a bias is
 // copied into C first and accumulated onto (beta 1; beta must then be 0), large products are
 // split into row (or column) blocks, one single-threaded sgemm per thread, and the rest of the
 // epilogue follows in one pass. K = 0 gives beta * C (+ epilogue).
@@ -224,7 +225,8 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
     });
     beta = 1.f;
   }
-  blas_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, P, ldc, threads);
+  if (!sgemm_small(ta, tb, M, N, K, A, lda, B, ldb, beta, P, ldc, threads))
+    blas_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, P, ldc, threads);
   if (ep.addend || ep.relu || ep.gate || ep.gelu_x || ep.update) epilogue_pass(M, N, P, C, ldc, ep);
 }
 

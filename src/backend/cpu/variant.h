@@ -33,6 +33,10 @@ struct KernelVariant {
   bool (*sgemm)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                 int threads, const Scratch& ws, const GemmEpilogue& ep);
+  // The short-side f32 product of the OpenBLAS path (gemm.h: false where it does not apply).
+  bool (*sgemm_small)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                      int threads);
   // The bf16 GEMM (gemm.h): whether it runs here, its scratch and the GEMM.
   bool (*bf16_gemm_runs_here)();
   size_t (*sgemm_bf16_scratch_floats)();

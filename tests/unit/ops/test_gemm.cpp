@@ -39,9 +39,11 @@ std::vector<const cstorch::cpu::KernelVariant*> own_gemm_variants() {
   return r;
 }
 
-// Runs one case on variant v's own GEMM and returns the number of wrong elements (printing the
-// first few).
-int check(const Case& c, std::mt19937& rng, const cstorch::cpu::KernelVariant& v) {
+// Runs one case on variant v's own GEMM (or, with small, its short-side kernels: alpha 1, no
+// bias, no scratch; C starts as NaN where beta is 0, which must never be read) and returns the
+// number of wrong elements (printing the first few).
+int check(const Case& c, std::mt19937& rng, const cstorch::cpu::KernelVariant& v,
+          bool small = false) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   std::uniform_int_distribution<int> pad(0, 3);
   const int64_t lda = (c.ta ? c.M : c.K) + pad(rng), ldb = (c.tb ? c.K : c.N) + pad(rng);
@@ -49,6 +51,9 @@ int check(const Case& c, std::mt19937& rng, const cstorch::cpu::KernelVariant& v
   std::vector<float> A((c.ta ? c.K : c.M) * lda + 1), B((c.tb ? c.N : c.K) * ldb + 1), C(c.M * ldc);
   for (auto* v : {&A, &B, &C})
     for (auto& x : *v) x = u(rng);
+  if (small && c.beta == 0.f)
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) C[i * ldc + j] = std::nanf("");
   const std::vector<float> C0 = C;
   std::vector<float> bias(c.N);
   for (auto& x : bias) x = u(rng);
@@ -58,9 +63,15 @@ int check(const Case& c, std::mt19937& rng, const cstorch::cpu::KernelVariant& v
   const size_t stride = floats + 16;
   std::vector<float> ws(stride * c.threads, -7.f);
   const cstorch::cpu::Scratch scratch{ws.data(), stride, floats, c.threads};
-  if (!v.sgemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(),
-               ldc, c.threads, scratch,
-               cstorch::cpu::GemmEpilogue{.bias = c.bias ? bias.data() : nullptr})) {
+  if (small) {
+    if (!v.sgemm_small(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, c.beta, C.data(),
+                       ldc, c.threads)) {
+      ADD_FAILURE() << v.name << ": the short-side kernels refused a product";
+      return 1;
+    }
+  } else if (!v.sgemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta,
+                      C.data(), ldc, c.threads, scratch,
+                      cstorch::cpu::GemmEpilogue{.bias = c.bias ? bias.data() : nullptr})) {
     ADD_FAILURE() << v.name << ": the own GEMM refused a product";
     return 1;
   }
@@ -86,6 +97,8 @@ int check(const Case& c, std::mt19937& rng, const cstorch::cpu::KernelVariant& v
       }
       const double want =
           c.alpha * s + (c.beta == 0.f ? 0.0 : c.beta * C0[i * ldc + j]) + (c.bias ? bias[j] : 0.0);
+      if (std::isnan(got) && bad++ < 3)
+        ADD_FAILURE() << v.name << ": C(" << i << "," << j << ") is NaN (C read with beta 0?)";
       // fp32 accumulation over K terms: error bounded by ~K * eps * sum|a*b|.
       const double tol = 1e-6 * (1.0 + static_cast<double>(c.K)) * (mag + 1.0) * 1.2;
       if (std::fabs(got - want) > tol && bad++ < 3)
@@ -669,6 +682,78 @@ TEST(GemmKernel, SameBitsOnOneTwoAndThreeThreadsInEveryVariant) {
             << t << " threads";
       }
     }
+  }
+}
+
+// The short-side kernels of the OpenBLAS path (sgemm_small), in every variant this CPU runs that
+// has them (AVX2 and FMA): the products they take (a short K or M with B untransposed, a short N
+// or M with only B transposed, K >= 64 for the latter), with remainder rows and columns of every
+// size, leading dimensions wider than the matrix, beta 0 (C not read), 1 and 0.3, on 1-3 threads,
+// against the double-precision product; the same bits on 1, 2 and 3 threads; and the products
+// they refuse (both transposed, a dot product under 64 long, more than 2^22 multiply-adds, no
+// short side) left to OpenBLAS.
+TEST(SmallGemm, ShortSideProductsAgainstDoubleAndTheSameBitsOnAnyTeam) {
+  std::vector<const cstorch::cpu::KernelVariant*> variants;
+  for (const auto* v : cstorch::cpu::built_variants())
+    if (cstorch::cpu::runs_here(*v) && std::string(v->name) != "x86-64" &&
+        std::string(v->name) != "generic")
+      variants.push_back(v);
+  if (variants.empty()) GTEST_SKIP() << "this CPU runs no variant with AVX2 and FMA";
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> lng(1, 300), shrt(1, 16), d2(0, 1), dt(1, 3), dk(64, 300);
+  const float betas[] = {0.f, 1.f, 0.3f};
+  for (const auto* v : variants) {
+    // The FC-MNIST classifier's products (batch 128) and its batch-4 products, by hand.
+    const Case fixed[] = {
+        {128, 256, 10, false, false, 1.f, 0.f, 1}, {10, 256, 128, true, false, 1.f, 0.f, 2},
+        {128, 10, 256, false, true, 1.f, 1.f, 1},  {4, 50, 784, false, true, 1.f, 0.f, 1},
+        {50, 784, 4, true, false, 1.f, 0.f, 1},    {4, 784, 50, false, false, 1.f, 0.f, 3},
+        {1, 1, 1, false, false, 1.f, 0.3f, 1},     {17, 13, 65, false, true, 1.f, 0.3f, 2},
+        {9, 1000, 300, true, false, 1.f, 1.f, 3},  {300, 16, 64, false, true, 1.f, 0.f, 2},
+    };
+    for (const auto& c : fixed)
+      EXPECT_EQ(check(c, rng, *v, true), 0) << v->name << ": M" << c.M << " N" << c.N << " K" << c.K
+                                            << (c.ta ? " A^T" : "") << (c.tb ? " B^T" : "");
+    for (int it = 0; it < 200; ++it) {
+      Case c{0, 0, 0, false, false, 1.f, betas[it % 3], dt(rng)};
+      const int form = it % 4;  // short K, short M (B untransposed); short N, short M (B^T)
+      c.tb = form >= 2;
+      c.ta = !c.tb && d2(rng) == 1;
+      c.M = form == 1 || form == 3 ? shrt(rng) : lng(rng);
+      c.N = form == 2 ? shrt(rng) : lng(rng);
+      c.K = form == 0 ? shrt(rng) : form == 1 ? lng(rng) : dk(rng);
+      ASSERT_EQ(check(c, rng, *v, true), 0) << v->name << " case " << it << ": M" << c.M << " N"
+                                            << c.N << " K" << c.K << " ta" << c.ta << " tb" << c.tb;
+    }
+    // Team independence: the same bits on 1, 2 and 3 threads.
+    for (const Case& c : {Case{128, 256, 10, false, false, 1.f, 0.f, 1},
+                          Case{10, 1000, 300, true, false, 1.f, 0.f, 1},
+                          Case{300, 13, 200, false, true, 1.f, 1.f, 1}}) {
+      const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
+      auto A = random_vec(c.M * c.K, rng), B = random_vec(c.K * c.N, rng);
+      const auto C0 = random_vec(c.M * c.N, rng);
+      std::vector<float> one = C0;
+      ASSERT_TRUE(v->sgemm_small(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, c.beta,
+                                 one.data(), c.N, 1));
+      for (int t : {2, 3}) {
+        std::vector<float> got = C0;
+        ASSERT_TRUE(v->sgemm_small(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, c.beta,
+                                   got.data(), c.N, t));
+        EXPECT_EQ(std::memcmp(got.data(), one.data(), got.size() * sizeof(float)), 0)
+            << v->name << ": M" << c.M << " N" << c.N << " K" << c.K << " on " << t << " threads";
+      }
+    }
+    // Refused (OpenBLAS runs them): nothing is read or written.
+    struct Refused {
+      int64_t M, N, K;
+      bool ta, tb;
+    };
+    for (const Refused& r : {Refused{8, 8, 8, true, true}, Refused{4, 50, 50, false, true},
+                             Refused{16, 4096, 768, true, false}, Refused{64, 64, 64, false, false},
+                             Refused{64, 8, 64, true, true}, Refused{0, 8, 8, false, false}})
+      EXPECT_FALSE(
+          v->sgemm_small(r.ta, r.tb, r.M, r.N, r.K, nullptr, 1, nullptr, 1, 0.f, nullptr, 1, 1))
+          << v->name << ": M" << r.M << " N" << r.N << " K" << r.K;
   }
 }
 
