@@ -1,7 +1,9 @@
 // A Model Zoo callback plugin: logs the L2 norm of all model weights every N steps.
 //
-//   build (CMake): add_library(weight_norm MODULE weight_norm_callback.cpp)
-//                  target_link_libraries(weight_norm PRIVATE modelzoo)
+//   build (CMake, after find_package(cstorch 0.5 REQUIRED), as in examples/external):
+//                  add_library(weight_norm MODULE weight_norm_callback.cpp)
+//                  target_link_libraries(weight_norm PRIVATE cstorch::modelzoo)
+//                  set_target_properties(weight_norm PROPERTIES PREFIX "")
 //   use:           cszoo fit params.yaml --plugin_paths weight_norm.so, with
 //                  `callbacks: [{WeightNorm: {every_n_steps: 10}}]` under trainer.init
 #include <cmath>

@@ -2,6 +2,7 @@
 // automatically), apply the command-line options, and run every trainer phase.
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -352,12 +353,32 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
         key = from;
       }
     }
-    // An error at an overridden key says what set it (the file does not hold that value).
+    // An error at an overridden key says what set it (the file does not hold that value): the
+    // last override of the key or of a key above it (which replaced it whole), or of an
+    // argument directly under it that the message names (an optimizer's or a scheduler's
+    // errors name its block: "...optimizer.SGD: SGD: invalid momentum -5").
+    auto under = [](const std::string& path, const std::string& top) {
+      return path.size() >= top.size() && path.compare(0, top.size(), top) == 0 &&
+             (path.size() == top.size() ||
+              std::string(".[").find(path[top.size()]) != std::string::npos);
+    };
+    auto named_argument = [&](const std::string& kp) {
+      if (kp.size() <= key.size() + 1 || kp.compare(0, key.size() + 1, key + ".") != 0)
+        return false;
+      const std::string arg = kp.substr(key.size() + 1);
+      if (arg.find_first_of(".[") != std::string::npos) return false;
+      const auto word = [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+      };
+      for (size_t at = msg.find(arg); at != std::string::npos; at = msg.find(arg, at + 1))
+        if ((at == 0 || !word(msg[at - 1])) &&
+            (at + arg.size() == msg.size() || !word(msg[at + arg.size()])))
+          return true;
+      return false;
+    };
     for (auto it = applied.rbegin(); it != applied.rend(); ++it) {
       const std::string kp = it->ov.key_path();
-      if (key.size() >= kp.size() && key.compare(0, kp.size(), kp) == 0 &&
-          (key.size() == kp.size() || std::string(".[").find(key[kp.size()]) != std::string::npos))
-        cstorch::fail("{} (set by {})", msg, it->origin);
+      if (under(key, kp) || named_argument(kp)) cstorch::fail("{} (set by {})", msg, it->origin);
     }
     if (msg != e.what()) cstorch::fail("{}", msg);
     throw;

@@ -454,12 +454,38 @@ void Trainer::request_stop(const std::string& reason) {
   stop_reason_ = reason;
 }
 
+namespace {
+
+// checkpoint.keep_last: deletes all but the newest `keep_last` checkpoints of `all` (model_dir's,
+// by step) up to `step` (0: keeps all). Pinned checkpoints (the best ones, by file name) neither
+// count nor go, nor do those past `step`: they are another run's (this one resumed from an
+// earlier checkpoint), and counting them as the newest deleted the checkpoint this run had
+// started from.
+void prune_checkpoints(std::vector<std::pair<int64_t, std::string>> all,
+                       const std::vector<std::string>& pinned, int64_t keep_last, int64_t step) {
+  if (keep_last <= 0 || step < 0 || !cstorch::distributed::is_main_process()) return;
+  std::erase_if(all, [&](const auto& c) {
+    return c.first > step || std::find(pinned.begin(), pinned.end(),
+                                       fs::path(c.second).filename().string()) != pinned.end();
+  });
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
+    std::error_code ec;
+    fs::remove(all[i].second, ec);
+  }
+}
+
+}  // namespace
+
 void Trainer::pin_checkpoint(const std::string& path, bool pinned) {
   // By file name: the same file may be named through differently spelled model_dir paths.
   const std::string name = fs::path(path).filename().string();
   auto it = std::find(pinned_.begin(), pinned_.end(), name);
   if (pinned && it == pinned_.end()) pinned_.push_back(name);
-  if (!pinned && it != pinned_.end()) pinned_.erase(it);
+  if (!pinned && it != pinned_.end()) {
+    pinned_.erase(it);
+    // Spared by keep_last while pinned: it counts again now (it may be one too many).
+    prune_checkpoints(checkpoints(), pinned_, ckpt_.keep_last, last_saved_step_);
+  }
 }
 
 void Trainer::add_callback(CallbackPtr cb) {
@@ -612,20 +638,7 @@ std::string Trainer::write_checkpoint(int64_t step, State state) {
   fmt::print("saved checkpoint {}\n", path);
   std::fflush(stdout);
   if (record_) record_->checkpoints.push_back(path);
-  if (ckpt_.keep_last > 0) {
-    // Pinned checkpoints (the best ones) neither count nor go, nor do those past this step:
-    // they are another run's (this one resumed from an earlier checkpoint), and counting them
-    // as the newest deleted the checkpoint this run had started from.
-    auto all = checkpoints();
-    std::erase_if(all, [&](const auto& c) {
-      return c.first > step || std::find(pinned_.begin(), pinned_.end(),
-                                         fs::path(c.second).filename().string()) != pinned_.end();
-    });
-    for (size_t i = 0; i + static_cast<size_t>(ckpt_.keep_last) < all.size(); ++i) {
-      std::error_code ec;
-      fs::remove(all[i].second, ec);
-    }
-  }
+  prune_checkpoints(checkpoints(), pinned_, ckpt_.keep_last, step);
   return path;
 }
 
@@ -1140,9 +1153,11 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         const int64_t micro = executor.step();
         const bool last_micro = (micro + 1) % accum == 0;
         const int64_t step_in_run = micro / accum;
-        if (spe > 0 && step_in_run / spe != epoch && micro % accum == 0) {
+        // Epoch e holds global steps e * spe + 1 ... (e + 1) * spe, counted from step 0 as the
+        // data's position is: a run resumed partway through an epoch enters that epoch.
+        if (spe > 0 && global_step_ / spe != epoch && micro % accum == 0) {
           if (epoch >= 0) each([&](Callback& c) { c.on_train_epoch_end(*this, epoch); });
-          epoch = step_in_run / spe;
+          epoch = global_step_ / spe;
           each([&](Callback& c) { c.on_train_epoch_start(*this, epoch); });
         }
         if (micro % accum == 0)

@@ -217,6 +217,35 @@ TEST(CszooE2E, OverridesAndRunFlags) {
   EXPECT_NE(out.find("error: trainer.init.loop.max_stepz: unknown key (valid keys: "),
             std::string::npos)
       << out;
+  // An optimizer's or scheduler's error names its block: the override that set the argument
+  // it names is blamed, not an earlier one of the whole block; one that sets another argument
+  // of the block is not.
+  out = error_of(
+      "'trainer.init.optimizer={SGD: {lr: 0.1, momentum: 0.5}}' "
+      "trainer.init.optimizer.SGD.momentum=-5");
+  EXPECT_NE(out.find("invalid momentum -5 (set by the override "
+                     "'trainer.init.optimizer.SGD.momentum=-5')"),
+            std::string::npos)
+      << out;
+  out = error_of("trainer.init.optimizer.SGD.lrr=0.1");
+  EXPECT_NE(out.find("unknown argument 'lrr'"), std::string::npos) << out;
+  EXPECT_NE(out.find("(set by the override 'trainer.init.optimizer.SGD.lrr=0.1')"),
+            std::string::npos)
+      << out;
+  out = error_of("trainer.init.optimizer.SGD.lr=0.2 trainer.init.optimizer.SGD.momentum=-5");
+  EXPECT_NE(out.find("(set by the override 'trainer.init.optimizer.SGD.momentum=-5')"),
+            std::string::npos)
+      << out;
+  out = error_of("trainer.init.optimizer.SGD.momentum=-5 trainer.init.optimizer.SGD.lr=0.2");
+  EXPECT_NE(out.find("(set by the override 'trainer.init.optimizer.SGD.momentum=-5')"),
+            std::string::npos)
+      << out;
+  out = error_of(
+      "'trainer.init.schedulers=[{LinearLR: {initial_learning_rate: 0.1, end_learning_rate: "
+      "0.01, total_iters: 4}}]' trainer.init.schedulers.0.LinearLR.total_iters=-3");
+  EXPECT_NE(out.find("(set by the override 'trainer.init.schedulers.0.LinearLR.total_iters=-3')"),
+            std::string::npos)
+      << out;
   out = error_of("max_steps");
   EXPECT_NE(out.find("error: override 'max_steps': expected KEY.PATH=VALUE"), std::string::npos)
       << out;

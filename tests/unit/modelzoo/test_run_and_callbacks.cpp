@@ -318,7 +318,19 @@ TEST(BuiltinCallbacks, KeepBestCheckpointsKeepsTheBestK) {
   modelzoo::Trainer t2(ConfigView(c2, "trainer.init"));
   t2.fit(small(4), small(2));
   EXPECT_EQ(checkpoint_steps(t2), std::vector<int64_t>({2, 4, 10}));
-  for (auto& d : {dir, dir2}) fs::remove_all(d);
+
+  // A checkpoint that drops out of the best k counts for keep_last again at once: step 6 (saved
+  // by checkpoint.steps, then the best) is unpinned when step 9's validation, better, makes the
+  // callback save step 9; keep_last 1 then keeps step 8, the newest unpinned, and deletes 6
+  // (which stayed before: no later save pruned it).
+  auto dir3 = cs::testing::temp_dir("cb", test_name() + "3");
+  Config c3 = init_config(dir3, "callbacks: [{KeepBestCheckpoints: {k: 1}}]\n");
+  c3["loop"] = {{"max_steps", 9}, {"eval_frequency", 3}, {"eval_steps", 2}};
+  c3["checkpoint"] = {{"steps", 2}, {"keep_last", 1}, {"save_at_end", false}};
+  modelzoo::Trainer t3(ConfigView(c3, "trainer.init"));
+  t3.fit(small(4), small(2));
+  EXPECT_EQ(checkpoint_steps(t3), std::vector<int64_t>({8, 9}));
+  for (auto& d : {dir, dir2, dir3}) fs::remove_all(d);
 }
 
 TEST(BuiltinCallbacks, LRMonitorLogsTheRateEachStepUsed) {

@@ -255,6 +255,30 @@ TEST(Trainer, HooksFireInOrder) {
   EXPECT_EQ(cs::runtime_stats().traces - traces, 1);  // the step was traced once
 }
 
+// After a resume the epoch hooks number the epochs from step 0, as the uninterrupted run does:
+// resumed at step 3 of epochs of 2 steps, the run enters epoch 1 partway.
+TEST(Trainer, EpochHooksAfterAResumeCountFromStepZero) {
+  Config c = init_config();
+  c["loop"] = {{"max_steps", 3}, {"steps_per_epoch", 2}};
+  c["checkpoint"] = {{"steps", 3}};
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(tiny(8));
+    ASSERT_EQ(t.global_step(), 3);
+  }
+  c["loop"]["max_steps"] = 6;
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  std::vector<std::string> log;
+  t.add_callback(std::make_shared<Recorder>(&log));
+  t.fit(tiny(8));
+  std::vector<std::string> epochs;
+  for (const auto& s : log)
+    if (s.rfind("epoch_", 0) == 0 || s.rfind("batch_start", 0) == 0) epochs.push_back(s);
+  EXPECT_EQ(epochs, (std::vector<std::string>{"epoch_start 1", "batch_start 4", "epoch_end 1",
+                                              "epoch_start 2", "batch_start 5", "batch_start 6",
+                                              "epoch_end 2"}));
+}
+
 // A model whose loss fails while being traced (a shape error) fires the exception hooks.
 class BrokenModel : public modelzoo::Model {
  public:
