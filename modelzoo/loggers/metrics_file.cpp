@@ -196,10 +196,12 @@ void JSONLinesLogger::log_metrics(int64_t step, const Scalars& metrics) {
     CS_CHECK(name != "step" && name != "wall_time",
              "JSONLinesLogger: a metric may not be called '{}' (a reserved key of '{}')", name,
              path_.string());
+    // JSON has no NaN or infinity: those are written as the strings "NaN", "Infinity" and
+    // "-Infinity" (as JavaScript spells them), so that a loss that diverged reads as such.
     if (std::isfinite(value))
       j[name] = value;
     else
-      j[name] = nullptr;
+      j[name] = std::isnan(value) ? "NaN" : value > 0 ? "Infinity" : "-Infinity";
   }
   errno = 0;
   out_ << j.dump() << '\n';
@@ -273,10 +275,18 @@ std::vector<MetricRecord> read_metrics_file(const std::filesystem::path& file) {
         j.contains("wall_time") && j["wall_time"].is_number() ? j["wall_time"].get<double>() : 0.0;
     for (auto it = j.begin(); it != j.end(); ++it) {
       if (it.key() == "step" || it.key() == "wall_time") continue;
-      CS_CHECK(it->is_number() || it->is_null(),
-               "read_metrics_file: '{}' line {}: \"{}\" is not a number", file.string(), lineno,
-               it.key());
-      out.push_back({step, wall, it.key(), it->is_null() ? NAN : it->get<double>()});
+      // A non-finite value is one of the strings above (null in files of earlier versions).
+      double v = NAN;
+      if (it->is_number()) {
+        v = it->get<double>();
+      } else if (it->is_string() && (*it == "Infinity" || *it == "-Infinity")) {
+        v = *it == "Infinity" ? INFINITY : -INFINITY;
+      } else {
+        CS_CHECK(it->is_null() || (it->is_string() && *it == "NaN"),
+                 "read_metrics_file: '{}' line {}: \"{}\" is not a number", file.string(), lineno,
+                 it.key());
+      }
+      out.push_back({step, wall, it.key(), v});
     }
   }
   return out;

@@ -206,12 +206,21 @@ void Trainer::end_run(const char* status) {
   d["start_step"] = r->start_step;
   d["end_step"] = global_step_;
   const double loss = last_train_loss();
+  // A loss or metric that went NaN or infinite is written as the string "NaN", "Infinity" or
+  // "-Infinity" (as the metrics files write it); null is a loss not logged yet.
+  auto value = [](double v) {
+    return std::isfinite(v) ? Config(v)
+                            : Config(std::isnan(v) ? "NaN"
+                                     : v > 0       ? "Infinity"
+                                                   : "-Infinity");
+  };
+  const bool logged = std::isfinite(loss) || impl_->logging->saw_not_finite();
   if (std::string(r->mode) == "fit")
-    d["final_train_loss"] = std::isfinite(loss) ? Config(loss) : Config();
+    d["final_train_loss"] = logged ? value(loss) : Config();
   else
     d.erase("final_train_loss");
   Config val = Config::object();
-  for (const auto& [k, v] : last_val_) val[k] = std::isfinite(v) ? Config(v) : Config();
+  for (const auto& [k, v] : last_val_) val[k] = value(v);
   d["last_validation"] = last_val_.empty() ? Config() : val;
   d["checkpoints_saved"] = r->checkpoints;
   try {

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -1030,6 +1032,7 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     }
     write_run_metadata();
     if (record_) record_->start_step = global_step_;  // after a resume: the checkpoint's step
+    const int64_t start_step = global_step_;
     const int64_t accum = loop_.grad_accum_steps;
     const int64_t loader_len = train->size();
     // An empty loader is reported now, not when the first step (or, for validation, the first
@@ -1215,6 +1218,16 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       train_loader_ = nullptr;
     } catch (const std::exception& e) {
       train_loader_ = nullptr;
+      // A training step that failed when it ran ("step N: traced step 'train_step' failed: ...",
+      // from the executor, which runs behind the loop) did not complete, nor did the steps
+      // queued after it: the run ended at step N - 1, whatever the loop had counted.
+      long long failed = 0;
+      int used = 0;
+      const char* msg = e.what();
+      if (std::sscanf(msg, "step %lld: %n", &failed, &used) == 1 && used > 0 &&
+          (std::strncmp(msg + used, "traced step 'train_step' failed", 31) == 0 ||
+           std::strncmp(msg + used, "traced step 'accumulate_step' failed", 36) == 0))
+        global_step_ = std::clamp<int64_t>(failed - 1, start_step, global_step_);
       each([&](Callback& c) { c.on_train_exception(*this, e); });
       throw;
     }

@@ -578,6 +578,26 @@ TEST(TrainerLogging, ALossThatIsNotFiniteIsWarnedOnce) {
             std::string::npos)
       << err;
   EXPECT_EQ(err.find("warning: step ", at + 1), std::string::npos) << err;  // once
+  // The metrics file and the run record say which non-finite value it was (they wrote null,
+  // which reads as "not logged"): a JSON string, read back as the value.
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string line, last_loss_line;
+  while (std::getline(in, line))
+    if (line.find("\"loss\"") != std::string::npos) last_loss_line = line;
+  EXPECT_TRUE(last_loss_line.find("\"loss\":\"NaN\"") != std::string::npos ||
+              last_loss_line.find("\"loss\":\"Infinity\"") != std::string::npos ||
+              last_loss_line.find("\"loss\":\"-Infinity\"") != std::string::npos)
+      << last_loss_line;
+  auto rows = modelzoo::read_metrics_file(dir / "metrics.jsonl");
+  double last = 0;
+  for (const auto& r : rows)
+    if (r.name == "loss") last = r.value;
+  EXPECT_FALSE(std::isfinite(last));
+  const Config record = cs::load_config_file((dir / "run_records" / "run_0001.yaml").string());
+  ASSERT_TRUE(record["final_train_loss"].is_string()) << record.dump();
+  const std::string final_loss = record["final_train_loss"];
+  EXPECT_TRUE(final_loss == "NaN" || final_loss == "Infinity" || final_loss == "-Infinity")
+      << final_loss;
   fs::remove_all(dir);
 }
 

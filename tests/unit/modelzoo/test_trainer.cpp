@@ -22,7 +22,9 @@ namespace {
 // Random linearly separable data: x [n, 784], y = argmax of a fixed projection.
 class TinyLoader : public cs::utils::data::Loader {
  public:
-  TinyLoader(int64_t batches, int64_t batch) : batches_(batches), batch_(batch) {}
+  // bad_batch >= 0: that batch's first label is 99, out of range for the 10 classes.
+  TinyLoader(int64_t batches, int64_t batch, int64_t bad_batch = -1)
+      : batches_(batches), batch_(batch), bad_(bad_batch) {}
   std::optional<cs::Batch> next() override {
     if (pos_ >= batches_) return std::nullopt;
     std::vector<float> x(static_cast<size_t>(batch_ * 784));
@@ -40,6 +42,7 @@ class TinyLoader : public cs::utils::data::Loader {
         if (score > best) best = score, y[static_cast<size_t>(i)] = c;
       }
     }
+    if (pos_ == bad_) y[0] = 99;
     ++pos_;
     return cs::Batch{{"x", cs::from_vector(x, {batch_, 784})}, {"y", cs::from_vector(y, {batch_})}};
   }
@@ -47,14 +50,15 @@ class TinyLoader : public cs::utils::data::Loader {
   int64_t size() const override { return batches_; }
 
  private:
-  int64_t batches_, batch_, pos_ = 0;
+  int64_t batches_, batch_, bad_, pos_ = 0;
 };
 
 MODELZOO_REGISTER(data_processors, "TinyData", [](const ConfigView& a) -> modelzoo::DataLoaderPtr {
-  int64_t batches = a.get_int("batches", 8), batch = a.get_int("batch_size", 4);
+  int64_t batches = a.get_int("batches", 8), batch = a.get_int("batch_size", 4),
+          bad = a.get_int("bad_label_batch", -1);
   return std::make_shared<cs::utils::data::DataLoader>(
-      [batches, batch](const Config&, const cs::utils::data::WorkerInfo&) {
-        return std::make_shared<TinyLoader>(batches, batch);
+      [batches, batch, bad](const Config&, const cs::utils::data::WorkerInfo&) {
+        return std::make_shared<TinyLoader>(batches, batch, bad);
       });
 });
 
@@ -277,6 +281,25 @@ TEST(Trainer, EpochHooksAfterAResumeCountFromStepZero) {
   EXPECT_EQ(epochs, (std::vector<std::string>{"epoch_start 1", "batch_start 4", "epoch_end 1",
                                               "epoch_start 2", "batch_start 5", "batch_start 6",
                                               "epoch_end 2"}));
+}
+
+// A step that fails when it runs (a label out of range in the third batch) ends the run at the
+// step before it: global_step and the run record's end_step count completed steps, not those
+// the loop had queued ahead of the executor.
+TEST(Trainer, AFailedStepIsNotCountedAsDone) {
+  Config c = init_config();
+  c["loop"] = {{"max_steps", 6}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  Config d = {
+      {"data_processor", "TinyData"}, {"batches", 8}, {"batch_size", 4}, {"bad_label_batch", 2}};
+  const std::string err = error_of(
+      [&] { t.fit(modelzoo::data_processors().create("TinyData", ConfigView(d, "x"), "x")); });
+  EXPECT_NE(err.find("step 3: traced step 'train_step' failed"), std::string::npos) << err;
+  EXPECT_EQ(t.global_step(), 2);
+  const Config record =
+      cs::load_config_file(std::string(c["model_dir"]) + "/run_records/run_0001.yaml");
+  EXPECT_EQ(record["status"], "failed");
+  EXPECT_EQ(record["end_step"], 2);
 }
 
 // A model whose loss fails while being traced (a shape error) fires the exception hooks.
