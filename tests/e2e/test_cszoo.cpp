@@ -523,9 +523,11 @@ TEST(CszooE2E, ConfigErrorsNameTheKeyPath) {
   EXPECT_NE(out.find("cannot open"), std::string::npos) << out;
   out = run(kCszoo + " fit " + (root / "bad.yaml").string() + " --python_paths /nonexistent", &st);
   EXPECT_EQ(st, 1);
-  EXPECT_NE(
-      out.find("plugin path '/nonexistent' is neither a shared library (.so) nor a directory"),
-      std::string::npos)
+  EXPECT_NE(out.find("plugin path '/nonexistent' does not exist"), std::string::npos) << out;
+  out = run(kCszoo + " fit " + (root / "bad.yaml").string() + " --plugin_paths nope.so", &st);
+  EXPECT_EQ(st, 1);
+  EXPECT_NE(out.find("plugin path 'nope.so' does not exist (relative to the working directory '"),
+            std::string::npos)
       << out;
   fs::remove_all(root);
 }
