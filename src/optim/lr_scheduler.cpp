@@ -3,8 +3,14 @@
 #include "cstorch/optim/lr_scheduler.h"
 
 #include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
 
 #include "core/internal.h"
+#include "cstorch/distributed.h"
 #include "runtime/trace_context.h"
 
 namespace cstorch::optim::lr_scheduler {
@@ -56,6 +62,33 @@ LRScheduler::LRScheduler(Target target, std::optional<int64_t> total_iters, int6
   CS_CHECK(last_epoch >= -1, "LRScheduler: invalid last_epoch {} (must be >= -1)", last_epoch);
   CS_CHECK(!total_iters || *total_iters > 0, "LRScheduler: invalid total_iters {} (must be > 0)",
            total_iters.value_or(0));
+  // A scheduler writes one value to every parameter group, so values the groups were given
+  // apart are not kept (PyTorch's schedulers scale each group's own): said once for each
+  // optimizer and key, as a program that gives groups their own rates means them.
+  {
+    std::string values;
+    bool differ = false;
+    const auto& groups = target_.optimizer->param_groups();
+    for (const auto& g : groups) {
+      auto it = g.options.find(target_.key);
+      if (it == g.options.end()) continue;
+      if (!values.empty()) {
+        differ = differ || it->second != groups.front().options.at(target_.key);
+        values += ", ";
+      }
+      values += fmt::format("{:g}", it->second);
+    }
+    static std::mutex mu;
+    static std::set<std::pair<const Optimizer*, std::string>> warned;
+    std::lock_guard<std::mutex> lock(mu);
+    if (differ && distributed::is_main_process() &&
+        warned.insert({target_.optimizer, target_.key}).second)
+      std::fprintf(stderr,
+                   "warning: a scheduler of %s on an optimizer whose %zu parameter groups have "
+                   "different values (%s): it sets one value for every group, so the groups' own "
+                   "values are not kept\n",
+                   target_.key.c_str(), groups.size(), values.c_str());
+  }
   // The key must be schedulable: make it tensor-held now, before any step is traced.
   for (size_t g = 0; g < target_.optimizer->param_groups().size(); ++g)
     target_.optimizer->hyper_tensor(g, target_.key);

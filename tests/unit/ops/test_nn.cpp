@@ -162,6 +162,16 @@ TEST(NNLoss, MseLoss) {
   EXPECT_ERROR(mse_loss(ones({4, 1}), ones({4})), "mse_loss: the input [4, 1]",
                "the target [4] broadcast to [4, 4]");
   EXPECT_FLOAT_EQ(mse_loss(ones({4, 1}), zeros({})).item<float>(), 1.0f);
+  // A target broadcast into the input's shape is computed, with a warning (as PyTorch does),
+  // once for each pair of shapes.
+  ::testing::internal::CaptureStderr();
+  EXPECT_FLOAT_EQ(mse_loss(ones({3, 5}), zeros({3, 1})).item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(mse_loss(ones({3, 5}), zeros({3, 1})).item<float>(), 1.0f);
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  const std::string want =
+      "warning: mse_loss: the target [3, 1] is broadcast to the input's shape [3, 5]";
+  EXPECT_NE(warned.find(want), std::string::npos) << warned;
+  EXPECT_EQ(warned.find(want, warned.find(want) + 1), std::string::npos) << warned;
 }
 
 TEST(NNLoss, Errors) {

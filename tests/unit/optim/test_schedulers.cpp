@@ -250,5 +250,45 @@ TEST(ConfigureLRScheduler, Errors) {
       {"main_scheduler", "expected ChainedLR or SequentialLR"});
 }
 
+// Parameter groups given different rates: a scheduler sets one rate for every group (the
+// documented behaviour), and says so once for the optimizer, naming the values.
+class TwoGroupOptimizer : public optim::Optimizer {
+ public:
+  explicit TwoGroupOptimizer(std::vector<optim::ParamGroup> g)
+      : Optimizer(std::move(g), {{"lr", 0.1}}) {}
+  void preinitialize() override {}
+  void step() override {}
+  std::vector<std::string> state_names_to_sparsify() const override { return {}; }
+  std::string name() const override { return "TwoGroupOptimizer"; }
+};
+
+TEST(Schedulers, GroupsWithDifferentRatesAreWarnedOnce) {
+  auto param = [] { return zeros({2}).set_requires_grad(true); };
+  std::vector<optim::ParamGroup> groups(2);
+  groups[0].params = {param()};
+  groups[0].options["lr"] = 0.1;
+  groups[1].params = {param()};
+  groups[1].options["lr"] = 0.01;
+  TwoGroupOptimizer opt(std::move(groups));
+  ::testing::internal::CaptureStderr();
+  ls::StepLR a(opt, 0.1, 2, 0.5);
+  ls::StepLR b(opt, 0.1, 2, 0.5);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string want =
+      "warning: a scheduler of lr on an optimizer whose 2 parameter groups have different "
+      "values (0.1, 0.01): it sets one value for every group";
+  EXPECT_NE(err.find(want), std::string::npos) << err;
+  EXPECT_EQ(err.find("warning", err.find(want) + 1), std::string::npos) << err;  // once
+  EXPECT_EQ(a.get_last_lr(), (std::vector<double>{0.1f, 0.1f}));
+  // Groups of one rate: nothing said.
+  std::vector<optim::ParamGroup> same(2);
+  same[0].params = {param()};
+  same[1].params = {param()};
+  TwoGroupOptimizer opt2(std::move(same));
+  ::testing::internal::CaptureStderr();
+  ls::StepLR c(opt2, 0.1, 2, 0.5);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
+
 }  // namespace
 }  // namespace cstorch::testing
