@@ -15,10 +15,9 @@ std::vector<std::string> load_plugins(const std::vector<std::string>& dirs) {
   for (const auto& d : dirs) {
     std::error_code ec;
     CS_CHECK(fs::exists(d, ec), "plugin path '{}' does not exist{}", d,
-             fs::path(d).is_relative()
-                 ? fmt::format(" (relative to the working directory '{}')",
-                               fs::current_path(ec).string())
-                 : std::string());
+             fs::path(d).is_relative() ? fmt::format(" (relative to the working directory '{}')",
+                                                     fs::current_path(ec).string())
+                                       : std::string());
     const bool file = fs::is_regular_file(d, ec);
     CS_CHECK(file || fs::is_directory(d, ec),
              "plugin path '{}' is neither a shared library (.so) nor a directory", d);
