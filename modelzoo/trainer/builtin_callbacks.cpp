@@ -75,6 +75,13 @@ int64_t positive_int(const ConfigView& a, const std::string& key, int64_t def) {
 
 void EarlyStopping::on_fit_start(Trainer& t) {
   check_monitor(t, o_.monitor, "EarlyStopping", o_.monitor_key);
+  // Validation only at the end of fit (the default eval_frequency) leaves nothing to stop.
+  if (t.fit_validates() && t.loop().eval_frequency <= 0 && cstorch::distributed::is_main_process())
+    fmt::print(stderr,
+               "warning: EarlyStopping watches '{}', but loop.eval_frequency is 0: validation "
+               "runs only when training ends, so it cannot stop training early (set "
+               "trainer.init.loop.eval_frequency)\n",
+               o_.monitor);
   in_fit_ = true;
   wait_ = 0;
   best_ = std::numeric_limits<double>::quiet_NaN();

@@ -991,9 +991,6 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
   bool interrupted = false;  // by a signal (include/modelzoo/interrupt.h)
   begin_run("fit", ckpt_path.value_or(""));
   try {
-    // Inside: a callback's start-up error (a monitor no validation reports) is a failed run,
-    // recorded as such and summed up, not a run record left 'running'.
-    each([&](Callback& c) { c.on_fit_start(*this); });
     remove_stale_temp_checkpoints(model_dir_);
     // Checkpoints of a later step than the one this run starts from: another run's.
     std::vector<std::pair<int64_t, std::string>> later_checkpoints;
@@ -1017,6 +1014,11 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       }
     }
 
+    // After the checkpoint the run resumes from is loaded (its on_load_checkpoint hooks ran):
+    // global_step() is the step the run starts at. Inside the try: a callback's start-up
+    // error (a monitor no validation reports) is a failed run, recorded as such and summed
+    // up, not a run record left 'running'.
+    each([&](Callback& c) { c.on_fit_start(*this); });
     // (Not for a run that is complete already: it reads no data.)
     const bool complete = loop_.max_steps && global_step_ >= *loop_.max_steps;
     if (pending_loader_state_ && pending_loader_state_->is_map() &&

@@ -185,10 +185,13 @@ static Variant trace_and_compile(TracedFunction::Impl& f, const std::vector<Tens
       // The body's own exceptions (a std::map::at of a batch key the batch lacks) become a
       // cstorch::Error naming the step: as they were, they passed a caller's catch of
       // cstorch::Error and ended the program with "terminate called ... map::at".
+      // An error found while tracing (a shape mismatch, a missing key) names the step and the
+      // traced function, as an error found while a step runs does: "step N: tracing 'NAME'
+      // failed: ...".
       try {
         throw;
-      } catch (const Error&) {
-        throw;
+      } catch (const Error& e) {
+        fail("step {}: tracing '{}' failed: {}", current_step(), f.name, e.what());
       } catch (const std::out_of_range& e) {
         fail(
             "trace '{}': the step's body threw std::out_of_range: {} (a key or index it reads "

@@ -31,10 +31,10 @@ namespace {
 // threads) unchanged within noise (2.77 against 2.79 ms), its three classifier products being
 // 3% of it. Alone, with operands from malloc, 128 x 256 x 10 takes 21 us against OpenBLAS's 30
 // and 4 x 50 x 784 (B^T) 11 against 21; but OpenBLAS's Zen kernel runs slower alone than inside
-// the step (a prefetch past its operands stalls there), so only the step's figures decide. Past
-// 2^22 the kernels, which re-read an operand for each tile of rows or columns, fall behind
-// OpenBLAS where the long sides amortise its packing (16 x 4096 x 768 with A^T: 12.2 against
-// 6.6 ms).
+// the step (`perf`: most of its time on the instruction after a prefetch), so only the step's
+// figures decide. Past 2^22 the kernels, which re-read an operand for each tile of rows or columns,
+// fall behind OpenBLAS where the long sides amortise its packing (16 x 4096 x 768 with A^T: 12.2
+// against 6.6 ms).
 constexpr double kSmallMaxMacs = static_cast<double>(1 << 22);
 // The short side: at most this many rows, columns or inner steps.
 constexpr int64_t kShort = 16;

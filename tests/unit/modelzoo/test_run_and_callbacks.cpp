@@ -556,7 +556,21 @@ TEST(BuiltinCallbacks, ParameterErrorsNameTheKeyPath) {
             std::string::npos)
       << warned;
   EXPECT_EQ(tw.global_step(), 2);
+  // With validation only at the end (eval_frequency 0) it cannot stop early: said too.
+  const fs::path dirz = dir.string() + "_z";
+  Config z = init_config(dirz, "callbacks: [{EarlyStopping: {monitor: eval/loss}}]\n");
+  z["loop"] = {{"max_steps", 2}, {"eval_steps", 1}};
+  modelzoo::Trainer tz(ConfigView(z, "trainer.init"));
+  ::testing::internal::CaptureStderr();
+  tz.fit(small(2), small(1));
+  const std::string warned_z = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warned_z.find("warning: EarlyStopping watches 'eval/loss', but loop.eval_frequency "
+                          "is 0: validation runs only when training ends, so it cannot stop "
+                          "training early"),
+            std::string::npos)
+      << warned_z;
   fs::remove_all(dir);
+  fs::remove_all(dirz);
 }
 
 // A training loss that is not a finite number is said at once, once a run (a run whose losses

@@ -261,7 +261,7 @@ TEST(Trainer, HooksFireInOrder) {
 
 // After a resume the epoch hooks number the epochs from step 0, as the uninterrupted run does:
 // resumed at step 3 of epochs of 2 steps, the run enters epoch 1 partway.
-TEST(Trainer, EpochHooksAfterAResumeCountFromStepZero) {
+TEST(Trainer, HooksAfterAResumeSeeTheResumedStep) {
   Config c = init_config();
   c["loop"] = {{"max_steps", 3}, {"steps_per_epoch", 2}};
   c["checkpoint"] = {{"steps", 3}};
@@ -274,7 +274,16 @@ TEST(Trainer, EpochHooksAfterAResumeCountFromStepZero) {
   modelzoo::Trainer t(ConfigView(c, "trainer.init"));
   std::vector<std::string> log;
   t.add_callback(std::make_shared<Recorder>(&log));
+  // on_fit_start runs after the checkpoint is loaded: it sees the step the run starts at.
+  struct FitStartStep : modelzoo::Callback {
+    int64_t* step;
+    explicit FitStartStep(int64_t* s) : step(s) {}
+    void on_fit_start(modelzoo::Trainer& tr) override { *step = tr.global_step(); }
+  };
+  int64_t fit_start_step = -1;
+  t.add_callback(std::make_shared<FitStartStep>(&fit_start_step));
   t.fit(tiny(8));
+  EXPECT_EQ(fit_start_step, 3);
   std::vector<std::string> epochs;
   for (const auto& s : log)
     if (s.rfind("epoch_", 0) == 0 || s.rfind("batch_start", 0) == 0) epochs.push_back(s);

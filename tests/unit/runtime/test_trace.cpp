@@ -275,6 +275,25 @@ TEST(Trace, TheBodysOwnExceptionsBecomeErrorsNamingTheStep) {
   }
 }
 
+// An error found while tracing a new signature (a batch with another feature count) names the
+// step and the traced function, as an error found while a step runs does.
+TEST(Trace, ATracingErrorNamesTheStepAndTheFunction) {
+  Tensor w = cs::ones({4, 3});
+  auto step = cs::trace([&](const cs::Batch& b) { return cs::sum(cs::linear(b.at("x"), w)); },
+                        "train_step");
+  step(cs::Batch{{"x", cs::ones({8, 3})}});
+  cs::synchronize();
+  cs::set_current_step(7);  // as a DataExecutor would
+  try {
+    step(cs::Batch{{"x", cs::ones({8, 5})}});
+    ADD_FAILURE() << "no error";
+  } catch (const cs::Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind("step 7: tracing 'train_step' failed: linear: ", 0), 0u) << m;
+    EXPECT_NE(m.find("[8, 5]"), std::string::npos) << m;
+  }
+}
+
 TEST(Trace, ExecutionErrorSurfacesWithStepAndOp) {
   auto step = cs::trace([&](const cs::Batch& b) { return cs::nll_loss(b.at("x"), b.at("y")); });
   Tensor x = cs::log_softmax(cs::zeros({2, 3}), 1);
