@@ -17,6 +17,7 @@
 #include "cstorch/data/text.h"
 #include "cstorch/data/tokenizer.h"
 #include "modelzoo/config_view.h"
+#include "modelzoo/data/loader_args.h"
 #include "modelzoo/model.h"
 
 namespace modelzoo {
@@ -54,8 +55,7 @@ Loading loading(const ConfigView& a) {
   // The DataLoader splits the global batch across the replicas and passes each input_fn its
   // replica's share as args["batch_size"].
   l.args = {{"batch_size", batch}};
-  if (a.has("num_workers")) l.args["num_workers"] = a.at("num_workers").as_int();
-  if (a.has("prefetch")) l.args["prefetch"] = a.at("prefetch").as_int();
+  detail::add_loader_args(a, l.args);
   return l;
 }
 

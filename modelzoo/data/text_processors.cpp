@@ -9,6 +9,7 @@
 #include "cstorch/data/dataset.h"
 #include "cstorch/data/text.h"
 #include "modelzoo/config_view.h"
+#include "modelzoo/data/loader_args.h"
 #include "modelzoo/model.h"
 
 namespace modelzoo {
@@ -50,8 +51,7 @@ Common common(const ConfigView& a, const std::string& default_dir) {
   // The DataLoader splits the global batch across the replicas and passes each input_fn its
   // replica's share as args["batch_size"] (options()).
   c.args = {{"batch_size", batch}};
-  if (a.has("num_workers")) c.args["num_workers"] = a.at("num_workers").as_int();
-  if (a.has("prefetch")) c.args["prefetch"] = a.at("prefetch").as_int();
+  detail::add_loader_args(a, c.args);
   return c;
 }
 

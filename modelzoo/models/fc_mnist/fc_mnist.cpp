@@ -11,6 +11,7 @@
 #include "cstorch/metrics.h"
 #include "cstorch/nn/functional.h"
 #include "cstorch/nn/layers.h"
+#include "modelzoo/data/loader_args.h"
 #include "modelzoo/model.h"
 
 namespace modelzoo {
@@ -133,8 +134,7 @@ MODELZOO_REGISTER(data_processors, "MNISTDataProcessor", [](const ConfigView& a)
                      {"shuffle", a.get_bool("shuffle", train)},
                      {"seed", a.get_int("shuffle_seed", 0)},
                      {"drop_last", a.get_bool("drop_last", train)}};
-  if (a.has("num_workers")) args["num_workers"] = a.at("num_workers").as_int();
-  if (a.has("prefetch")) args["prefetch"] = a.at("prefetch").as_int();
+  detail::add_loader_args(a, args);
   return std::make_shared<cs::utils::data::DataLoader>(cs::data::mnist_input_fn, args);
 });
 

@@ -407,6 +407,26 @@ TEST(ArrayProcessors, UnknownKeysListTheValidOnes) {
                "train_dataloader.delimiter");
 }
 
+// num_workers 0 (PyTorch's main-process loading, in a ported config) runs one worker; a
+// negative count is an error naming its key path.
+TEST(ArrayProcessors, NumWorkersZeroRunsOneWorker) {
+  auto l = processor({{"data_processor", "CSVDataProcessor"},
+                      {"files", put("w.csv", "a,y\n1,0\n2,1\n")},
+                      {"labels", "y"},
+                      {"num_workers", 0},
+                      {"batch_size", 1}});
+  EXPECT_EQ(l->num_workers(), 1);
+  int batches = 0;
+  while (l->next()) ++batches;
+  EXPECT_EQ(batches, 2);
+  EXPECT_ERROR(processor({{"data_processor", "CSVDataProcessor"},
+                          {"files", put("w.csv", "a,y\n1,0\n")},
+                          {"labels", "y"},
+                          {"num_workers", -1},
+                          {"batch_size", 1}}),
+               "train_dataloader.num_workers: must be 0 or more, got -1");
+}
+
 TEST(ArrayProcessors, EachReadsTheSameTableAndChecksShapes) {
   py("x = np.arange(40, dtype='f4').reshape(10, 4)\n"
      "y = np.arange(10) % 3\n"

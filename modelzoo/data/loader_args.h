@@ -1,0 +1,24 @@
+// The DataLoader arguments every data processor takes from its YAML section.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "cstorch/config.h"
+#include "cstorch/core/error.h"
+#include "modelzoo/config_view.h"
+
+namespace modelzoo::detail {
+
+// num_workers and prefetch into `args`. num_workers 0 (PyTorch's "load in the main process",
+// common in ported configs) runs one worker: loading never runs on the training loop's
+// thread here. A negative count is an error naming its key path.
+inline void add_loader_args(const ConfigView& a, cstorch::Config& args) {
+  if (a.has("num_workers")) {
+    const int64_t n = a.at("num_workers").as_int();
+    if (n < 0) cstorch::fail("{}: must be 0 or more, got {}", a.child_path("num_workers"), n);
+    args["num_workers"] = std::max<int64_t>(n, 1);
+  }
+  if (a.has("prefetch")) args["prefetch"] = a.at("prefetch").as_int();
+}
+
+}  // namespace modelzoo::detail
