@@ -1,10 +1,13 @@
 // GradScaler (static and dynamic loss scaling) and the optimizer_step helper. Every decision
 // that depends on gradient values is a where() on 0-d tensors, so a traced step makes it anew
 // on every replay.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/internal.h"
 #include "cstorch/amp.h"
+#include "cstorch/distributed.h"
 #include "runtime/trace_context.h"
 
 namespace cstorch::amp {
@@ -55,7 +58,17 @@ GradScaler::GradScaler(GradScalerOptions o) : opt_(std::move(o)) {
            opt_.overflow_tolerance);
   CS_CHECK(opt_.max_gradient_norm > 0 && std::isfinite(opt_.max_gradient_norm),
            "GradScaler: max_gradient_norm must be > 0, got {}", opt_.max_gradient_norm);
-  if (dynamic_) init = std::clamp(init, opt_.min_loss_scale, opt_.max_loss_scale);
+  if (dynamic_ && (init < opt_.min_loss_scale || init > opt_.max_loss_scale)) {
+    const double clamped = std::clamp(init, opt_.min_loss_scale, opt_.max_loss_scale);
+    // The dynamic scale stays within [min, max]: an initial value outside starts at the bound,
+    // said rather than done silently (the run's first steps are not scaled as configured).
+    if (distributed::is_main_process())
+      std::fprintf(stderr,
+                   "warning: GradScaler: init_scale %g is outside [min_loss_scale, "
+                   "max_loss_scale] = [%g, %g]; the scale starts at %g\n",
+                   init, opt_.min_loss_scale, opt_.max_loss_scale, clamped);
+    init = clamped;
+  }
   runtime::SuspendTrace eager;
   scale_ = scalar_tensor(init, DType::f32);
   steps_ = scalar_tensor(0, DType::i64);

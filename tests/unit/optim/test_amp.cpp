@@ -124,6 +124,25 @@ TEST(GradScaler, OverflowTolerance) {
   run_scaler_case(o, {1, 2, 9, 15}, 20);
 }
 
+// An init_scale outside [min_loss_scale, max_loss_scale] starts at the bound, with a warning
+// (it was clamped silently); the defaults say nothing.
+TEST(GradScaler, InitScaleOutsideTheBoundsIsClampedWithAWarning) {
+  amp::GradScalerOptions o;
+  o.loss_scale = "dynamic";
+  o.init_scale = 1e6;
+  ::testing::internal::CaptureStderr();
+  amp::GradScaler high(o);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("warning: GradScaler: init_scale 1e+06 is outside [min_loss_scale, "
+                     "max_loss_scale] = [6.10352e-05, 32768]; the scale starts at 32768"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(high.state_dict().at("loss_scale").as_double(), 32768.0);
+  ::testing::internal::CaptureStderr();
+  amp::GradScaler plain("dynamic");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
+
 TEST(GradScaler, StaticScaleStillSkipsNonFiniteSteps) {
   amp::GradScalerOptions o;
   o.loss_scale = 128.0;
