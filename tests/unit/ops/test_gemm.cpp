@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -693,11 +694,22 @@ TEST(GemmKernel, SameBitsOnOneTwoAndThreeThreadsInEveryVariant) {
 // they refuse (both transposed, a dot product under 64 long, more than 2^22 multiply-adds, no
 // short side) left to OpenBLAS.
 TEST(SmallGemm, ShortSideProductsAgainstDoubleAndTheSameBitsOnAnyTeam) {
+  // The variants that have them: those that take a 1 x 1 x 1 product.
   std::vector<const cstorch::cpu::KernelVariant*> variants;
-  for (const auto* v : cstorch::cpu::built_variants())
-    if (cstorch::cpu::runs_here(*v) && std::string(v->name) != "x86-64" &&
-        std::string(v->name) != "generic")
+  for (const auto* v : cstorch::cpu::built_variants()) {
+    float a = 2.f, b = 3.f, c = 0.f;
+    if (cstorch::cpu::runs_here(*v) &&
+        v->sgemm_small(false, false, 1, 1, 1, &a, 1, &b, 1, 0.f, &c, 1, 1)) {
+      EXPECT_EQ(c, 6.f) << v->name;
       variants.push_back(v);
+    }
+  }
+  // On x86-64 the AVX2 variant has them whenever it runs here.
+  for (const auto* v : cstorch::cpu::built_variants()) {
+    if (std::string(v->name) == "avx2" && cstorch::cpu::runs_here(*v)) {
+      EXPECT_NE(std::find(variants.begin(), variants.end(), v), variants.end());
+    }
+  }
   if (variants.empty()) GTEST_SKIP() << "this CPU runs no variant with AVX2 and FMA";
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> lng(1, 300), shrt(1, 16), d2(0, 1), dt(1, 3), dk(64, 300);
