@@ -31,6 +31,17 @@ install(TARGETS cstorch modelzoo EXPORT cstorchTargets
 # by target, e.g. to train its plugin models.
 set_target_properties(cszoo PROPERTIES EXPORT_NAME cszoo)
 install(TARGETS cszoo EXPORT cstorchTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The data tools the guides run (docs/your-own-data.md, docs/data.md), where this build has
+# them (CSTORCH_BUILD_EXAMPLES or CSTORCH_BUILD_TESTS): an installed package writes the same
+# example corpora and digits as a build tree.
+foreach(_tool make_text_data make_digits)
+  if(TARGET ${_tool})
+    set_target_properties(${_tool} PROPERTIES INSTALL_RPATH "$ORIGIN/${_cstorch_bin_to_lib}"
+                                              INSTALL_RPATH_USE_LINK_PATH ON)
+    # OPTIONAL: a tree built for cszoo alone (--target cszoo) still installs.
+    install(TARGETS ${_tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} OPTIONAL)
+  endif()
+endforeach()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
 

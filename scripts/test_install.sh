@@ -50,6 +50,13 @@ if grep -rl '#include "\(src\|core\|runtime\|backend\|ops\|ir\)/' "$PREFIX/inclu
 fi
 # The installed cszoo runs from its own RPATH (no LD_LIBRARY_PATH).
 "$PREFIX/bin/cszoo" --help >/dev/null || fail "the installed cszoo does not run"
+# The data tools the guides run are installed where the build has them, and run too.
+for t in make_text_data make_digits; do
+  if [[ -x "$BUILD/$t" ]]; then
+    [[ -x "$PREFIX/bin/$t" ]] || fail "the install has no bin/$t (the build has it)"
+    "$PREFIX/bin/$t" --help >/dev/null || fail "the installed $t does not run"
+  fi
+done
 
 step "examples/external with find_package(cstorch $VERSION)"
 cmake -S "$ROOT/examples/external" -B "$WORK/external" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -298,7 +298,7 @@ MODELZOO_REGISTER(
       int64_t msl = a.get_int("max_sequence_length", 128);
       if (msl < 1)
         cs::fail("{}: must be at least 1, got {}", a.child_path("max_sequence_length"), msl);
-      int64_t vocab_size = a.get_int("vocab_size", 0);
+      int64_t vocab_size = detail::optional_vocab_size(a);
       auto tokens = std::make_shared<const std::vector<int32_t>>(cs::data::tokenize_jsonl(
           files, tok, a.get_string("text_field", "text"), eos_id, vocab_size));
       // Windows of msl + 1 tokens overlapping by one, as GPT flat token files are

@@ -1,4 +1,4 @@
-// The DataLoader arguments every data processor takes from its YAML section.
+// Arguments every data processor reads the same way from its YAML section.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -19,6 +19,15 @@ inline void add_loader_args(const ConfigView& a, cstorch::Config& args) {
     args["num_workers"] = std::max<int64_t>(n, 1);
   }
   if (a.has("prefetch")) args["prefetch"] = a.at("prefetch").as_int();
+}
+
+// A processor's optional `vocab_size`: 0 (the default) leaves the data's ids unchecked; a
+// negative value is an error naming its key path.
+inline int64_t optional_vocab_size(const ConfigView& a) {
+  const int64_t v = a.get_int("vocab_size", 0);
+  if (v < 0)
+    cstorch::fail("{}: must be 0 (unchecked) or more, got {}", a.child_path("vocab_size"), v);
+  return v;
 }
 
 }  // namespace modelzoo::detail

@@ -117,7 +117,7 @@ MODELZOO_REGISTER(data_processors, "GptHDF5DataProcessor",
                     a.check_keys(keys({}));
                     Common c = common(a, "data/gpt2");
                     int64_t msl = positive(a, "max_sequence_length", 128);
-                    int64_t vocab = a.get_int("vocab_size", 0);
+                    int64_t vocab = detail::optional_vocab_size(a);
                     fs::path dir = fs::path(c.dir) / c.split;
                     ensure(
                         c, a, "GPT HDF5", [&] { return has_h5(dir); },
@@ -136,7 +136,7 @@ MODELZOO_REGISTER(data_processors, "GptFlatTokenDataProcessor",
                     a.check_keys(keys({"token_dtype"}));
                     Common c = common(a, "data/gpt2");
                     int64_t msl = positive(a, "max_sequence_length", 128);
-                    int64_t vocab = a.get_int("vocab_size", 0);
+                    int64_t vocab = detail::optional_vocab_size(a);
                     fs::path file = fs::path(c.dir) / (c.split + ".bin");
                     ensure(
                         c, a, "flat token", [&] { return fs::exists(file); },

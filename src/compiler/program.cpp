@@ -27,6 +27,23 @@ void copy_into_pack(const ir::KernelContext& ctx, const ir::Node& n, const void*
   std::memcpy(ctx.workspace, in[0], n.nbytes());
 }
 
+// "; inputs 'wte.weight' f32[200, 32], i32[4, 32]": an op's inputs in a run-time error, a state
+// tensor (a parameter, an optimizer state) by its name, so that an index out of range names the
+// table it indexes (a model whose vocabulary is smaller than its data's).
+std::string describe_inputs(const Graph& g, const ir::Node& n) {
+  std::string s;
+  for (const auto& in : n.inputs) {
+    if (!in) continue;
+    std::string name;
+    for (const auto& slot : g.state)
+      if (slot.input == in && slot.impl && !slot.impl->name.empty())
+        name = "'" + slot.impl->name + "' ";
+    s += fmt::format("{}{}{}{}", s.empty() ? "; inputs " : ", ", name, dtype_name(in->dtype),
+                     shape_str(in->shape));
+  }
+  return s;
+}
+
 size_t align_up(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
 }
@@ -790,8 +807,9 @@ void Program::run_steps(size_t begin, size_t end) {
     try {
       profiled(si, st.ctx, [&] { st.kernel(st.ctx, *st.node, ins, ptrs_[st.out]); });
     } catch (const std::exception& e) {
-      fail("op '{}' (node %{}, output {}{}): {}", st.node->name(), st.node->id,
-           dtype_name(st.node->dtype), shape_str(st.node->shape), e.what());
+      fail("op '{}' (node %{}, output {}{}{}): {}", st.node->name(), st.node->id,
+           dtype_name(st.node->dtype), shape_str(st.node->shape), describe_inputs(g_, *st.node),
+           e.what());
     }
   }
 }

@@ -313,6 +313,9 @@ Tensor dispatch(ir::OpCode op, ir::Attrs attrs, const std::vector<Tensor>& input
 
 void assign_inplace(const Tensor& self, const Tensor& value_in, const char* op) {
   CS_CHECK(self.defined() && value_in.defined(), "{}: undefined tensor", op);
+  // A step closure queued before this eager write reads the tensor as it was when it was
+  // called (runtime/sync.h).
+  if (!in_trace()) runtime::await_queued_closures();
   CS_CHECK(self.shape() == value_in.shape(),
            "{}: in-place result has shape {} but the tensor has shape {} (in-place ops cannot "
            "broadcast the destination)",

@@ -212,9 +212,17 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     size_t sp = line.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() ||
-        line.find(' ', sp + 1) != std::string::npos)
-      fail("{}: '{}' line {}: expected two tokens separated by one space, got \"{}\"", what,
-           merges_txt, lineno, line);
+        line.find(' ', sp + 1) != std::string::npos) {
+      // A long line (a vocab.json given as the merges file: one line of a megabyte) is quoted
+      // by its start, cut at a character boundary.
+      size_t cut = std::min<size_t>(line.size(), 80);
+      while (cut > 0 && cut < line.size() && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80)
+        --cut;
+      fail("{}: '{}' line {}: expected two tokens separated by one space, got \"{}\"{}", what,
+           merges_txt, lineno, cut < line.size() ? line.substr(0, cut) + "..." : line,
+           cut < line.size() ? fmt::format(" ({} bytes; is it a merges file?)", line.size())
+                             : std::string());
+    }
     std::string a = line.substr(0, sp), b = line.substr(sp + 1);
     int64_t ia = t.token_to_id(a), ib = t.token_to_id(b), im = t.token_to_id(a + b);
     for (auto [tok, id] : {std::pair{a, ia}, std::pair{b, ib}, std::pair{a + b, im}})

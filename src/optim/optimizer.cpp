@@ -226,6 +226,13 @@ namespace {
 double host_value(const Tensor& t) {
   return t.item<float>();
 }
+// The value a state dict holds for a tensor-held hyper-parameter: the group's configured
+// number where the f32 tensor still holds it (0.001, not the f32 0.0010000000474974513, as
+// PyTorch keeps the Python float), else what the tensor holds (a scheduler's value).
+double exported_value(const Tensor& t, double configured) {
+  const double v = host_value(t);
+  return static_cast<float>(configured) == static_cast<float>(v) ? configured : v;
+}
 }  // namespace
 
 Optimizer::Layout Optimizer::layout() const {
@@ -272,10 +279,10 @@ State Optimizer::state_dict() {
   int64_t index = 0;
   for (auto& g : groups_) {
     State gs = State::map();
-    gs.set("lr", host_value(g.lr));
+    gs.set("lr", exported_value(g.lr, g.options.at("lr")));
     auto value = [&](const std::string& k) {
       auto t = g.tensors.find(k);
-      return t != g.tensors.end() ? host_value(t->second) : g.options.at(k);
+      return t != g.tensors.end() ? exported_value(t->second, g.options.at(k)) : g.options.at(k);
     };
     std::set<std::string> paired;
     for (const auto& pr : lay.pairs) paired.insert({pr[1], pr[2]});

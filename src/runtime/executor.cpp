@@ -2,6 +2,7 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -182,6 +183,19 @@ void synchronize() {
 void wait_for_job(int64_t job) {
   Executor::get().wait_for(job);
 }
+namespace {
+std::atomic<int64_t> g_last_closure{-1};  // the executor's id of the last closure queued
+void note_closure_queued(int64_t id) {
+  int64_t seen = g_last_closure.load(std::memory_order_relaxed);
+  while (seen < id && !g_last_closure.compare_exchange_weak(seen, id, std::memory_order_release)) {
+  }
+}
+}  // namespace
+void await_queued_closures() {
+  if (t_on_executor) return;
+  const int64_t last = g_last_closure.load(std::memory_order_acquire);
+  if (last >= 0) Executor::get().await_quietly(last);
+}
 void wait(const Event& e) {
   if (t_on_executor) {
     // Jobs run in the order queued: a result of a job queued after this one has not been
@@ -260,8 +274,10 @@ int64_t enqueue_closure(std::function<void()> fn, std::string what) {
   // The step the closure follows: the current one under a DataExecutor (which numbers the steps
   // before running them), else the last step run (the counter names the next one).
   const int64_t step = g_step_set ? g_step : std::max<int64_t>(g_step - 1, 0);
-  return runtime::Executor::get().enqueue(runtime::bind_checkpoint_schedule(std::move(fn)), false,
-                                          step, std::move(what));
+  const int64_t id = runtime::Executor::get().enqueue(
+      runtime::bind_checkpoint_schedule(std::move(fn)), false, step, std::move(what));
+  runtime::note_closure_queued(id);
+  return id;
 }
 void await_job_quietly(int64_t job) noexcept {
   try {

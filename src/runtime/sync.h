@@ -22,5 +22,12 @@ int64_t executing_step();
 void synchronize();
 // Waits until job `job` has run (or fails as synchronize does).
 void wait_for_job(int64_t job);
+// Before an eager write of a tensor's value, on the client thread: waits until every step
+// closure queued so far has run. A closure reads its tensor arguments when it runs, so in a loop
+// that is not traced (nothing queued ahead of the closure) later eager updates would otherwise
+// overwrite them first, and a checkpoint closure would save a later step's weights. Returns at
+// once on the executor thread or when no closure is pending; a closure's failure stays for the
+// next synchronize().
+void await_queued_closures();
 
 }  // namespace cstorch::runtime

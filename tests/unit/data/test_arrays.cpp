@@ -376,6 +376,22 @@ TEST(JsonlText, ProcessorMatchesTheGptFlatTokenProcessor) {
                           {"eos_token", "</s>"},
                           {"batch_size", 4}}),
                "train_dataloader.eos_token: '</s>' is not in the vocabulary");
+  // vocab_size 0 leaves ids unchecked; a negative one is an error (it was taken as 0).
+  EXPECT_ERROR(processor({{"data_processor", "JSONLTextDataProcessor"},
+                          {"data_dir", dir.string()},
+                          {"files", "train.jsonl"},
+                          {"vocab_file", "vocab.json"},
+                          {"merges_file", "merges.txt"},
+                          {"eos_token", "<|endoftext|>"},
+                          {"vocab_size", -1},
+                          {"batch_size", 4}}),
+               "train_dataloader.vocab_size: must be 0 (unchecked) or more, got -1");
+  EXPECT_ERROR(processor({{"data_processor", "GptFlatTokenDataProcessor"},
+                          {"data_dir", dir.string()},
+                          {"max_sequence_length", 16},
+                          {"vocab_size", -1},
+                          {"batch_size", 4}}),
+               "train_dataloader.vocab_size: must be 0 (unchecked) or more, got -1");
 }
 
 // ---------------------------------------------------------------------------------------------

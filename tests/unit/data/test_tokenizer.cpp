@@ -169,6 +169,13 @@ TEST(BpeTokenizer, MalformedFilesAndUnknownIds) {
   expect_error(
       [&] { BpeTokenizer::from_files(vocab, write("bm1.txt", "#version: 0.2\nh e\nabc\n")); },
       {"bm1.txt", "line 3", "two tokens", "abc"});
+  // A vocab.json given as the merges file (one long line): quoted by its first 80 bytes.
+  const std::string long_line = "{\"" + std::string(300, 'x') + "\": 0}";
+  expect_error([&] { BpeTokenizer::from_files(vocab, write("bm4.txt", long_line + "\n")); },
+               {"bm4.txt", "line 1", "two tokens",
+                "{\"" + std::string(78, 'x') +
+                    "...\" (306 bytes; is it "
+                    "a merges file?)"});
   expect_error([&] { BpeTokenizer::from_files(vocab, write("bm2.txt", "h e\nh e\n")); },
                {"bm2.txt", "line 2", "repeats line 1"});
   expect_error([&] { BpeTokenizer::from_files(vocab, write("bm3.txt", "h e\nhe y\n")); },

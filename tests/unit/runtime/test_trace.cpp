@@ -228,6 +228,33 @@ TEST(Trace, AStepClosureReadingALaterStepsResultIsAnError) {
 // A loop left by an exception while its step closures are queued: the closures refer to the
 // loop's locals, which the unwinding destroys. The closure object's destruction waits for
 // them first (they ran on freed stack memory: a crash or heap corruption).
+// In a loop that is not traced, a step closure sees its tensor arguments as they were when it
+// was called: later eager updates (in place, or an optimizer's update of a parameter) wait for
+// it. Before, the closures ran on the executor while the loop went on, and read later values (a
+// checkpoint closure saved a later step's weights beside this step's data position).
+TEST(Trace, AClosureInAnUntracedLoopSeesItsArgumentsAsCalled) {
+  Tensor w = cs::zeros({4});
+  Tensor p = cs::zeros({4});
+  p.set_requires_grad(true);
+  cs::optim::SGD sgd({p}, 1.0);
+  std::vector<float> seen_w, seen_p;
+  auto record = cs::step_closure([&](const Tensor& a, const Tensor& b) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the loop would run ahead
+    seen_w.push_back(a.to_vector<float>()[0]);
+    seen_p.push_back(b.to_vector<float>()[0]);
+  });
+  for (int i = 1; i <= 6; ++i) {
+    w.add_(cs::ones({4}));  // eager, in place
+    cs::sum(p * -1.0).backward();
+    sgd.step();  // p += 1 (lr 1, gradient -1)
+    sgd.zero_grad();
+    record(w, p);
+  }
+  cs::synchronize();
+  EXPECT_EQ(seen_w, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(seen_p, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+}
+
 TEST(Trace, LeavingALoopByAnExceptionWaitsForItsQueuedClosures) {
   auto step = cs::trace([](const Tensor& x) { return x * 2.0; });
   std::atomic<int> ran{0};
@@ -291,6 +318,27 @@ TEST(Trace, ATracingErrorNamesTheStepAndTheFunction) {
     const std::string m = e.what();
     EXPECT_EQ(m.rfind("step 7: tracing 'train_step' failed: linear: ", 0), 0u) << m;
     EXPECT_NE(m.find("[8, 5]"), std::string::npos) << m;
+  }
+}
+
+// An index out of range found while a step runs names the table it indexes: the op's inputs,
+// a parameter by its name (a model whose vocabulary is smaller than its data's).
+TEST(Trace, AnIndexOutOfRangeNamesTheTableItIndexes) {
+  Tensor table = cs::ones({5, 3});
+  table.set_requires_grad(true);
+  table.set_name("wte.weight");
+  auto step = cs::trace(
+      [&](const cs::Batch& b) { return cs::sum(cs::embedding(b.at("ids"), table)); }, "lookup");
+  step(cs::Batch{{"ids", cs::from_vector(std::vector<int64_t>{0, 4}, {2})}});
+  cs::synchronize();
+  step(cs::Batch{{"ids", cs::from_vector(std::vector<int64_t>{0, 7}, {2})}});
+  try {
+    cs::synchronize();
+    FAIL() << "expected the step to fail";
+  } catch (const cs::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("inputs 'wte.weight' f32[5, 3], i64[2]"), std::string::npos) << m;
+    EXPECT_NE(m.find("index 7"), std::string::npos) << m;
   }
 }
 
