@@ -411,6 +411,11 @@ void AtomicFile::commit() {
   int err = errno;
   ::close(fd);
   CS_CHECK(rc == 0, "save {}: fsync failed: {}", path_, std::strerror(err));
+  // A file saved over keeps its permission bits (a checkpoint made private stays so), as an
+  // in-place write (torch.save) would; the temporary file has the default ones.
+  struct stat old_st {};
+  if (::stat(path_.c_str(), &old_st) == 0 && S_ISREG(old_st.st_mode))
+    ::chmod(tmp_.c_str(), old_st.st_mode & 07777);
   CS_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "save {}: cannot rename {} to it: {}", path_,
            tmp_, errno_text());
   committed_ = true;

@@ -193,6 +193,24 @@ TEST(Checkpoint, ModuleStateDictRoundTripAndLoadStateDict) {
   fs::remove_all(dir);
 }
 
+// A file saved over keeps its permission bits (it took the temporary file's defaults: a
+// checkpoint made private became readable by all); a new file has the default ones.
+TEST(Checkpoint, SavingOverAFileKeepsItsPermissions) {
+  auto dir = temp_dir("perm");
+  for (const char* ext : kExts) {
+    SCOPED_TRACE(ext);
+    const std::string p = (dir / (std::string("c") + ext)).string();
+    save(State::map({{"w", rt({3}, 1)}}), p);
+    ASSERT_EQ(::chmod(p.c_str(), 0600), 0);
+    save(State::map({{"w", rt({3}, 2)}}), p);
+    struct stat st {};
+    ASSERT_EQ(::stat(p.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    EXPECT_EQ(load(p).at("w").as_tensor().to_vector<float>(), rt({3}, 2).to_vector<float>());
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Checkpoint, FailedSaveLeavesExistingCheckpointAndNoTempFiles) {
   auto dir = temp_dir("failed");
   for (const char* ext : kExts) {
