@@ -169,13 +169,26 @@ TEST(BpeTokenizer, MalformedFilesAndUnknownIds) {
   expect_error(
       [&] { BpeTokenizer::from_files(vocab, write("bm1.txt", "#version: 0.2\nh e\nabc\n")); },
       {"bm1.txt", "line 3", "two tokens", "abc"});
-  // A vocab.json given as the merges file (one long line): quoted by its first 80 bytes.
-  const std::string long_line = "{\"" + std::string(300, 'x') + "\": 0}";
-  expect_error([&] { BpeTokenizer::from_files(vocab, write("bm4.txt", long_line + "\n")); },
-               {"bm4.txt", "line 1", "two tokens",
-                "{\"" + std::string(78, 'x') +
-                    "...\" (306 bytes; is it "
-                    "a merges file?)"});
+  // A vocab.json given as the merges file (one long line): quoted by its first 80 bytes, with
+  // several spaces (not two tokens) or one (a merge of unknown tokens).
+  const std::string x300(300, 'x');
+  expect_error(
+      [&] {
+        BpeTokenizer::from_files(vocab, write("bm4.txt", "{\"" + x300 + "\": 0, \"y\": 1}\n"));
+      },
+      {"bm4.txt", "line 1", "two tokens",
+       "{\"" + std::string(78, 'x') + "...\" (315 bytes; is it a merges file?)"});
+  const std::string one_space_error = [&] {
+    try {
+      BpeTokenizer::from_files(vocab, write("bm5.txt", "{\"" + x300 + "\": 0}\n"));
+    } catch (const cstorch::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  }();
+  EXPECT_NE(one_space_error.find("(307 bytes; is it a merges file?) uses token"), std::string::npos)
+      << one_space_error;
+  EXPECT_LT(one_space_error.size(), 500u) << one_space_error;
   expect_error([&] { BpeTokenizer::from_files(vocab, write("bm2.txt", "h e\nh e\n")); },
                {"bm2.txt", "line 2", "repeats line 1"});
   expect_error([&] { BpeTokenizer::from_files(vocab, write("bm3.txt", "h e\nhe y\n")); },
