@@ -1,13 +1,9 @@
 // nn functions: softmax, log_softmax and nll_loss as ops (kernels in backend/cpu/nn.cpp), and
 // the composites built on the public ops: cross_entropy, mse_loss, layer_norm, embedding,
 // dropout.
-#include <cstdio>
-#include <mutex>
-#include <set>
-#include <utility>
-
 #include "amp/autocast_state.h"
 #include "core/internal.h"
+#include "core/warn_once.h"
 #include "ir/device.h"
 #include "ops/vjp.h"
 
@@ -260,17 +256,13 @@ Tensor mse_loss(const Tensor& a_in, const Tensor& b_in, Reduction reduction) {
   // A target of another shape that broadcasts into the input's ([B, 1] against [B, 4]) is
   // allowed, as in PyTorch, which warns: said once a process for each pair of shapes (an eager
   // loop calls this every step).
-  if (b.shape() != a.shape()) {
-    static std::mutex mu;
-    static std::set<std::pair<Shape, Shape>> warned;
-    std::lock_guard<std::mutex> lock(mu);
-    if (warned.insert({a.shape(), b.shape()}).second)
-      std::fprintf(stderr,
-                   "warning: mse_loss: the target %s is broadcast to the input's shape %s: each "
-                   "target value is compared with several inputs; if that is not meant, give the "
-                   "target the input's shape\n",
-                   shape_str(b.shape()).c_str(), shape_str(a.shape()).c_str());
-  }
+  if (b.shape() != a.shape())
+    cstorch::detail::warn_once(
+        fmt::format("mse_loss {} {}", shape_str(a.shape()), shape_str(b.shape())),
+        fmt::format("mse_loss: the target {} is broadcast to the input's shape {}: "
+                    "each target value is compared with several inputs; if that is "
+                    "not meant, give the target the input's shape",
+                    shape_str(b.shape()), shape_str(a.shape())));
   Tensor sq = mul(d, d);
   if (reduction == Reduction::Mean) return mean(sq);
   if (reduction == Reduction::Sum) return sum(sq);

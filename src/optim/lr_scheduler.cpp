@@ -2,14 +2,15 @@
 // closed-form schedules. See include/cstorch/optim/lr_scheduler.h for the formulas.
 #include "cstorch/optim/lr_scheduler.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <mutex>
-#include <set>
-#include <string>
-#include <utility>
+#include <functional>
+#include <vector>
+
+#include <fmt/ranges.h>
 
 #include "core/internal.h"
+#include "core/warn_once.h"
 #include "cstorch/distributed.h"
 #include "runtime/trace_context.h"
 
@@ -65,30 +66,17 @@ LRScheduler::LRScheduler(Target target, std::optional<int64_t> total_iters, int6
   // A scheduler writes one value to every parameter group, so values the groups were given
   // apart are not kept (PyTorch's schedulers scale each group's own): said once for each
   // optimizer and key, as a program that gives groups their own rates means them.
-  {
-    std::string values;
-    bool differ = false;
-    const auto& groups = target_.optimizer->param_groups();
-    for (const auto& g : groups) {
-      auto it = g.options.find(target_.key);
-      if (it == g.options.end()) continue;
-      if (!values.empty()) {
-        differ = differ || it->second != groups.front().options.at(target_.key);
-        values += ", ";
-      }
-      values += fmt::format("{:g}", it->second);
-    }
-    static std::mutex mu;
-    static std::set<std::pair<const Optimizer*, std::string>> warned;
-    std::lock_guard<std::mutex> lock(mu);
-    if (differ && distributed::is_main_process() &&
-        warned.insert({target_.optimizer, target_.key}).second)
-      std::fprintf(stderr,
-                   "warning: a scheduler of %s on an optimizer whose %zu parameter groups have "
-                   "different values (%s): it sets one value for every group, so the groups' own "
-                   "values are not kept\n",
-                   target_.key.c_str(), groups.size(), values.c_str());
-  }
+  std::vector<double> given;
+  for (const auto& g : target_.optimizer->param_groups())
+    if (auto it = g.options.find(target_.key); it != g.options.end()) given.push_back(it->second);
+  if (std::adjacent_find(given.begin(), given.end(), std::not_equal_to<>()) != given.end() &&
+      distributed::is_main_process())
+    cstorch::detail::warn_once(
+        fmt::format("scheduler {} {}", static_cast<const void*>(target_.optimizer), target_.key),
+        fmt::format("a scheduler of {} on an optimizer whose {} parameter groups have different "
+                    "values ({:g}): it sets one value for every group, so the groups' own values "
+                    "are not kept",
+                    target_.key, target_.optimizer->param_groups().size(), fmt::join(given, ", ")));
   // The key must be schedulable: make it tensor-held now, before any step is traced.
   for (size_t g = 0; g < target_.optimizer->param_groups().size(); ++g)
     target_.optimizer->hyper_tensor(g, target_.key);
