@@ -186,6 +186,13 @@ static CheckpointConfig parse_checkpoint(const ConfigView& v) {
 Trainer::Trainer(const ConfigView& init) : Trainer(init, nullptr) {}
 
 namespace {
+
+// How a run that was not stopped ended: a compile_only / validate_only run prepared its steps
+// and ran none, which "completed" misreported (a finished training with no steps and no loss).
+const char* finished_status(const cstorch::BackendOptions& bo) {
+  return bo.compile_only ? "compiled only" : bo.validate_only ? "validated only" : "completed";
+}
+
 // A pending data position that cannot be restored: the checkpoint's replica count is another.
 constexpr const char* kReplicaMismatchKey = "replica count mismatch";
 
@@ -1245,7 +1252,9 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     throw;
   }
   each([&](Callback& c) { c.on_fit_end(*this); });
-  end_run(interrupted ? "interrupted" : stop_requested_ ? "stopped early" : "completed");
+  end_run(interrupted       ? "interrupted"
+          : stop_requested_ ? "stopped early"
+                            : finished_status(backend_->options()));
 }
 
 std::string Trainer::validation_result_name(const cstorch::metrics::Metric& m) const {
@@ -1388,7 +1397,7 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
   }
   each([&](Callback& c) { c.on_validate_end(*this); });
   model_->train(was_training);
-  if (own_record) end_run("completed");
+  if (own_record) end_run(finished_status(backend_->options()));
   return mean;
 }
 

@@ -379,6 +379,11 @@ TEST(CszooE2E, ValidationSemanticsAndDryRuns) {
     EXPECT_FALSE(fs::exists(dir / "metrics.jsonl")) << out;
     EXPECT_FALSE(fs::exists(dir / "tensorboard")) << out;
     EXPECT_FALSE(fs::exists(dir / "checkpoint_6.mdl")) << out;
+    // The summary and the run record say what was done, not "completed".
+    const std::string status = flag == "compile_only" ? "compiled only" : "validated only";
+    EXPECT_NE(out.find("== fit " + status + ": 0 steps"), std::string::npos) << out;
+    const std::string rec = cstorch::testing::read_file(dir / "run_records" / "run_0001.yaml");
+    EXPECT_NE(rec.find("status: \"" + status + "\""), std::string::npos) << rec;
   }
   EXPECT_FALSE(fs::exists(root / "cerebras_logs"));
 
