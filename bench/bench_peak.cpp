@@ -297,6 +297,10 @@ int main(int argc, char** argv) {
   if (cstorch::cpu::amx_granted())
     j["amx_bf16_peak_gflops"] = rate(threads, kAmxFlopsPerIter / kAmxIterDivisor, dot_amx);
   j["bf16_gemm_on_amx"] = cstorch::cpu::kernels().bf16_gemm_amx(-1);
+  // Where a step's bf16 products run: the tiles, VDPBF16PS, or widened to the f32 GEMM (gemm.h).
+  j["bf16_products"] = cstorch::cpu::kernels().bf16_gemm_widened(-1) ? "widened to f32"
+                       : cstorch::cpu::kernels().bf16_gemm_amx(-1)   ? "amx"
+                                                                     : "vdpbf16ps";
 
   const Bandwidth bw = memory_bandwidth(threads);
   j["memory_read_gbs"] = bw.read_gbs;

@@ -105,6 +105,17 @@ size_t sgemm_bf16_scratch_floats();
 // available), -1 only asks. The two paths round differently in the last bits of a sum; each
 // gives results that do not depend on the thread count.
 bool bf16_gemm_amx(int mode);
+// Whether bf16 products are widened to f32 (exactly) for the f32 GEMM, the result rounded to
+// bf16, instead of taking sgemm_bf16: always where sgemm_bf16 does not run; else as `mode` sets
+// it (0: sgemm_bf16, 1: widened; -1 only asks) or CSTORCH_BF16_GEMM=bf16 / widen in the
+// environment (read once); by default on Intel CPUs whose products are not on AMX tiles, whose
+// VDPBF16PS runs at half the rate of the f32 FMA. Measured on an Intel Xeon (model 207, KVM, no
+// tiles): VDPBF16PS peak 81 against FMA 168 GFLOP/s on one core; GPT-2 124M's bf16 step at 2
+// threads 1.39 s on sgemm_bf16, 0.98 s widened (the f32 step 0.84-0.88 s). The planner asks when it
+// sizes a product's workspace, so a mode is set before programs are compiled. Both paths sum
+// exact bf16 products in f32 (in different orders: their last bits differ); neither depends on
+// the thread count. Errors: CSTORCH_BF16_GEMM holds another value.
+bool bf16_gemm_widened(int mode);
 // Whether sgemm_bf16 computes this product as its transpose, C^T = op(B)^T op(A)^T: an A B^T
 // product (a linear layer's forward) with more columns than rows, at least 64 rows and an even K.
 inline bool bf16_gemm_swaps(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {

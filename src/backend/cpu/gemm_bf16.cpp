@@ -14,7 +14,9 @@
 // The instructions exist only on CPUs with avx512_bf16 (Zen 4 and later, Cooper Lake, Sapphire
 // Rapids): the functions using them carry that target themselves and run only after
 // bf16_gemm_runs_here() said yes; elsewhere 16-bit products are widened to f32 (linalg.cpp).
-// On CPUs that also have AMX tiles the products run on those instead (sgemm_amx_run below).
+// On CPUs that also have AMX tiles the products run on those instead (sgemm_amx_run below). On
+// Intel CPUs without the tiles the planner widens bf16 products to f32 instead of calling here
+// (bf16_gemm_widened: VDPBF16PS runs at half the FMA's rate there).
 #include <omp.h>
 
 #include <algorithm>
@@ -731,6 +733,43 @@ bool bf16_gemm_runs_here() {
   return yes;
 }
 
+namespace {
+// Whether the CPU's vendor is Intel, whose cores issue VDPBF16PS on one port against two for the
+// f32 FMA: two multiply-adds per lane at half the instruction rate, no more than an FMA's one at
+// the full rate (AMD's Zen 4 and 5 issue both at one rate: there the bf16 products run at twice
+// the f32 ones).
+bool dot_at_half_rate() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "Genu" "ineI" "ntel"
+}
+
+// -1: the default (widened where dot_at_half_rate() and the tiles are off), 0: sgemm_bf16,
+// 1: widened; CSTORCH_BF16_GEMM=bf16 / widen in the environment sets 0 / 1 (read once).
+std::atomic<int>& widen_mode() {
+  static std::atomic<int> mode{[] {
+    const char* env = std::getenv("CSTORCH_BF16_GEMM");
+    if (!env) return -1;
+    const std::string_view v(env);
+    CS_CHECK(v == "bf16" || v == "widen",
+             "CSTORCH_BF16_GEMM: must be 'bf16' (the bf16 GEMM) or 'widen' (bf16 operands widened "
+             "to f32 for the f32 GEMM), got '{}'",
+             v);
+    return v == "widen" ? 1 : 0;
+  }()};
+  return mode;
+}
+}  // namespace
+
+bool bf16_gemm_widened(int mode) {
+  if (mode >= 0) widen_mode().store(mode != 0 ? 1 : 0, std::memory_order_relaxed);
+  if (!bf16_gemm_runs_here()) return true;
+  const int m = widen_mode().load(std::memory_order_relaxed);
+  if (m >= 0) return m == 1;
+  static const bool half_rate = dot_at_half_rate();
+  return half_rate && !amx_on();
+}
+
 size_t sgemm_bf16_scratch_floats() {
   return bf16_gemm_runs_here() ? kAreaWords : 0;
 }
@@ -857,6 +896,9 @@ size_t sgemm_bf16_scratch_floats() {
 }
 bool bf16_gemm_amx(int) {
   return false;
+}
+bool bf16_gemm_widened(int) {
+  return true;
 }
 bool sgemm_bf16(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*,
                 int64_t, float*, int64_t, int, const Scratch&, const Bf16Result&) {

@@ -279,7 +279,7 @@ Layout layout_of(size_t shared, GemmNeed g) {
   return {round16(shared), g};
 }
 
-// bf16 products on VDPBF16PS (gemm_bf16.cpp) where the CPU has it: the f32 result (and a
+// bf16 products on sgemm_bf16 (gemm_bf16.cpp) where they are not widened: the f32 result (and a
 // Linear's widened bias) in the shared part, the GEMM's packing areas per thread.
 // A Matmul whose f32 result holds the bf16 product's value (MatmulAttrs::f32_out).
 bool f32_out(const ir::Node& n) {
@@ -287,7 +287,7 @@ bool f32_out(const ir::Node& n) {
 }
 bool bf16_direct(const ir::Node& n) {
   return (n.dtype == DType::bf16 || f32_out(n)) && n.inputs[0]->dtype == DType::bf16 &&
-         n.inputs[1]->dtype == DType::bf16 && bf16_gemm_runs_here();
+         n.inputs[1]->dtype == DType::bf16 && !bf16_gemm_widened(-1);
 }
 Layout bf16_layout(size_t shared, double macs, int threads) {
   const int slots = macs < kParallelMinMacs ? 1 : std::max(1, threads);

@@ -41,6 +41,7 @@ struct KernelVariant {
   bool (*bf16_gemm_runs_here)();
   size_t (*sgemm_bf16_scratch_floats)();
   bool (*bf16_gemm_amx)(int mode);
+  bool (*bf16_gemm_widened)(int mode);
   bool (*sgemm_bf16)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                      int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
                      int threads, const Scratch& ws, const Bf16Result& out);

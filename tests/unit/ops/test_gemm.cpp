@@ -628,13 +628,13 @@ TEST(GemmKernel, TooSmallWorkspaceIsAnError) {
       EXPECT_ERROR(
           v->kernels[static_cast<int>(ir::OpCode::Gemm)](ir::KernelContext{}, *g, in_g, c.data()),
           "gemm", std::to_string(v->workspace_bytes(*g, 1)));
-  // The f32 copies of 16-bit operands; with the bf16 GEMM, its f32 result and one packing area
-  // (a product this small runs on one thread).
+  // The f32 copies of 16-bit operands (widened products); with the bf16 GEMM, its f32 result and
+  // one packing area (a product this small runs on one thread).
   auto h = leaf({8, 16}), k = leaf({16, 8});
   h->dtype = k->dtype = cstorch::DType::bf16;
   auto mm = op(ir::OpCode::Matmul, ir::MatmulAttrs{}, {h, k});
   const size_t need = cpu::workspace_bytes(*mm, 4);
-  if (cpu::kernels().bf16_gemm_runs_here())
+  if (!cpu::kernels().bf16_gemm_widened(-1))
     EXPECT_EQ(need,
               (64 + (cpu::kernels().sgemm_bf16_scratch_floats() + 15) / 16 * 16) * sizeof(float));
   else

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -307,6 +308,59 @@ TEST(GemmBf16, KernelsAgreeWithF32) {
       cs::trace([](const cs::Tensor& a, const cs::Tensor& c) { return cs::matmul(a.t(), c.t()); });
   expect_close(tt(x, y), cs::matmul(x.to(cs::DType::f32).t(), y.to(cs::DType::f32).t()),
                "traced matmul of transposes");
+}
+
+// Where bf16 products take sgemm_bf16: not on Intel CPUs whose products are off the AMX tiles
+// (VDPBF16PS at half the FMA's rate there: widened to f32), everywhere else it runs. The vendor
+// as /proc/cpuinfo reports it.
+TEST(GemmBf16, WidenedWhereItsProductsRunAtHalfRate) {
+  std::ifstream info("/proc/cpuinfo");
+  std::string line;
+  bool intel = false;
+  while (std::getline(info, line))
+    if (line.rfind("vendor_id", 0) == 0) {
+      intel = line.find("GenuineIntel") != std::string::npos;
+      break;
+    }
+  const auto& k = cpu::kernels();
+  if (std::getenv("CSTORCH_BF16_GEMM")) GTEST_SKIP() << "CSTORCH_BF16_GEMM sets the path";
+  EXPECT_EQ(k.bf16_gemm_widened(-1), !k.bf16_gemm_runs_here() || (intel && !k.bf16_gemm_amx(-1)));
+}
+
+// Widened, a bf16 Linear and Matmul are bitwise the f32 ops on the widened inputs, rounded once;
+// on sgemm_bf16 (where it runs), within the bf16 rounding of the same. Both paths on each CPU
+// that has the bf16 GEMM, whatever its default.
+TEST(GemmBf16, BothPathsOfABf16Product) {
+  namespace cs = cstorch;
+  const auto& k = cpu::kernels();
+  const bool was = k.bf16_gemm_widened(-1);
+  cs::manual_seed(5);
+  const cs::Tensor x = cs::randn({70, 300}).to(cs::DType::bf16);
+  const cs::Tensor w = cs::randn({90, 300}).to(cs::DType::bf16);
+  const cs::Tensor b = cs::randn({90}).to(cs::DType::bf16);
+  const cs::Tensor m = cs::randn({300, 50}).to(cs::DType::bf16);
+  auto f32 = [](const cs::Tensor& t) { return t.to(cs::DType::f32); };
+  const auto lin = cs::linear(f32(x), f32(w), f32(b)).to(cs::DType::bf16);
+  const auto mm = cs::matmul(f32(x), f32(m)).to(cs::DType::bf16);
+  for (int mode : {1, 0}) {
+    if (mode == 0 && !k.bf16_gemm_runs_here()) continue;
+    k.bf16_gemm_widened(mode);
+    ASSERT_EQ(k.bf16_gemm_widened(-1), mode == 1);
+    const auto got_lin = cs::linear(x, w, b), got_mm = cs::matmul(x, m);
+    ASSERT_EQ(got_lin.dtype(), cs::DType::bf16);
+    const auto gl = f32(got_lin).to_vector<float>(), wl = f32(lin).to_vector<float>();
+    const auto gm = f32(got_mm).to_vector<float>(), wm = f32(mm).to_vector<float>();
+    if (mode == 1) {
+      EXPECT_EQ(gl, wl) << "widened linear";
+      EXPECT_EQ(gm, wm) << "widened matmul";
+    } else {
+      for (size_t i = 0; i < gl.size(); ++i)
+        ASSERT_NEAR(gl[i], wl[i], std::fabs(wl[i]) * std::ldexp(1.0, -7) + 1e-3) << "linear " << i;
+      for (size_t i = 0; i < gm.size(); ++i)
+        ASSERT_NEAR(gm[i], wm[i], std::fabs(wm[i]) * std::ldexp(1.0, -7) + 1e-3) << "matmul " << i;
+    }
+  }
+  k.bf16_gemm_widened(was ? 1 : 0);
 }
 
 }  // namespace
