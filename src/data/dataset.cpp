@@ -5,6 +5,8 @@
 #include <cstring>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "core/splitmix.h"
 #include "data/host_tensor.h"
 
@@ -40,6 +42,10 @@ Sample row_of(const Batch& data, int64_t i) {
 
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+Batch collate_named(const std::vector<Sample>& samples, const std::vector<int64_t>* indices);
+}  // namespace
+
 Batch Dataset::get_batch(const std::vector<int64_t>& indices) const {
   std::vector<Sample> samples;
   samples.reserve(indices.size());
@@ -50,15 +56,23 @@ Batch Dataset::get_batch(const std::vector<int64_t>& indices) const {
       fail("sample {}: {}", i, e.what());
     }
   }
-  return collate(samples);
+  return collate_named(samples, &indices);
 }
 
-Batch collate(const std::vector<Sample>& samples) {
+namespace {
+// collate with each sample named by where it came from: its dataset index and batch position
+// when `indices` is given (a map-style dataset's batch: the index finds the bad sample), else
+// its position.
+Batch collate_named(const std::vector<Sample>& samples, const std::vector<int64_t>* indices) {
   CS_CHECK(!samples.empty(), "collate: no samples");
+  auto name = [&](size_t i) {
+    return indices ? fmt::format("sample {} (position {} in the batch)", (*indices)[i], i)
+                   : fmt::format("sample {}", i);
+  };
   const Sample& first = samples[0];
   Batch out;
   for (auto& [k, t0] : first) {
-    CS_CHECK(t0.defined(), "collate: sample 0 has an undefined tensor '{}'", k);
+    CS_CHECK(t0.defined(), "collate: {} has an undefined tensor '{}'", name(0), k);
     Shape shape = t0.shape();
     size_t bytes = static_cast<size_t>(t0.numel()) * itemsize(t0.dtype());
     Shape bshape = shape;
@@ -67,21 +81,26 @@ Batch collate(const std::vector<Sample>& samples) {
     Tensor o = detail::host_tensor(bshape, t0.dtype(), &dst);
     for (size_t i = 0; i < samples.size(); ++i) {
       auto it = samples[i].find(k);
-      CS_CHECK(it != samples[i].end(), "collate: sample {} has no '{}' (sample 0 has it)", i, k);
+      CS_CHECK(it != samples[i].end(), "collate: {} has no '{}' ({} has it)", name(i), k, name(0));
       const Tensor& t = it->second;
       CS_CHECK(t.defined() && t.shape() == shape && t.dtype() == t0.dtype(),
-               "collate: '{}' of sample {} is {}{} but sample 0 has {}{}", k, i,
+               "collate: '{}' of {} is {}{} but {} has {}{}", k, name(i),
                t.defined() ? dtype_name(t.dtype()) : "undefined",
-               t.defined() ? shape_str(t.shape()) : "", dtype_name(t0.dtype()), shape_str(shape));
+               t.defined() ? shape_str(t.shape()) : "", name(0), dtype_name(t0.dtype()),
+               shape_str(shape));
       std::memcpy(dst + i * bytes, t.data_ptr(), bytes);
     }
     out[k] = std::move(o);
   }
   for (size_t i = 1; i < samples.size(); ++i)
-    CS_CHECK(samples[i].size() == first.size(),
-             "collate: sample {} has {} entries but sample 0 has {}", i, samples[i].size(),
-             first.size());
+    CS_CHECK(samples[i].size() == first.size(), "collate: {} has {} entries but {} has {}", name(i),
+             samples[i].size(), name(0), first.size());
   return out;
+}
+}  // namespace
+
+Batch collate(const std::vector<Sample>& samples) {
+  return collate_named(samples, nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -98,6 +98,14 @@ TEST(Datasets, CollateAndTransforms) {
                "collate: 'a' of sample 1 is f32[3] but sample 0 has f32[2]");
   EXPECT_ERROR(collate({Sample{{"a", cs::zeros({2})}}, Sample{{"b", cs::zeros({2})}}}),
                "sample 1 has no 'a'");
+  // A map-style dataset's batch names its samples by dataset index (and batch position).
+  auto ragged = map(ds, [](Sample x) {
+    if (x.at("id").item<int64_t>() == 12) x["v"] = cs::zeros({3});
+    return x;
+  });
+  EXPECT_ERROR(ragged->get_batch({1, 2}),
+               "collate: 'v' of sample 2 (position 1 in the batch) is f32[3] but sample 1 "
+               "(position 0 in the batch) has f32[2]");
   // A transform that throws is reported with the sample index.
   auto broken = map(ds, [](Sample x) -> Sample {
     if (x.at("id").item<int64_t>() == 12) cs::fail("cannot decode");
