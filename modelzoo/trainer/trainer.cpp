@@ -1161,7 +1161,18 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       // replicas keeps the default (its processes could not agree on the step).
       std::optional<detail::InterruptScope> interruptible;
       if (replicas_ == 1 && cstorch::distributed::world_size() == 1) interruptible.emplace();
-      for (const Batch& batch : executor) {
+      // An error while reading a batch (a bad record, a transform that throws) names the step
+      // the batch was for, as the step's own errors do.
+      auto reading = [&](auto&& fetch) -> decltype(auto) {
+        try {
+          return fetch();
+        } catch (const std::exception& e) {
+          cstorch::fail("step {}: reading its batch failed: {}", global_step_ + 1, e.what());
+        }
+      };
+      for (auto it = reading([&] { return executor.begin(); }); it != executor.end();
+           reading([&] { return ++it, 0; })) {
+        const Batch& batch = *it;
         const int64_t micro = executor.step();
         const bool last_micro = (micro + 1) % accum == 0;
         const int64_t step_in_run = micro / accum;

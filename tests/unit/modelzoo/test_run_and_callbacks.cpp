@@ -449,6 +449,39 @@ TEST(TrainerValidation, AnEmptyLoaderIsNamedWithItsPossibleCauses) {
   fs::remove_all(dir);
 }
 
+// A loader that fails while reading a batch: the error names the step that batch was for, on
+// the first batch and on a later one (the steps before it ran).
+TEST(TrainerErrors, ABatchThatCannotBeReadNamesItsStep) {
+  class Failing : public SmallLoader {
+   public:
+    Failing(int64_t fail_at) : SmallLoader(10), fail_at_(fail_at) {}
+    std::optional<cs::Batch> next() override {
+      if (n_++ == fail_at_) cs::fail("bad record at line 37");
+      return SmallLoader::next();
+    }
+
+   private:
+    int64_t fail_at_, n_ = 0;
+  };
+  for (int64_t at : {0, 3}) {
+    auto dir = cs::testing::temp_dir("readfail", test_name() + std::to_string(at));
+    Config c = init_config(dir);
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    auto loader = std::make_shared<cs::utils::data::DataLoader>(
+        [at](const Config&, const cs::utils::data::WorkerInfo&) {
+          return std::make_shared<Failing>(at);
+        },
+        Config{{"batch_size", 8}});
+    const std::string err = error_of([&] { t.fit(loader); });
+    EXPECT_NE(err.find("step " + std::to_string(at + 1) +
+                       ": reading its batch failed: DataLoader worker 0 of 1: bad record at "
+                       "line 37"),
+              std::string::npos)
+        << err;
+    fs::remove_all(dir);
+  }
+}
+
 TEST(BuiltinCallbacks, GradNormIsTheNormOfTheSgdUpdate) {
   // Plain SGD moves the parameters by -lr * grad: the update's norm / lr is the gradient's
   // norm at that step, computed independently of the callback. Tolerance 1e-4 relative: the
