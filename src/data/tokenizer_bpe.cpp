@@ -141,6 +141,19 @@ std::vector<std::string> gpt2_pretokenize(std::string_view text) {
   return out;
 }
 
+namespace {
+// A merges line (or token) in an error: quoted whole, or a long one (a vocab.json given as the
+// merges file: one line of a megabyte) by its first 80 bytes, cut at a character boundary.
+std::string quote_line(const std::string& text) {
+  size_t cut = std::min<size_t>(text.size(), 80);
+  while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
+    --cut;
+  if (cut == text.size()) return "\"" + text + "\"";
+  return fmt::format("\"{}...\" ({} bytes; is it a merges file?)", text.substr(0, cut),
+                     text.size());
+}
+}  // namespace
+
 BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt,
                                       std::optional<std::vector<std::string>> special_tokens) {
   const char* what = "BpeTokenizer";
@@ -210,30 +223,20 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (lineno == 1 && line.rfind("#version", 0) == 0) continue;
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    // A long line (a vocab.json given as the merges file: one line of a megabyte) is quoted
-    // by its first 80 bytes, cut at a character boundary, in the errors below.
-    auto quoted = [](const std::string& text) {
-      size_t cut = std::min<size_t>(text.size(), 80);
-      while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
-        --cut;
-      if (cut == text.size()) return "\"" + text + "\"";
-      return fmt::format("\"{}...\" ({} bytes; is it a merges file?)", text.substr(0, cut),
-                         text.size());
-    };
     size_t sp = line.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() ||
         line.find(' ', sp + 1) != std::string::npos)
       fail("{}: '{}' line {}: expected two tokens separated by one space, got {}", what, merges_txt,
-           lineno, quoted(line));
+           lineno, quote_line(line));
     std::string a = line.substr(0, sp), b = line.substr(sp + 1);
     int64_t ia = t.token_to_id(a), ib = t.token_to_id(b), im = t.token_to_id(a + b);
     for (auto [tok, id] : {std::pair{a, ia}, std::pair{b, ib}, std::pair{a + b, im}})
       CS_CHECK(id >= 0, "{}: '{}' line {}: merge {} uses token {}, which is not in '{}'", what,
-               merges_txt, lineno, quoted(line), quoted(tok), vocab_json);
+               merges_txt, lineno, quote_line(line), quote_line(tok), vocab_json);
     uint64_t key = pair_key(ia, ib);
     auto [it, fresh] = seen.emplace(key, lineno);
     CS_CHECK(fresh, "{}: '{}' line {}: merge {} repeats line {}", what, merges_txt, lineno,
-             quoted(line), it->second);
+             quote_line(line), it->second);
     t.ranks_[key] = static_cast<int32_t>(t.ranks_.size());
     t.merged_[key] = im;
   }

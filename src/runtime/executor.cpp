@@ -193,8 +193,12 @@ void note_closure_queued(int64_t id) {
 }  // namespace
 void await_queued_closures() {
   if (t_on_executor) return;
-  const int64_t last = g_last_closure.load(std::memory_order_acquire);
-  if (last >= 0) Executor::get().await_quietly(last);
+  int64_t last = g_last_closure.load(std::memory_order_acquire);
+  if (last < 0) return;
+  Executor::get().await_quietly(last);
+  // It has run: later eager writes return at once, without the executor's lock, until another
+  // closure is queued (which a failed exchange leaves in place).
+  g_last_closure.compare_exchange_strong(last, -1, std::memory_order_acq_rel);
 }
 void wait(const Event& e) {
   if (t_on_executor) {
