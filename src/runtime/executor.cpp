@@ -83,10 +83,11 @@ void Executor::loop() {
     try {
       job.fn();
     } catch (const std::exception& e) {
-      err = std::make_exception_ptr(
-          Error(fmt::format("step {}: {} failed: {}", job.step, job.what, e.what())));
+      err = std::make_exception_ptr(StepError(
+          job.step, job.what, fmt::format("step {}: {} failed: {}", job.step, job.what, e.what())));
     } catch (...) {
-      err = std::make_exception_ptr(Error(fmt::format("step {}: {} failed", job.step, job.what)));
+      err = std::make_exception_ptr(
+          StepError(job.step, job.what, fmt::format("step {}: {} failed", job.step, job.what)));
     }
     job.fn = nullptr;  // release captured tensors before signalling
     {

@@ -147,7 +147,8 @@ TEST(ConfigureLoop, SaveAtAnotherStepIsRefusedWithTheReason) {
       "the last step); this is so to make training more performant";
   DataLoader dataloader(ramp_input_fn(),
                         {{"n", 6}, {"batch_size", 2}, {"num_workers", 1}, {"num_steps", 10}});
-  std::string error;
+  std::string error, job;
+  int64_t failed_step = -1;
   try {
     int64_t i = 0;
     for (const Batch& batch : dataloader) {
@@ -158,11 +159,15 @@ TEST(ConfigureLoop, SaveAtAnotherStepIsRefusedWithTheReason) {
       }
       ++i;
     }
-  } catch (const cs::Error& e) {
+  } catch (const cs::StepError& e) {
     error = e.what();
+    failed_step = e.step();
+    job = e.job();
   }
   EXPECT_EQ(error, "step 2: step closure failed: cstorch::save: step 2 is not a checkpoint step; " +
                        reason);
+  EXPECT_EQ(failed_step, 2);
+  EXPECT_EQ(job, "step closure");
   EXPECT_FALSE(fs::exists(dir / "model" / "checkpoint_2.mdl"));
   fs::remove_all(dir);
 }

@@ -343,7 +343,8 @@ TEST(Trace, AnIndexOutOfRangeNamesTheTableItIndexes) {
 }
 
 TEST(Trace, ExecutionErrorSurfacesWithStepAndOp) {
-  auto step = cs::trace([&](const cs::Batch& b) { return cs::nll_loss(b.at("x"), b.at("y")); });
+  auto step = cs::trace([&](const cs::Batch& b) { return cs::nll_loss(b.at("x"), b.at("y")); },
+                        "train_step");
   Tensor x = cs::log_softmax(cs::zeros({2, 3}), 1);
   step(cs::Batch{{"x", x}, {"y", cs::from_vector(std::vector<int64_t>{0, 1}, {2})}});
   cs::synchronize();
@@ -352,9 +353,11 @@ TEST(Trace, ExecutionErrorSurfacesWithStepAndOp) {
   try {
     cs::synchronize();
     FAIL() << "expected the step to fail";
-  } catch (const cs::Error& e) {
+  } catch (const cs::StepError& e) {  // which step and which job, without parsing the message
+    EXPECT_EQ(e.step(), 41);
+    EXPECT_EQ(e.job(), "traced step 'train_step'");
     std::string m = e.what();
-    EXPECT_NE(m.find("step 41"), std::string::npos) << m;
+    EXPECT_EQ(m.rfind("step 41: traced step 'train_step' failed: ", 0), 0u) << m;
     EXPECT_NE(m.find("nll_loss"), std::string::npos) << m;
     EXPECT_NE(m.find("7"), std::string::npos) << m;
   }
