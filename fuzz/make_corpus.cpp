@@ -3,8 +3,13 @@
 // target starts from inputs that get deep into its reader. Nothing is downloaded.
 //
 //   make_corpus OUT_DIR
+#include <hdf5.h>
+#include <zlib.h>
+
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -165,6 +170,115 @@ void csv() {
   put("csv", "semicolon", std::string(1, '\1') + "x;y\n1;2\n3;4\n");
 }
 
+// A .npy file (version 1.0) of `descr` and `shape` holding `data` (the header padded with spaces
+// to a multiple of 64 bytes, as NumPy writes it).
+std::string npy(const std::string& descr, const std::string& shape, const std::string& data) {
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  std::string h = std::string("\x93NUMPY\x01\x00", 8);
+  h += static_cast<char>(dict.size() & 0xff);
+  h += static_cast<char>(dict.size() >> 8);
+  return h + dict + data;
+}
+
+template <class T>
+std::string bytes_of(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// A ZIP archive of stored (uncompressed) members, as np.savez writes one.
+std::string stored_zip(const std::vector<std::pair<std::string, std::string>>& members) {
+  auto u16 = [](std::string& o, uint32_t v) {
+    o += static_cast<char>(v & 0xff);
+    o += static_cast<char>((v >> 8) & 0xff);
+  };
+  auto u32 = [&](std::string& o, uint32_t v) {
+    u16(o, v & 0xffff);
+    u16(o, v >> 16);
+  };
+  std::string out, dir;
+  for (const auto& [name, data] : members) {
+    const uint32_t crc = static_cast<uint32_t>(
+        crc32(0, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
+    const uint32_t offset = static_cast<uint32_t>(out.size());
+    auto common = [&](std::string& o) {  // version .. extra length, shared by both headers
+      u16(o, 20);
+      u16(o, 0);
+      u16(o, 0);  // stored
+      u16(o, 0);
+      u16(o, 0x21);  // a valid DOS date
+      u32(o, crc);
+      u32(o, static_cast<uint32_t>(data.size()));
+      u32(o, static_cast<uint32_t>(data.size()));
+      u16(o, static_cast<uint32_t>(name.size()));
+      u16(o, 0);
+    };
+    u32(out, 0x04034b50);
+    common(out);
+    out += name + data;
+    u32(dir, 0x02014b50);
+    u16(dir, 20);
+    common(dir);
+    u16(dir, 0);  // comment
+    u16(dir, 0);  // disk
+    u16(dir, 0);  // internal attributes
+    u32(dir, 0);  // external attributes
+    u32(dir, offset);
+    dir += name;
+  }
+  const uint32_t dir_at = static_cast<uint32_t>(out.size());
+  out += dir;
+  u32(out, 0x06054b50);
+  u16(out, 0);
+  u16(out, 0);
+  u16(out, static_cast<uint32_t>(members.size()));
+  u16(out, static_cast<uint32_t>(members.size()));
+  u32(out, static_cast<uint32_t>(dir.size()));
+  u32(out, dir_at);
+  u16(out, 0);
+  return out;
+}
+
+// Seeds of fuzz_arrays: the first byte picks the reader (0 .npy, 1 .npz, 2 HDF5, 3 text).
+void arrays(const fs::path& scratch) {
+  const std::string x = npy("<f4", "(3, 2)", bytes_of(std::vector<float>{1, 2, 3, 4, 5, 6}));
+  const std::string y = npy("<i8", "(3,)", bytes_of(std::vector<int64_t>{0, 1, 2}));
+  put("arrays", "f4.npy", std::string(1, '\0') + x);
+  put("arrays", "i8.npy", std::string(1, '\0') + y);
+  put("arrays", "b1.npy", std::string(1, '\0') + npy("|b1", "(2,)", std::string("\1\0", 2)));
+  put("arrays", "xy.npz", std::string(1, '\1') + stored_zip({{"x.npy", x}, {"y.npy", y}}));
+  // HDF5: a contiguous f32 "x", an i64 "y" and a chunked, deflated f32 "g/z".
+  const fs::path h5 = scratch / "arrays.h5";
+  hid_t f = H5Fcreate(h5.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0) throw std::runtime_error("cannot create " + h5.string());
+  auto write = [&](const char* name, hid_t type, std::vector<hsize_t> dims, const void* v,
+                   hid_t dcpl) {
+    hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    hid_t d = H5Dcreate2(f, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (d < 0 || H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0)
+      throw std::runtime_error(std::string("cannot write dataset ") + name);
+    H5Dclose(d);
+    H5Sclose(space);
+  };
+  const std::vector<float> xv{1, 2, 3, 4, 5, 6}, zv(16, 0.5f);
+  const std::vector<int64_t> yv{0, 1, 2};
+  write("x", H5T_IEEE_F32LE, {3, 2}, xv.data(), H5P_DEFAULT);
+  write("y", H5T_STD_I64LE, {3}, yv.data(), H5P_DEFAULT);
+  hid_t g = H5Gcreate2(f, "g", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Gclose(g);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  const hsize_t chunk[2] = {2, 4};
+  H5Pset_chunk(dcpl, 2, chunk);
+  H5Pset_deflate(dcpl, 4);
+  write("g/z", H5T_IEEE_F32LE, {4, 4}, zv.data(), dcpl);
+  H5Pclose(dcpl);
+  H5Fclose(f);
+  put("arrays", "xyz.h5", std::string(1, '\2') + read_all(h5));
+  put("arrays", "table.csv", std::string(1, '\3') + "label,a,b\n0,1.5,2\n1,-3,4e2\n");
+  put("arrays", "bom.csv", std::string(1, '\3') + "\xEF\xBB\xBFlabel\ta\n1\t2\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,6 +295,7 @@ int main(int argc, char** argv) {
     idx(scratch);
     tokenizers(scratch);
     csv();
+    arrays(scratch);
     fs::remove_all(scratch);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_corpus: %s\n", e.what());

@@ -6,13 +6,13 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]      (default: 20 s, every target)
 #
-# Targets: config pt safetensors hdf5 idx bpe wordpiece csv. Reproduce a finding with
+# Targets: config pt safetensors hdf5 idx bpe wordpiece csv arrays. Reproduce a finding with
 #   build-fuzz/fuzz/fuzz_<target> build-fuzz/findings/<target>/<file>
 # Environment: FUZZ_JOBS (build parallelism, default 2), FUZZ_ARGS (extra libFuzzer flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-ALL_TARGETS=(config pt safetensors hdf5 idx bpe wordpiece csv)
+ALL_TARGETS=(config pt safetensors hdf5 idx bpe wordpiece csv arrays)
 
 SECONDS_PER_TARGET=${1:-20}
 shift || true

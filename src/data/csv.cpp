@@ -48,6 +48,8 @@ CsvDataset::CsvDataset(const std::string& path, CsvOptions o) : path_(path) {
   bool have_header = false;
   while (!have_header && std::getline(in, line)) {
     ++lineno;
+    // A UTF-8 byte-order mark (Excel's "CSV UTF-8") is no part of the first column's name.
+    if (lineno == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
     if (trim(line).empty()) continue;
     names_ = split(line, o.delimiter);
     have_header = true;

@@ -35,6 +35,14 @@ inline std::string error() {
   return out.empty() ? "unknown HDF5 error" : out;
 }
 
+// Checks dataset `d` of file `path` (creation properties `plist`, shape `dims`, elements of
+// `type_size` bytes in the file) against what the file stores for it, before anything is
+// allocated for its shape: an error, its message starting with `where`, for a dataset never
+// written, chunks never written (they would read as the fill value), fewer stored bytes than an
+// uncompressed shape needs, or compressed chunks claiming more than 1032:1. Empty shapes pass.
+void check_storage(hid_t d, hid_t plist, const std::string& path, const std::string& where,
+                   const std::vector<hsize_t>& dims, size_t type_size);
+
 // `files`, or, when it is a single directory, the .h5 / .hdf5 files in it (sorted). Errors name
 // `what`: no files given, a directory without such files.
 inline std::vector<std::string> expand_files(const std::vector<std::string>& files,

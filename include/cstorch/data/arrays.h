@@ -81,7 +81,8 @@ struct CsvArrays {
   std::vector<std::string> feature_columns, label_columns;  // names (or "column K" without header)
 };
 
-// Reads `files` (one data set, records in file order; every file must have the same header, or
+// Reads `files` (one data set, records in file order; a leading UTF-8 byte-order mark is skipped;
+// every file must have the same header, or
 // the same number of fields without one). Numbers: decimal as strtod/strtoll read them, spaces
 // around a field ignored; integer dtypes take integers only; boolean takes 0/1/true/false.
 // Errors: a file that cannot be read, no data rows, a header with an empty or repeated name, a
@@ -105,7 +106,8 @@ CsvArrays read_csv_arrays(const std::vector<std::string>& files, const CsvArrayO
 HostArray read_npy(const std::string& path);
 // Reads member `name` (without ".npy") of a .npz archive (ZIP, stored or deflated), with the same
 // checks against the member's size in the archive. Errors: not a ZIP file, no such member (listing
-// the members), a member that is not a valid .npy.
+// the members), a member that is not a valid .npy, a member whose CRC-32 does not match its bytes
+// (damaged).
 HostArray read_npz(const std::string& path, const std::string& name);
 // The array names in a .npz archive, in archive order.
 std::vector<std::string> npz_names(const std::string& path);
@@ -118,8 +120,10 @@ std::vector<std::string> npz_names(const std::string& path);
 // unsigned integers of 1 byte (u8), 2 or 4 bytes (read as i64); h5py's bool (an enum of 0/1 on
 // one byte). Errors name the file and the dataset: not HDF5, no such dataset (listing the
 // top-level datasets), another type class (strings, compounds, ...), a 64-bit unsigned type, a
-// scalar or empty dataspace, more than 2^40 bytes, a contiguous dataset whose stored bytes
-// disagree with its shape (checked before allocating).
+// scalar or empty dataspace, more than 2^40 bytes; and, checked before anything is allocated, a
+// dataset whose storage does not hold its shape: never written, chunks never written (they would
+// read as the fill value), contiguous or uncompressed chunked bytes fewer than the shape needs,
+// compressed chunks claiming more than 1032:1; memory that runs out is an error naming the size.
 HostArray read_h5_array(const std::string& path, const std::string& name);
 
 // ---------------------------------------------------------------------------------------------

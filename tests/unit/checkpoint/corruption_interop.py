@@ -3,6 +3,9 @@
   read-mdl FILE OUT.json    h5py reads every dataset of a cstorch .mdl file (through HDF5's
                             Fletcher-32 filter) and writes {key: hex of its bytes} to OUT.json
   damaged-mdl FILE KEY      h5py's reading of the dataset of KEY must fail (checksum error)
+  unwritten-mdl FILE KEY ROWS
+                            replaces the dataset of KEY by a chunked one of ROWS rows whose
+                            chunks are never written (the structure description says the shape)
   check-pt FILE             Python's zipfile checks the CRC-32 of every record
   check-st FILE             zlib.crc32 of each tensor equals its cstorch.tensor_crc32.<name>
                             metadata
@@ -69,6 +72,30 @@ def damaged_mdl(path, key):
             return
     print("h5py read the damaged dataset", name)
     sys.exit(1)
+
+
+def unwritten_mdl(path, key, rows):
+    with h5py.File(path, "r+") as f:
+        structure = json.loads(f.attrs["cstorch_structure"])
+        name = dataset_of(structure, key)
+        d = f[name]
+        shape = (int(rows),) + d.shape[1:]
+        dtype, attrs = d.dtype, dict(d.attrs)
+        del f[name]
+        n = f.create_dataset(name, shape=shape, dtype=dtype, chunks=(1,) + shape[1:],
+                             fletcher32=True)
+        for k, v in attrs.items():
+            n.attrs[k] = v
+
+        def walk(node):
+            if node["kind"] == "tensor" and node["dataset"] == name:
+                node["shape"] = list(shape)
+            for v in node.get("values", []) + node.get("items", []):
+                walk(v)
+
+        walk(structure)
+        f.attrs["cstorch_structure"] = json.dumps(structure)
+    print("OK unwritten", shape)
 
 
 def check_pt(path):
@@ -180,6 +207,8 @@ if __name__ == "__main__":
         read_mdl(sys.argv[2], sys.argv[3])
     elif cmd == "damaged-mdl":
         damaged_mdl(sys.argv[2], sys.argv[3])
+    elif cmd == "unwritten-mdl":
+        unwritten_mdl(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "check-pt":
         check_pt(sys.argv[2])
     elif cmd == "check-st":

@@ -6,7 +6,9 @@
 // files of other writers (torch.save, h5py with and without checksums, safetensors without
 // cstorch's metadata) still load.
 #include <gtest/gtest.h>
+
 #include <hdf5.h>
+#include <chrono>
 
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using cstorch::testing::expect_error;
 using cstorch::testing::read_file;
 using cstorch::testing::write_file;
 
@@ -471,6 +474,24 @@ TEST(CheckpointCorruption, H5pyReadsChecksummedFilesAndRefusesDamagedOnes) {
     write_file(p, file);
     ASSERT_EQ(run_python("damaged-mdl " + p + " model.w", &out), 0) << out;
   }
+  fs::remove_all(dir);
+}
+
+// A dataset whose chunks were never written, claiming a large shape (the structure description
+// agrees): refused before the tensor is allocated (a 465 KB file claiming [3000000, 784] was
+// allocated, 9.4 GB, then read as fill values).
+TEST(CheckpointCorruption, AShapeTheFileDoesNotStoreIsRefusedBeforeAllocating) {
+  auto dir = temp_dir("unwritten");
+  const std::string p = (dir / "c.mdl").string();
+  save(State::map({{"model", State::map({{"w", zeros({4, 784})}})}}), p);
+  std::string out;
+  ASSERT_EQ(run_python("unwritten-mdl " + p + " model.w 3000000", &out), 0) << out;
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_error([&] { load(p); }, {"checkpoint " + p,
+                                  "only 0 of the dataset's 3000000 chunks were "
+                                  "ever written",
+                                  "9408000000 bytes"});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   fs::remove_all(dir);
 }
 

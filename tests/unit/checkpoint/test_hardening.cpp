@@ -2,6 +2,7 @@
 // deep, safetensors headers that do not tile the data buffer, a disk that fills up during an
 // HDF5 save, and temporary files left by saves that were killed.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -188,8 +189,16 @@ namespace {
 // In a child process: save with the disk filling up (test hook CSTORCH_TEST_SAVE_NO_SPACE),
 // print the error, then exit normally, which runs HDF5's exit handler. Exit status 3: the
 // save did not fail; 4: something is left in the folder.
+// `where` "fsize": a file-size limit (RLIMIT_FSIZE, as `ulimit -f` sets; SIGXFSZ ignored, so
+// that the writes fail with EFBIG) instead of the hook.
 void save_on_a_full_disk(const char* where, const fs::path& dir) {
-  ::setenv("CSTORCH_TEST_SAVE_NO_SPACE", where, 1);
+  if (std::string(where) == "fsize") {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const struct rlimit lim { 64 * 1024, 64 * 1024 };
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) std::exit(5);
+  } else {
+    ::setenv("CSTORCH_TEST_SAVE_NO_SPACE", where, 1);
+  }
   State s = State::map(
       {{"a", zeros({32768})}, {"b", zeros({32768})}, {"c", zeros({32768})}, {"d", zeros({32768})}});
   try {
@@ -217,6 +226,12 @@ TEST(CheckpointHardening, DiskFullDuringHdf5SaveFailsCleanly) {
   EXPECT_EXIT(save_on_a_full_disk("flush", flush_dir), ::testing::ExitedWithCode(0),
               "checkpoint_1.mdl: flush failed: cannot reserve [0-9]+ bytes for the file: No "
               "space left on device");
+  // Under a file-size limit the memory file that takes the abandoned file's last writes is
+  // limited too: the exit handler crashed (segmentation fault) after the failed close.
+  auto fsize_dir = dir / "fsize";
+  fs::create_directories(fsize_dir);
+  EXPECT_EXIT(save_on_a_full_disk("fsize", fsize_dir), ::testing::ExitedWithCode(0),
+              "checkpoint_1.mdl: cannot write tensor '.'.*File too large");
   fs::remove_all(dir);
 }
 

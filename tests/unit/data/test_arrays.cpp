@@ -5,6 +5,7 @@
 // (numpy, h5py), as a user's tools would.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -141,6 +142,25 @@ TEST(CsvArrays, BadRowsAndValuesNameFileLineColumn) {
   EXPECT_ERROR(read_csv_arrays({root().string()}, {}), "cannot open", "it is a directory");
 }
 
+// A UTF-8 byte-order mark (Excel's "CSV UTF-8") is skipped: it was read into the first column's
+// name, and naming that column failed with "header lacks 'f0' (columns: f0, f1, label)".
+TEST(CsvArrays, ByteOrderMarkIsSkipped) {
+  const std::string bom = "\xEF\xBB\xBF";
+  std::string f = put("bom.csv", bom + "f0,f1,label\n1,2,0\n3,4,1\n");
+  auto t = read_csv_arrays({f}, {.features = {{"f0"}}, .labels = {{"label"}}});
+  EXPECT_EQ(t.feature_columns, (std::vector<std::string>{"f0"}));
+  EXPECT_EQ(t.features.to_vector<float>(), (std::vector<float>{1, 3}));
+  EXPECT_EQ(t.labels.to_vector<int64_t>(), (std::vector<int64_t>{0, 1}));
+  // Each file's mark: one file with it and one without have the same header.
+  auto u = read_csv_arrays({f, put("nobom.csv", "f0,f1,label\n5,6,1\n")}, {.labels = {{"label"}}});
+  EXPECT_EQ(u.features.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  // Columns of line 1 count from after the mark, as an editor shows them.
+  EXPECT_ERROR(read_csv_arrays({put("bom.csv", bom + "a,a\n1,2\n")}, {}),
+               "bom.csv:1:3:", "'a' repeats");
+  EXPECT_EQ(parse_csv(bom + "x,y\n", ',', "t")[0].field_column, (std::vector<int64_t>{1, 3}));
+  EXPECT_ERROR(read_csv_arrays({put("bom.csv", bom)}, {}), "bom.csv: the file is empty");
+}
+
 // ---------------------------------------------------------------------------------------------
 // NumPy
 
@@ -241,6 +261,36 @@ TEST(Npy, StrictHeaderAndSizeChecks) {
      "b[c + 24:c + 28] = struct.pack('<I', 0xfffffff0)\n"
      "open('lie.npz', 'wb').write(b)");
   EXPECT_ERROR(read_npz(p("lie.npz"), "x"), "lie.npz:x", "corrupt archive");
+  // A flipped data byte: found by the member's CRC-32, stored or deflated (a stored member's
+  // flipped byte was read as data, a deflated one's trained on; numpy says 'Bad CRC-32').
+  py("import zlib, zipfile\n"
+     "np.savez('crc.npz', x=np.arange(64, dtype='f4'))\n"
+     "b = bytearray(open('crc.npz', 'rb').read())\n"
+     "b[b.index(b'PK\\x01\\x02') - 9] ^= 1\n"
+     "open('crc.npz', 'wb').write(b)\n"
+     "with zipfile.ZipFile('crcz.npz', 'w', zipfile.ZIP_DEFLATED) as z:\n"
+     "  z.writestr('x.npy', open('ok.npy', 'rb').read())\n"
+     "b = bytearray(open('crcz.npz', 'rb').read())\n"
+     "c = b.index(b'PK\\x01\\x02')\n"
+     "raw = bytes(b[30 + 5:c])\n"
+     "ok = open('ok.npy', 'rb').read()\n"
+     "def flip():\n"
+     "  # a bit of the deflate stream whose flip still inflates to a valid header: data only\n"
+     "  for i in range(len(raw) - 8, 0, -1):\n"
+     "    for bit in range(8):\n"
+     "      t = bytearray(raw); t[i] ^= 1 << bit\n"
+     "      try:\n"
+     "        out = zlib.decompressobj(-15).decompress(bytes(t))\n"
+     "      except zlib.error:\n"
+     "        continue\n"
+     "      if len(out) == len(ok) and out[:128] == ok[:128] and out != ok:\n"
+     "        b[30 + 5 + i] ^= 1 << bit\n"
+     "        return\n"
+     "  raise SystemExit('no such bit')\n"
+     "flip()\n"
+     "open('crcz.npz', 'wb').write(b)");
+  EXPECT_ERROR(read_npz(p("crc.npz"), "x"), "crc.npz:x: the archive member is damaged", "CRC");
+  EXPECT_ERROR(read_npz(p("crcz.npz"), "x"), "crcz.npz:x: the archive member is damaged", "CRC");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,6 +338,63 @@ TEST(H5Arrays, ReadsDatasetsByNameWithTypeChecks) {
      "open('dims.h5', 'wb').write(b)");
   EXPECT_ERROR(read_h5_array((root() / "dims.h5").string(), "big"), "dims.h5:big",
                "400000000000 bytes do not fit the file (400000 stored bytes");
+}
+
+// What the file stores bounds what a dataset's shape may claim, checked before anything is
+// allocated: a 1.6 KB file whose chunks were never written claimed 16 GB (it took 10 GB and a
+// minute, or ended in a bare std::bad_alloc naming no file). Legitimate layouts still read:
+// partial edge chunks, gzip at its best ratio with shuffle and checksum, a grown dataset, 0 rows.
+TEST(H5Arrays, StoredBytesBoundTheShape) {
+  py("with h5py.File('s.h5', 'w') as f:\n"
+     "  f.create_dataset('edge', data=np.arange(30, dtype='f4').reshape(10, 3), chunks=(3, 2))\n"
+     "  f.create_dataset('gz', data=np.zeros((100000, 4), 'f8'), chunks=(10000, 4),\n"
+     "                   compression='gzip', compression_opts=9, shuffle=True, fletcher32=True)\n"
+     "  d = f.create_dataset('grown', shape=(0, 2), dtype='i8', maxshape=(None, 2),\n"
+     "                       chunks=(4, 2))\n"
+     "  d.resize((10, 2))\n"
+     "  d[:] = np.arange(20).reshape(10, 2)\n"
+     "  f.create_dataset('none', shape=(0, 2), dtype='f4', maxshape=(None, 2))\n"
+     "  f.create_dataset('x', shape=(2**36, 2), dtype='f4', chunks=(1024, 2))\n"
+     "  f.create_dataset('y', shape=(2**37,), dtype='i8', chunks=(1024,))\n"
+     "  f.create_dataset('flat', shape=(10**6, 2), dtype='f4')\n"
+     "  d = f.create_dataset('half', shape=(100, 2), dtype='f4', chunks=(10, 2))\n"
+     "  d[:50] = 1\n");
+  const std::string f = (root() / "s.h5").string();
+  EXPECT_EQ(array_to_tensor(read_h5_array(f, "edge"), cs::DType::f32).to_vector<float>()[29], 29);
+  EXPECT_EQ(read_h5_array(f, "gz").shape, (std::vector<int64_t>{100000, 4}));
+  EXPECT_EQ(array_to_tensor(read_h5_array(f, "grown"), cs::DType::i64).to_vector<int64_t>()[19],
+            19);
+  EXPECT_EQ(read_h5_array(f, "none").shape, (std::vector<int64_t>{0, 2}));
+  // Chunks never written (the fill value, stored nowhere): 2^39 and 2^40 bytes claimed by a file
+  // of a few KB, refused at once, not allocated.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_ERROR(read_h5_array(f, "x"),
+               "s.h5:x: only 0 of the dataset's 67108864 chunks were ever written (shape "
+               "(68719476736, 2) of 4-byte elements, 549755813888 bytes; 0 bytes stored)",
+               "fill value");
+  EXPECT_ERROR(read_h5_array(f, "y"), "s.h5:y: only 0 of the dataset's 134217728 chunks",
+               "1099511627776 bytes");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  // A contiguous dataset never written; one whose later chunks were never written.
+  EXPECT_ERROR(read_h5_array(f, "flat"),
+               "s.h5:flat: the dataset (shape (1000000, 2) of 4-byte elements, 8000000 bytes) was "
+               "never written");
+  EXPECT_ERROR(read_h5_array(f, "half"), "s.h5:half: only 5 of the dataset's 10 chunks",
+               "resize the dataset to the rows written");
+  // A damaged gzip dataset whose shape and chunk claim 16 MB of its few stored bytes: beyond
+  // deflate's 1032:1, refused (libhdf5 reads past its buffer on it; h5py crashes).
+  py("import struct\n"
+     "with h5py.File('bomb.h5', 'w') as f:\n"
+     "  f.create_dataset('x', data=np.zeros((1000, 4), 'f4'), chunks=(1000, 4),\n"
+     "                   compression='gzip')\n"
+     "b = open('bomb.h5', 'rb').read()\n"
+     "assert b.count(struct.pack('<III', 1000, 4, 4)) == 1\n"
+     "b = b.replace(struct.pack('<QQ', 1000, 4), struct.pack('<QQ', 10**6, 4))\n"
+     "b = b.replace(struct.pack('<III', 1000, 4, 4), struct.pack('<III', 10**6, 4, 4))\n"
+     "open('bomb.h5', 'wb').write(b)");
+  EXPECT_ERROR(read_h5_array((root() / "bomb.h5").string(), "x"),
+               "bomb.h5:x: the dataset (shape (1000000, 4) of 4-byte elements, 16000000 bytes) has",
+               "compressed with deflate: more than the 1032:1");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -419,6 +419,11 @@ TEST(Csv, ColumnsGroupsAndTypes) {
   EXPECT_EQ(s.at("label").item<int64_t>(), 0);
   EXPECT_EQ(s.at("x").shape(), (cs::Shape{2}));
   EXPECT_EQ(b.count("a"), 0u);  // grouped columns are not separate entries
+  // A UTF-8 byte-order mark is no part of the first column's name.
+  std::ofstream(file) << "\xEF\xBB\xBF"
+                      << "a,label\n1,0\n";
+  CsvDataset bom(file, {.int_columns = {"label"}});
+  EXPECT_EQ(bom.columns(), (std::vector<std::string>{"a", "label"}));
 }
 
 TEST(Csv, Errors) {
