@@ -46,6 +46,14 @@ Adafactor::Adafactor(std::vector<Tensor> params, std::optional<double> lr, doubl
            clip_threshold);
 }
 
+std::vector<std::string> Adafactor::schedulable_keys() const {
+  const auto& groups = param_groups();
+  if (!groups.empty() && groups[0].options.count("relative_step") &&
+      groups[0].options.at("relative_step") != 0)
+    return {"weight_decay"};
+  return Optimizer::schedulable_keys();
+}
+
 void Adafactor::preinitialize() {
   for (auto& g : param_groups())
     for (auto& p : g.params) {

@@ -52,6 +52,15 @@ Tensor lin_mix(double a, double b, const Tensor& numer, const Tensor& rest, doub
   return (rest / den) * a + (numer / den) * b;
 }
 
+// A schedule's length, checked before it reaches the LRScheduler base (which checks it too, for
+// schedulers written by users) so that the error names the scheduler and the argument the user
+// gave, e.g. T_max, not the base's total_iters.
+std::optional<int64_t> checked_length(std::optional<int64_t> n, const char* scheduler,
+                                      const char* argument) {
+  CS_CHECK(!n || *n > 0, "{}: invalid {} {} (must be > 0)", scheduler, argument, n.value_or(0));
+  return n;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -183,7 +192,8 @@ void LRScheduler::load_state_dict(const State& sd) {
 // Built-in schedules.
 
 ConstantLR::ConstantLR(Target t, double learning_rate, std::optional<int64_t> total_iters)
-    : LRScheduler(std::move(t), total_iters), lr_(learning_rate) {
+    : LRScheduler(std::move(t), checked_length(total_iters, "ConstantLR", "total_iters")),
+      lr_(learning_rate) {
   CS_CHECK(learning_rate >= 0, "ConstantLR: invalid learning_rate {} (must be >= 0)",
            learning_rate);
   start();
@@ -194,7 +204,11 @@ Tensor ConstantLR::closed_form_lr(const Tensor& s) const {
 
 PolynomialLR::PolynomialLR(Target t, double init, double end, int64_t total_iters, double power,
                            bool cycle)
-    : LRScheduler(std::move(t), total_iters), init_(init), end_(end), power_(power), cycle_(cycle) {
+    : LRScheduler(std::move(t), checked_length(total_iters, "PolynomialLR", "total_iters")),
+      init_(init),
+      end_(end),
+      power_(power),
+      cycle_(cycle) {
   CS_CHECK(init >= 0 && end >= 0, "PolynomialLR: learning rates must be >= 0 (got {} and {})", init,
            end);
   CS_CHECK(power >= 0, "PolynomialLR: invalid power {} (must be >= 0)", power);
@@ -215,7 +229,9 @@ Tensor PolynomialLR::closed_form_lr(const Tensor& s) const {
 }
 
 LinearLR::LinearLR(Target t, double init, double end, int64_t total_iters)
-    : LRScheduler(std::move(t), total_iters), init_(init), end_(end) {
+    : LRScheduler(std::move(t), checked_length(total_iters, "LinearLR", "total_iters")),
+      init_(init),
+      end_(end) {
   CS_CHECK(init >= 0 && end >= 0, "LinearLR: learning rates must be >= 0 (got {} and {})", init,
            end);
   start();
@@ -228,7 +244,7 @@ Tensor LinearLR::closed_form_lr(const Tensor& s) const {
 
 ExponentialLR::ExponentialLR(Target t, double init, int64_t total_iters, double decay_rate,
                              bool staircase)
-    : LRScheduler(std::move(t), total_iters),
+    : LRScheduler(std::move(t), checked_length(total_iters, "ExponentialLR", "total_iters")),
       init_(init),
       rate_(decay_rate),
       staircase_(staircase) {
@@ -246,7 +262,8 @@ InverseExponentialTimeDecayLR::InverseExponentialTimeDecayLR(Target t, double in
                                                              double step_exponent,
                                                              int64_t total_iters, double decay_rate,
                                                              bool staircase)
-    : LRScheduler(std::move(t), total_iters),
+    : LRScheduler(std::move(t),
+                  checked_length(total_iters, "InverseExponentialTimeDecayLR", "total_iters")),
       init_(init),
       exponent_(step_exponent),
       rate_(decay_rate),
@@ -272,7 +289,9 @@ Tensor InverseSquareRootDecayLR::closed_form_lr(const Tensor& s) const {
 }
 
 CosineDecayLR::CosineDecayLR(Target t, double init, double end, int64_t total_iters)
-    : LRScheduler(std::move(t), total_iters), init_(init), end_(end) {
+    : LRScheduler(std::move(t), checked_length(total_iters, "CosineDecayLR", "total_iters")),
+      init_(init),
+      end_(end) {
   start();
 }
 Tensor CosineDecayLR::closed_form_lr(const Tensor& s) const {
@@ -282,8 +301,10 @@ Tensor CosineDecayLR::closed_form_lr(const Tensor& s) const {
 }
 
 CosineAnnealingLR::CosineAnnealingLR(Target t, double init, int64_t T_max, double eta_min)
-    : LRScheduler(std::move(t), T_max), init_(init), eta_min_(eta_min), t_max_(T_max) {
-  CS_CHECK(T_max > 0, "CosineAnnealingLR: invalid T_max {} (must be > 0)", T_max);
+    : LRScheduler(std::move(t), checked_length(T_max, "CosineAnnealingLR", "T_max")),
+      init_(init),
+      eta_min_(eta_min),
+      t_max_(T_max) {
   start();
 }
 Tensor CosineAnnealingLR::closed_form_lr(const Tensor& s) const {
@@ -398,8 +419,9 @@ Tensor CyclicLR::closed_form_lr(const Tensor& s) const {
 OneCycleLR::OneCycleLR(Target t, double init, double max_lr, int64_t total_steps, double pct_start,
                        double final_div_factor, bool three_phase,
                        const std::string& anneal_strategy)
-    : LRScheduler(std::move(t), total_steps), init_(init), total_(total_steps) {
-  CS_CHECK(total_steps > 0, "OneCycleLR: invalid total_steps {} (must be > 0)", total_steps);
+    : LRScheduler(std::move(t), checked_length(total_steps, "OneCycleLR", "total_steps")),
+      init_(init),
+      total_(total_steps) {
   CS_CHECK(pct_start >= 0 && pct_start <= 1, "OneCycleLR: invalid pct_start {} (must be in [0, 1])",
            pct_start);
   std::string a = ascii_lower(anneal_strategy);
@@ -407,16 +429,63 @@ OneCycleLR::OneCycleLR(Target t, double init, double max_lr, int64_t total_steps
            "OneCycleLR: unknown anneal_strategy '{}'; valid: cos, linear", anneal_strategy);
   cos_ = a == "cos";
   double min_lr = init / final_div_factor, T = static_cast<double>(total_steps);
+  // The phase ends as torch computes them (same double operations), so that a phase has zero
+  // steps exactly when it has there.
   if (three_phase)
     phases_ = {{pct_start * T - 1, init, max_lr},
                {2 * pct_start * T - 2, max_lr, init},
                {T - 1, init, min_lr}};
   else
     phases_ = {{pct_start * T - 1, init, max_lr}, {T - 1, max_lr, min_lr}};
+  // A phase's rate is its position divided by its length, so a phase of zero steps gives 0/0
+  // (a NaN rate, then NaN weights) at the step that reaches it: the first phase (and the
+  // second of three, as long) at step 0, the last at step total_steps, which the documented
+  // loop (one step() per batch) reaches. torch raises ZeroDivisionError for exactly these
+  // arguments. Phases of negative length are never reached before total_steps and torch runs
+  // them, so they are allowed.
+  double start_step = 0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    if (phases_[i].end_step == start_step) {
+      bool last = i + 1 == phases_.size();
+      std::string what =
+          i == 0  ? "the rise from initial_learning_rate to max_lr"
+          : !last ? "the fall from max_lr back to initial_learning_rate"
+                  : fmt::format("the fall from {} to initial_learning_rate / final_div_factor",
+                                three_phase ? "initial_learning_rate" : "max_lr");
+      std::string rule =
+          !last ? "pct_start * total_steps must not be 1"
+          : three_phase
+              ? fmt::format("2 * pct_start * total_steps must not be total_steps + 1 ({})",
+                            total_steps + 1)
+              : "pct_start must be below 1";
+      fail(
+          "OneCycleLR: pct_start {} with total_steps {}{} gives {} zero steps (it starts and "
+          "ends at step {}), so no rate can be interpolated over it (PyTorch raises "
+          "ZeroDivisionError); {}",
+          pct_start, total_steps, three_phase ? " and three_phase" : "", what, start_step, rule);
+    }
+    start_step = phases_[i].end_step;
+  }
+  // torch's value at step total_steps continues the last phase one step past its end (for the
+  // usual arguments: above the final rate with cos; below it with linear, and negative unless
+  // the final rate is large). It is kept unless negative; torch raises past total_steps, so the
+  // steps after it have no torch value to match.
+  {
+    runtime::SuspendTrace eager;
+    NoGradGuard ng;
+    keep_total_ = phase_lr(num(T)).item<float>() >= 0;
+  }
   start();
 }
-Tensor OneCycleLR::closed_form_lr(const Tensor& s_in) const {
-  Tensor s = minimum(s_in, num(static_cast<double>(total_)));
+Tensor OneCycleLR::closed_form_lr(const Tensor& s) const {
+  // The step whose value is written: s up to the last step of the schedule (total_steps - 1),
+  // total_steps itself when its torch value is kept, and the last step's after that, so the
+  // rate rests at its final value (never negative, never rising again).
+  double last = static_cast<double>(total_ - 1);
+  return phase_lr(keep_total_ ? where(s > static_cast<double>(total_), num(last), s)
+                              : minimum(s, num(last)));
+}
+Tensor OneCycleLR::phase_lr(const Tensor& s) const {
   Tensor result;
   double start_step = 0;
   // Phases from the last to the first: where(s <= end_i, phase i, later phases), as torch's

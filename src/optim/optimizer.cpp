@@ -3,6 +3,7 @@
 #include "cstorch/optim/optimizer.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <set>
 #include <tuple>
@@ -49,7 +50,10 @@ void Optimizer::setup(std::map<std::string, double> defaults) {
     }
     for (auto& [k, v] : defaults) g.options.emplace(k, v);
     CS_CHECK(g.options.count("lr"), "optimizer: parameter group {} has no learning rate 'lr'", gi);
-    CS_CHECK(g.options["lr"] >= 0, "optimizer: invalid learning rate {}", g.options["lr"]);
+    // (NaN fails too. The argument is named: it is what an override of the optimizer's block
+    // set, and cszoo names the override that set a key an error names.)
+    CS_CHECK(g.options["lr"] >= 0, "optimizer: invalid learning rate {} (lr must be >= 0)",
+             g.options["lr"]);
     runtime::SuspendTrace eager;
     g.lr = scalar_tensor(g.options["lr"], DType::f32);
     g.lr.set_name(fmt::format("param_groups.{}.lr", gi));
@@ -74,7 +78,7 @@ Tensor& Optimizer::hyper_tensor(size_t group, const std::string& key) {
   auto keys = schedulable_keys();
   CS_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(),
            "{}: hyper-parameter '{}' cannot be driven by a scheduler (this optimizer reads it as "
-           "a fixed number); schedulable keys: {}",
+           "a fixed number, or not at all); schedulable keys: {}",
            name(), key,
            keys.empty() ? std::string("none") : fmt::format("{}", fmt::join(keys, ", ")));
   ParamGroup& g = groups_[group];
@@ -96,7 +100,26 @@ double Optimizer::option(const ParamGroup& g, const std::string& key) const {
            key);
   auto it = g.options.find(key);
   CS_CHECK(it != g.options.end(), "{}: hyper-parameter '{}' is not set", name(), key);
+  note_traced_read(g, key);
   return it->second;
+}
+
+void Optimizer::note_traced_read(const ParamGroup& g, const std::string& key) const {
+  auto* ctx = runtime::TraceContext::current();
+  if (!ctx || groups_.empty()) return;
+  const ptrdiff_t gi = &g - groups_.data();
+  if (gi < 0 || gi >= static_cast<ptrdiff_t>(groups_.size())) return;  // not one of ours
+  const double v = g.options.at(key);
+  const size_t index = static_cast<size_t>(gi);
+  // Compared bit for bit: a NaN option would never equal itself and retrace every call.
+  ctx->note_setting(alive_, fmt::format("{}/{}/{}", static_cast<const void*>(this), gi, key),
+                    [this, index, key, v] {
+                      if (index >= groups_.size()) return false;
+                      const ParamGroup& now = groups_[index];
+                      auto it = now.options.find(key);
+                      return !now.tensors.count(key) && it != now.options.end() &&
+                             std::bit_cast<uint64_t>(it->second) == std::bit_cast<uint64_t>(v);
+                    });
 }
 
 Tensor Optimizer::hyper(const ParamGroup& g, const std::string& key) const {
@@ -380,8 +403,17 @@ void Optimizer::load_state_dict(const State& sd) {
       if (torch_execution_key(k) && !own.count(k)) continue;
       CS_CHECK(v.is_number() || v.is_bool(), "{}: param_groups.{}.{}: expected a number, got {}",
                who, gi, k, v.repr());
-      CS_CHECK(own.count(k), "{}: param_groups.{}.{}: unknown hyper-parameter for {}", who, gi, k,
-               name());
+      if (!own.count(k)) {
+        // Usually a dict of another kind of optimizer (a checkpoint of SGD resumed with Adam):
+        // said, with what the dict has, since the key alone did not say it.
+        std::vector<std::string> theirs;
+        for (const auto& key : gl[gi].keys())
+          if (key != "params") theirs.push_back(key);
+        fail(
+            "{}: param_groups.{}.{}: unknown hyper-parameter for {} (the dict's group has {}: "
+            "the state of another kind of optimizer? This one is {})",
+            who, gi, k, name(), fmt::join(theirs, ", "), name());
+      }
       options.emplace_back(gi, k, v.is_bool() ? (v.as_bool() ? 1.0 : 0.0) : v.as_double());
     }
   for (const auto& [gi, k, d] : options)

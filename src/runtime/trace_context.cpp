@@ -85,7 +85,14 @@ SuspendTrace::~SuspendTrace() {
 void TraceContext::note_mode(std::weak_ptr<const void> owner, const bool* flag, bool value) {
   for (const auto& m : modes_)
     if (m.flag == flag) return;
-  modes_.push_back({std::move(owner), flag, value});
+  modes_.push_back({std::move(owner), flag, value, {}, {}});
+}
+
+void TraceContext::note_setting(std::weak_ptr<const void> owner, std::string id,
+                                std::function<bool()> same) {
+  for (const auto& m : modes_)
+    if (m.same && m.id == id) return;
+  modes_.push_back({std::move(owner), nullptr, false, std::move(same), std::move(id)});
 }
 
 }  // namespace cstorch::runtime

@@ -3,7 +3,9 @@
 // inputs, read afresh at every execution; in-place updates of captured tensors become state
 // writes.
 #pragma once
+#include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -17,6 +19,12 @@ struct ModeRead {
   std::weak_ptr<const void> owner;
   const bool* flag = nullptr;
   bool value = false;
+  // A setting read another way (an optimizer's fixed hyper-parameter, folded into the graph as
+  // a constant): whether it still holds what the body read, instead of flag / value; `id`
+  // names it, so that it is noted once.
+  std::function<bool()> same;
+  std::string id;
+  bool unchanged() const { return same ? same() : *flag == value; }
 };
 
 struct Capture {
@@ -53,6 +61,9 @@ class TraceContext {
   // them, so a call after train()/eval() changed one traces the step again for the new mode
   // instead of replaying the other mode's graph.
   void note_mode(std::weak_ptr<const void> owner, const bool* flag, bool value);
+  // Another setting the body read (see ModeRead::same), noted once per `id`: the step is keyed
+  // by it as by a mode, so a call after it changed traces the step again.
+  void note_setting(std::weak_ptr<const void> owner, std::string id, std::function<bool()> same);
   const std::vector<ModeRead>& modes() const { return modes_; }
 
   static TraceContext* current();

@@ -57,7 +57,8 @@ struct Variant {
     for (auto& [w, g] : grad_after)
       if (auto impl = w.lock()) impl->grad = g;
   }
-  // The training modes the body read (a Dropout's), as they were when it ran.
+  // The training modes the body read (a Dropout's), and the other settings it read (an
+  // optimizer's fixed hyper-parameters), as they were when it ran.
   std::vector<runtime::ModeRead> modes;
   bool matches() const {
     for (auto& [w, had] : grad_presence) {
@@ -66,7 +67,7 @@ struct Variant {
     }
     for (const auto& m : modes) {
       auto owner = m.owner.lock();
-      if (owner && *m.flag != m.value) return false;
+      if (owner && !m.unchanged()) return false;
     }
     return true;
   }

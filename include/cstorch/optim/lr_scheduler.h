@@ -284,7 +284,15 @@ class CyclicLR final : public LRScheduler {
 
 // torch's OneCycleLR (momentum is not cycled): from initial_learning_rate up to max_lr over
 // pct_start of total_steps, then down to initial / final_div_factor (three_phase: back to the
-// initial rate first), annealing by "cos" or "linear". Past total_steps the value stays.
+// initial rate first), annealing by "cos" or "linear". Steps 0 .. total_steps - 1 are the
+// schedule, with torch's values. At s = total_steps (reached by one step() per batch for
+// total_steps batches) torch continues the last phase one step past its end: that value is kept
+// unless it is negative (linear annealing with a small final rate), when the value of step
+// total_steps - 1 is written instead. After total_steps (where torch raises) the value of step
+// total_steps - 1 is held, so the rate never goes negative or rises again. Arguments that give a
+// phase zero steps (pct_start * total_steps = 1; pct_start = 1; with three_phase,
+// 2 * pct_start * total_steps = total_steps + 1), for which torch raises ZeroDivisionError, are
+// an error.
 class OneCycleLR final : public LRScheduler {
  public:
   OneCycleLR(Target t, double initial_learning_rate, double max_lr, int64_t total_steps,
@@ -295,6 +303,8 @@ class OneCycleLR final : public LRScheduler {
   double initial_value() const override { return init_; }
 
  private:
+  // torch's value at step s (0 <= s <= total_steps).
+  Tensor phase_lr(const Tensor& s) const;
   struct Phase {
     double end_step, start_lr, end_lr;
   };
@@ -302,6 +312,7 @@ class OneCycleLR final : public LRScheduler {
   double init_;
   int64_t total_;
   bool cos_;
+  bool keep_total_ = false;  // torch's value at s = total_steps is not negative
 };
 
 // learning_rates[i] for milestones[i-1] <= s < milestones[i] (one more rate than milestones).

@@ -67,7 +67,9 @@ class Optimizer {
   // The 0-d f32 tensor that holds hyper-parameter `key` of `group` ("lr" is the lr tensor).
   // A key other than lr becomes tensor-held on the first call (a scheduler driving
   // weight_decay calls this); from then on step() reads the tensor, so writing it changes a
-  // compiled step without retracing. Optimizers read "lr" and "weight_decay" as tensors; asking
+  // compiled step without retracing (a key read as a fixed number is a constant of the
+  // compiled step: changing it traces the step again). Optimizers can read "lr" and
+  // "weight_decay" as tensors; asking
   // for a key this optimizer reads as a fixed number, or one the group does not have, is an
   // error naming the key and the group.
   Tensor& hyper_tensor(size_t group, const std::string& key);
@@ -103,7 +105,9 @@ class Optimizer {
   // of SGD with momentum loaded into SGD without gives it the momentum and its buffers (one
   // without momentum loaded into SGD with drops them). Everything is validated before anything
   // is written; errors name the key path that is wrong (a state no configuration of this kind
-  // of optimizer keeps, such as Adam's exp_avg given to SGD, is one).
+  // of optimizer keeps, such as Adam's exp_avg given to SGD, is one). A traced step that read
+  // a hyper-parameter the dict changes as a fixed number (momentum, an untensored weight_decay)
+  // is traced again at its next call, as after any other change of a group's options.
   void load_state_dict(const State& sd);
 
   // How state_dict() names and types hyper-parameters so that the dict matches torch.optim's.
@@ -157,6 +161,12 @@ class Optimizer {
 
  private:
   void setup(std::map<std::string, double> defaults);
+  // Inside a trace: keys the step by this fixed hyper-parameter (a constant in its graph), so
+  // that a step called after it changed (load_state_dict, an edit of the group's options, the
+  // key becoming tensor-held) is traced again instead of replaying the old value.
+  void note_traced_read(const ParamGroup& g, const std::string& key) const;
+  // Lives as long as this optimizer: what a trace's notes check before reading it.
+  std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);
   std::vector<ParamGroup> groups_;
   std::map<TensorImpl*, std::map<std::string, Tensor>> state_;
   std::vector<std::string> state_order_;  // state names in creation order
@@ -240,6 +250,9 @@ class Adafactor : public Optimizer {
     return {"exp_avg", "exp_avg_sq"};
   }
   std::string name() const override { return "Adafactor"; }
+  // With relative_step the rate is computed from the step count and lr is never read: a
+  // scheduler driving it is an error (it was accepted and changed nothing).
+  std::vector<std::string> schedulable_keys() const override;
 };
 
 // Adagrad (torch.optim.Adagrad).

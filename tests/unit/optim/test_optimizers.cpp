@@ -234,6 +234,11 @@ TEST(OptimizerStateDict, BadDictsNameTheKeyPath) {
   bad = sd;
   bad.at("param_groups")[0].set("nonsense", State(1.0));
   expect_error([&] { opt.load_state_dict(bad); }, {"param_groups.0.nonsense", "unknown"});
+  // Another kind of optimizer's dict says so (it named one key only).
+  optim::SGD sgd(ps, 0.1, 0.9);
+  expect_error([&] { opt.load_state_dict(sgd.state_dict()); },
+               {"unknown hyper-parameter for Adam (the dict's group has", "momentum", "nesterov",
+                "the state of another kind of optimizer? This one is Adam"});
 }
 
 // A dict from the same kind of optimizer under other hyper-parameters (a later phase turns
@@ -287,6 +292,50 @@ TEST(OptimizerStateDict, ADictWithOtherStateSwitchesContinuesAsSaved) {
   sd.at("param_groups")[0] = optim::Adam(ps).state_dict().at("param_groups")[0];
   optim::Adam adam(ps);
   expect_error([&] { adam.load_state_dict(sd); }, {"state.0.momentum_buffer", "no state"});
+}
+
+// A dict loaded after the step was traced: the hyper-parameters the compiled step holds as
+// constants (momentum, an untensored weight_decay) trace it again, so its replays give the eager
+// results (they went on with the old values: plain SGD, and no retrace). Each case: SGD(lr 0.1)
+// steps once, loads the dict of a configured SGD, then steps three times.
+TEST(OptimizerStateDict, ALoadAfterTracingTracesTheStepAgain) {
+  for (const Config& from : {Config{{"lr", 0.1}, {"momentum", 0.9}},
+                             Config{{"lr", 0.1}, {"weight_decay", 0.5}}, Config{{"lr", 0.1}}}) {
+    SCOPED_TRACE(from.dump());
+    auto src = params(1);
+    auto so = optim::configure_optimizer("SGD", src, from);
+    set_grads(src, 0);
+    so->step();
+    so->zero_grad();
+    const State sd = so->state_dict();
+    std::vector<std::vector<float>> result;
+    std::vector<int64_t> traces;
+    for (bool traced : {false, true}) {
+      auto ps = params(2);
+      auto o = optim::configure_optimizer("SGD", ps, Config{{"lr", 0.1}});
+      auto body = [&] {
+        sum(ps[0] * ps[0]).backward();
+        o->step();
+        o->zero_grad();
+      };
+      auto step = trace([&](const Tensor& x) {
+        body();
+        return x * 1.0;
+      });
+      auto run = [&] { traced ? (void)step(ones({1})) : body(); };
+      const int64_t t0 = runtime_stats().traces;
+      run();
+      synchronize();
+      o->load_state_dict(sd);
+      for (int s = 0; s < 3; ++s) run();
+      synchronize();
+      result.push_back(values(ps));
+      traces.push_back(runtime_stats().traces - t0);
+    }
+    EXPECT_EQ(result[0], result[1]);
+    // Traced again only where the dict changed a constant of the step.
+    EXPECT_EQ(traces[1], from.size() > 1 ? 2 : 1);
+  }
 }
 
 TEST(ConfigureOptimizer, EveryNameCaseInsensitiveWithAlias) {
@@ -426,6 +475,14 @@ TEST(ScheduledHyperParameters, WeightDecayTensorChangesACompiledStep) {
                {"'momentum' cannot be driven by a scheduler", "lr, weight_decay"});
   optim::Rprop rprop(params(1));
   expect_error([&] { rprop.hyper_tensor(0, "lr"); }, {"Rprop", "'lr'", "schedulable keys: none"});
+  // Adafactor's relative steps never read lr: a schedule of it was accepted and changed nothing.
+  auto relative = optim::configure_optimizer("Adafactor", params(1), Config::object());
+  expect_error(
+      [&] { optim::configure_lr_scheduler(*relative, Config(0.01)); },
+      {"Adafactor", "'lr' cannot be driven by a scheduler", "schedulable keys: weight_decay"});
+  auto fixed =
+      optim::configure_optimizer("Adafactor", params(1), {{"lr", 0.1}, {"relative_step", false}});
+  EXPECT_NO_THROW(optim::configure_lr_scheduler(*fixed, Config(0.01)));
 }
 
 }  // namespace

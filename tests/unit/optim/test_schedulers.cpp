@@ -1,6 +1,8 @@
 // Schedulers without a PyTorch counterpart against their closed-form formulas (computed here
-// in double), inside a traced step replayed 600 times; configure_lr_scheduler rules and
-// errors; state_dict; a weight-decay schedule.
+// in double), inside a traced step replayed 600 times; OneCycleLR's edges (arguments torch
+// cannot run, steps at and past total_steps) against values printed by torch; errors that
+// name the scheduler and argument; configure_lr_scheduler rules and errors; state_dict; a
+// weight-decay schedule.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -170,6 +172,196 @@ TEST(Schedulers, UserSchedulerStartsAtFirstUse) {
   EXPECT_NEAR(f.opt->param_groups()[0].lr.item<double>(), 1.0, 1e-7);
   h.step();
   EXPECT_NEAR(h.get_last_lr()[0], 0.5, 1e-7);
+}
+
+// Values below are torch 1.13's, printed by
+//   opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+//   s = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=T, pct_start=p,
+//                                           cycle_momentum=False, ...)
+//   r = [s.get_last_lr()[0]]; then opt.step(); s.step(); r.append(s.get_last_lr()[0]) per step
+// (initial_learning_rate here is torch's max_lr / div_factor, 0.1 / 25 = 0.004 by default).
+void expect_torch(double got, double want, const std::string& what) {
+  EXPECT_NEAR(got, want, 1e-6 * std::abs(want) + 1e-12) << what;
+}
+
+// The values at steps 0 .. n-1, stepping eagerly.
+std::vector<double> eager_values(ls::LRScheduler& s, int n) {
+  std::vector<double> r;
+  for (int i = 0; i < n; ++i) {
+    r.push_back(s.get_last_lr()[0]);
+    s.step();
+  }
+  return r;
+}
+
+// A phase of zero steps would make its rate 0/0 (NaN weights); torch raises ZeroDivisionError
+// for exactly these arguments, at construction (the first phase) or at step total_steps (the
+// last), so they are an error at construction. Phases of negative length, which torch runs,
+// are accepted.
+TEST(Schedulers, OneCycleLRRejectsAPhaseOfZeroStepsAsTorchDoes) {
+  Fixture f;
+  // pct_start * total_steps = 1: the rise ends where it starts (torch fails at step 0).
+  EXPECT_ERROR(ls::OneCycleLR(*f.opt, 0.01, 0.1, 4),
+               "OneCycleLR: pct_start 0.25 with total_steps 4 gives the rise from "
+               "initial_learning_rate to max_lr zero steps (it starts and ends at step 0)",
+               "PyTorch raises ZeroDivisionError", "pct_start * total_steps must not be 1");
+  EXPECT_ERROR(ls::OneCycleLR(*f.opt, 0.01, 0.1, 4, 0.25, 1e4, true, "linear"),
+               "pct_start 0.25 with total_steps 4 and three_phase gives the rise",
+               "pct_start * total_steps must not be 1");
+  EXPECT_ERROR(ls::OneCycleLR(*f.opt, 0.01, 0.1, 10, 0.1), "pct_start 0.1 with total_steps 10",
+               "pct_start * total_steps must not be 1");
+  // The last phase of zero steps (torch fails at step total_steps, the end of the documented
+  // loop of one step() per batch).
+  EXPECT_ERROR(ls::OneCycleLR(*f.opt, 0.01, 0.1, 4, 1.0),
+               "OneCycleLR: pct_start 1 with total_steps 4 gives the fall from max_lr to "
+               "initial_learning_rate / final_div_factor zero steps (it starts and ends at step 3)",
+               "pct_start must be below 1");
+  EXPECT_ERROR(ls::OneCycleLR(*f.opt, 0.01, 0.1, 4, 0.625, 1e4, true),
+               "pct_start 0.625 with total_steps 4 and three_phase gives the fall from "
+               "initial_learning_rate to initial_learning_rate / final_div_factor zero steps",
+               "2 * pct_start * total_steps must not be total_steps + 1 (5)");
+  EXPECT_ERROR(optim::configure_lr_scheduler(
+                   *f.opt, parse_config("{scheduler: OneCycle, initial_learning_rate: 0.01, "
+                                        "max_lr: 0.1, total_steps: 4}")),
+               "OneCycleLR: pct_start 0.25 with total_steps 4");
+
+  // Arguments torch runs although a phase is never reached or runs backwards: its values, up
+  // to and including step total_steps.
+  struct Case {
+    std::string name;
+    double pct_start;
+    bool three_phase;
+    std::vector<double> torch;  // steps 0 .. total_steps (4)
+  };
+  const std::vector<Case> cases = {
+      // pct_start * total_steps < 1: the rise is never reached.
+      {"pct_start 0.1",
+       0.1,
+       false,
+       {0.09330129698, 0.05868257415, 0.01786094807, 4e-07, 0.01786094807}},
+      // The last phase ends before it starts and is first reached at total_steps.
+      {"pct_start 0.7, three_phase",
+       0.7,
+       true,
+       {0.004, 0.06033511253, 0.0971052458, 0.028, 0.0010003}},
+      // The last phase is never reached.
+      {"pct_start 0.75, three_phase", 0.75, true, {0.004, 0.052, 0.1, 0.052, 0.004}},
+  };
+  for (const auto& c : cases) {
+    Fixture g;
+    ls::OneCycleLR s(*g.opt, 0.004, 0.1, 4, c.pct_start, 1e4, c.three_phase);
+    std::vector<double> got = eager_values(s, 7);
+    for (int i = 0; i < 5; ++i)
+      expect_torch(got[i], c.torch[i], c.name + ", step " + std::to_string(i));
+    // Past total_steps: the value of the last step, 3.
+    EXPECT_EQ(got[5], got[3]) << c.name;
+    EXPECT_EQ(got[6], got[3]) << c.name;
+  }
+}
+
+// Steps 0 .. total_steps - 1 are torch's; step total_steps is torch's unless that is negative
+// (then the last step's value); later steps (where torch raises) hold the last step's value,
+// never a negative one or one that rises again.
+TEST(Schedulers, OneCycleLRPastTotalStepsHoldsTheFinalRate) {
+  {
+    // three_phase, linear: torch's step 20 is -0.000444, so step 19's value stays.
+    Fixture f;
+    ls::OneCycleLR s(*f.opt, 0.004, 0.1, 20, 0.3, 1e4, true, "linear");
+    std::vector<double> got = eager_values(s, 23);
+    expect_torch(got[18], 0.0004448, "linear, step 18");
+    expect_torch(got[19], 4e-07, "linear, step 19");
+    for (int i = 20; i < 23; ++i) EXPECT_EQ(got[i], got[19]) << "linear, step " << i;
+  }
+  {
+    // cos: torch's step 20 continues the cosine back up to step 18's value; kept, then step
+    // 19's value from step 21 on.
+    Fixture f;
+    ls::OneCycleLR s(*f.opt, 0.004, 0.1, 20, 0.3);
+    std::vector<double> got = eager_values(s, 23);
+    expect_torch(got[18], 0.001253999376, "cos, step 18");
+    expect_torch(got[19], 4e-07, "cos, step 19");
+    expect_torch(got[20], 0.001253999376, "cos, step 20");
+    for (int i = 21; i < 23; ++i) EXPECT_EQ(got[i], got[19]) << "cos, step " << i;
+  }
+  {
+    // linear with a large final rate (div_factor 2.5, final_div_factor 1.25): torch's step 5 is
+    // below the final rate but not negative, so it is kept.
+    Fixture f;
+    ls::OneCycleLR s(*f.opt, 0.04, 0.1, 5, 0.4, 1.25, false, "linear");
+    std::vector<double> got = eager_values(s, 8);
+    const std::vector<double> torch = {0.04,          0.1,   0.07733333333,
+                                       0.05466666667, 0.032, 0.009333333333};
+    for (int i = 0; i < 6; ++i) expect_torch(got[i], torch[i], "step " + std::to_string(i));
+    EXPECT_EQ(got[6], got[4]);
+    EXPECT_EQ(got[7], got[4]);
+  }
+  // The same in a traced step, where the step is a tensor of the graph: 600 steps of a
+  // schedule of 400.
+  struct Case {
+    std::string name;
+    bool three_phase;
+    std::string anneal;
+    std::vector<double> torch;  // steps 0, 100, 250, 399, 400
+  };
+  const std::vector<Case> cases = {
+      {"three_phase linear",
+       true,
+       "linear",
+       {0.004, 0.08467226891, 0.003701893168, 4e-07, -2.444223602e-05}},
+      {"cos", false, "cos", {0.004, 0.09408711626, 0.05504059172, 4e-07, 3.547149676e-06}},
+  };
+  for (const auto& c : cases) {
+    Fixture f;
+    ls::OneCycleLR s(*f.opt, 0.004, 0.1, 400, 0.3, 1e4, c.three_phase, c.anneal);
+    std::vector<double> got = traced_values(f, s);
+    const int steps[] = {0, 100, 250, 399};
+    for (int i = 0; i < 4; ++i)
+      expect_torch(got[steps[i]], c.torch[i], c.name + ", step " + std::to_string(steps[i]));
+    if (c.torch[4] < 0)
+      EXPECT_EQ(got[400], got[399]) << c.name;
+    else
+      expect_torch(got[400], c.torch[4], c.name + ", step 400");
+    for (int i = 401; i < kSteps; ++i) {
+      EXPECT_EQ(got[i], got[399]) << c.name << ", step " << i;
+      if (got[i] != got[399]) break;
+    }
+  }
+}
+
+// A schedule length the base class checks (as total_iters) is named as the scheduler's own
+// argument, under the scheduler's name.
+TEST(Schedulers, LengthErrorsNameTheSchedulerAndItsArgument) {
+  Fixture f;
+  auto message = [](const std::function<void()>& fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(message([&] { ls::CosineAnnealingLR(*f.opt, 0.1, 0); }),
+            "CosineAnnealingLR: invalid T_max 0 (must be > 0)");
+  EXPECT_EQ(message([&] { ls::OneCycleLR(*f.opt, 0.01, 0.1, 0); }),
+            "OneCycleLR: invalid total_steps 0 (must be > 0)");
+  EXPECT_EQ(message([&] { ls::LinearLR(*f.opt, 0.1, 0.0, 0); }),
+            "LinearLR: invalid total_iters 0 (must be > 0)");
+  EXPECT_EQ(message([&] { ls::ConstantLR(*f.opt, 0.1, int64_t{0}); }),
+            "ConstantLR: invalid total_iters 0 (must be > 0)");
+  // From configuration, where the user wrote T_max or total_steps.
+  std::string m = message([&] {
+    optim::configure_lr_scheduler(
+        *f.opt, parse_config("{scheduler: CosineAnnealing, initial_learning_rate: 0.1, T_max: 0}"));
+  });
+  EXPECT_NE(m.find("CosineAnnealingLR: invalid T_max 0 (must be > 0)"), std::string::npos) << m;
+  EXPECT_EQ(m.find("total_iters"), std::string::npos) << m;
+  m = message([&] {
+    optim::configure_lr_scheduler(*f.opt,
+                                  parse_config("{scheduler: OneCycle, initial_learning_rate: "
+                                               "0.01, max_lr: 0.1, total_steps: 0}"));
+  });
+  EXPECT_NE(m.find("OneCycleLR: invalid total_steps 0 (must be > 0)"), std::string::npos) << m;
+  EXPECT_EQ(m.find("total_iters"), std::string::npos) << m;
 }
 
 TEST(ConfigureLRScheduler, NumberMapAndListRules) {
