@@ -5,7 +5,8 @@
 // closure, and the loop over the DataLoader that saves whenever `i % checkpoint_steps == 0`.
 // The model is a fully connected network on MNIST (synthetic digits are written to --data-dir
 // when it holds no MNIST files); what a script would fill in is a command-line option here.
-// Checkpoints are written as checkpoint_<i>.mdl into --model-dir.
+// Checkpoints are written as checkpoint_<step>.mdl into --model-dir (a resumed run's steps
+// count on from its checkpoint's).
 #include <cstorch/cstorch.h>
 #include <cstorch/data/mnist.h>
 #include <CLI/CLI.hpp>
@@ -120,14 +121,18 @@ int main(int argc, char** argv) {
     auto post_training_step = cs::step_closure(
         [](const cs::Tensor& loss) { fmt::print("Loss: {}\n", loss.item<float>()); });
 
+    // Checkpoints are named by the step that ran, counted over the runs: a resumed run goes on
+    // from the step after its checkpoint's (named from 0 again, it wrote over the checkpoints
+    // of the run it resumed, the one it started from included).
+    const int64_t first_step = checkpoint_path ? global_step + 1 : 0;
     int64_t i = 0;
     for (const cs::Batch& batch : dataloader) {
       auto loss = training_step(batch);
 
       post_training_step(loss);
 
-      // Can only save checkpoint on predetermined steps
-      if (i % checkpoint_steps == 0) save_checkpoint(i);
+      // Can only save checkpoint on predetermined steps (of this loop: i counts its batches)
+      if (i % checkpoint_steps == 0) save_checkpoint(first_step + i);
       ++i;
     }
   } catch (const cs::Error& e) {

@@ -95,7 +95,19 @@ void add_common(CLI::App* cmd, CommonOptions& o, bool params_positional) {
                   "Plugins: shared libraries (.so), or directories whose every *.so is loaded; "
                   "they register models, data processors, callbacks, devices "
                   "(--python_paths is the seed's name)");
-  cmd->add_option("--job_labels", o.job_labels, "key=value labels recorded with the run");
+  cmd->add_option("--job_labels", o.job_labels, "key=value labels recorded with the run")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            // The option takes every argument after it: an override placed there became a
+            // label (and the run ignored it), without a word.
+            return s.rfind("trainer.", 0) == 0 || s.rfind("trainer[", 0) == 0
+                       ? fmt::format(
+                             "'{}' is an override of the config, not a job label: the option "
+                             "takes every argument after it, so put overrides before it",
+                             s)
+                       : std::string();
+          },
+          "", "not_an_override"));
   cmd->add_option("--target_device", o.target_device, "CPU, GPU or CSX (overrides the config)");
   cmd->add_flag("--multireplica", o.multireplica,
                 "Data parallel over every process the launch provides (mpirun -np N): the "

@@ -10,13 +10,15 @@
 namespace modelzoo::detail {
 
 // num_workers and prefetch into `args`. num_workers 0 (PyTorch's "load in the main process",
-// common in ported configs) runs one worker: loading never runs on the training loop's
-// thread here. A negative count is an error naming its key path.
+// common in ported configs) runs the loader's default, one worker per replica
+// (cluster_config.num_workers_per_csx): loading never runs on the training loop's thread here,
+// and a count of 1 was too few for a multi-replica run. A negative count is an error naming its
+// key path.
 inline void add_loader_args(const ConfigView& a, cstorch::Config& args) {
   if (a.has("num_workers")) {
     const int64_t n = a.at("num_workers").as_int();
     if (n < 0) cstorch::fail("{}: must be 0 or more, got {}", a.child_path("num_workers"), n);
-    args["num_workers"] = std::max<int64_t>(n, 1);
+    if (n > 0) args["num_workers"] = n;
   }
   if (a.has("prefetch")) args["prefetch"] = a.at("prefetch").as_int();
 }

@@ -3,8 +3,11 @@
 // "TransformerDataProcessor" (keys and file layouts: docs/data.md). With `synthetic: true` (the
 // default) a data_dir without the split's files first gets the embedded synthetic corpus
 // (cstorch/data/text.h) written for the train and val splits.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+
+#include <fmt/ranges.h>
 
 #include "cstorch/data/dataset.h"
 #include "cstorch/data/text.h"
@@ -79,11 +82,48 @@ bool has_h5(const fs::path& dir) {
   return false;
 }
 
+// The files of a synthetic corpus's layout that `dir` holds already, by their names in it: of
+// both splits, `suffixes` (".bin" names train.bin and val.bin) and, with `h5_dirs`, every HDF5
+// file in train/ and val/.
+struct Layout {
+  std::vector<std::string> suffixes;
+  bool h5_dirs = false;
+};
+std::vector<std::string> layout_files(const fs::path& dir, const Layout& l) {
+  std::vector<std::string> r;
+  std::error_code ec;
+  for (const std::string split : {"train", "val"}) {
+    for (const auto& s : l.suffixes)
+      if (fs::exists(dir / (split + s), ec)) r.push_back(split + s);
+    if (l.h5_dirs && fs::is_directory(dir / split, ec))
+      for (auto& e : fs::directory_iterator(dir / split, ec)) {
+        const auto ext = e.path().extension().string();
+        if (ext == ".h5" || ext == ".hdf5") r.push_back(split + "/" + e.path().filename().string());
+      }
+  }
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
 // Writes the synthetic data with `write` when `present()` is false: once, whichever processes
-// (replicas, separate runs) or processors name the same folder at the same time.
+// (replicas, separate runs) or processors name the same folder at the same time. Only into a
+// folder that holds none of the corpus's files (`layout`): the writers write both splits, and
+// wrote over a user's files there (a train.src without its train.tgt) or beside them (a user's
+// train/*.h5 then read with the synthetic train/data_0.h5 when the val split was missing).
 template <class Present, class Write>
-void ensure(const Common& c, const ConfigView& a, const char* what, Present present, Write write) {
+void ensure(const Common& c, const ConfigView& a, const char* what, const Layout& layout,
+            Present present, Write write) {
   cs::data::write_once(c.dir, present, [&] {
+    if (c.synthetic && (c.split == "train" || c.split == "val")) {
+      const auto there = layout_files(c.dir, layout);
+      if (!there.empty())
+        cs::fail(
+            "{}: '{}' has no {} files for split '{}' but holds {}: the synthetic corpus is "
+            "written only into a folder without any of its files (it would write over them or "
+            "mix with them). Give the split's files (docs/data.md lists them), point data_dir "
+            "at another folder, or remove these (an interrupted synthetic write?)",
+            a.child_path("data_dir"), c.dir, what, c.split, fmt::join(there, ", "));
+    }
     if (!c.synthetic)
       cs::fail(
           "{}: no {} files for split '{}' in '{}' (set synthetic: true to generate the "
@@ -120,7 +160,7 @@ MODELZOO_REGISTER(data_processors, "GptHDF5DataProcessor",
                     int64_t vocab = detail::optional_vocab_size(a);
                     fs::path dir = fs::path(c.dir) / c.split;
                     ensure(
-                        c, a, "GPT HDF5", [&] { return has_h5(dir); },
+                        c, a, "GPT HDF5", Layout{{".bin"}, true}, [&] { return has_h5(dir); },
                         [&] { cs::data::write_synthetic_gpt_data(c.dir, msl); });
                     cs::data::GptDataOptions d{.hdf5_files = {dir.string()},
                                                .max_sequence_length = msl,
@@ -139,7 +179,8 @@ MODELZOO_REGISTER(data_processors, "GptFlatTokenDataProcessor",
                     int64_t vocab = detail::optional_vocab_size(a);
                     fs::path file = fs::path(c.dir) / (c.split + ".bin");
                     ensure(
-                        c, a, "flat token", [&] { return fs::exists(file); },
+                        c, a, "flat token", Layout{{".bin"}, true},
+                        [&] { return fs::exists(file); },
                         [&] { cs::data::write_synthetic_gpt_data(c.dir, msl); });
                     cs::data::GptDataOptions d{.flat_file = file.string(),
                                                .token_type = token_type(a),
@@ -161,7 +202,7 @@ MODELZOO_REGISTER(data_processors, "BertDataProcessor", [](const ConfigView& a) 
     cs::fail("{}: must be in (0, 1), got {}", a.child_path("mlm_probability"), p);
   fs::path dir = fs::path(c.dir) / c.split;
   ensure(
-      c, a, "BERT", [&] { return has_h5(dir); },
+      c, a, "BERT", Layout{{}, true}, [&] { return has_h5(dir); },
       [&] { cs::data::write_synthetic_bert_data(c.dir, msl); });
   cs::data::BertDataOptions d{.files = {dir.string()},
                               .max_sequence_length = msl,
@@ -205,7 +246,7 @@ MODELZOO_REGISTER(data_processors, "T5DataProcessor", [](const ConfigView& a) ->
         tokens);
   fs::path file = fs::path(c.dir) / (c.split + ".bin");
   ensure(
-      c, a, "T5 token", [&] { return fs::exists(file); },
+      c, a, "T5 token", Layout{{".bin"}, false}, [&] { return fs::exists(file); },
       [&] { cs::data::write_synthetic_t5_data(c.dir); });
   d.file = file.string();
   return loader(c, [d, o = c.loader](const cs::Config& args, const cs::utils::data::WorkerInfo& w) {
@@ -228,7 +269,7 @@ MODELZOO_REGISTER(data_processors, "TransformerDataProcessor",
                     d.source_file = base.string() + ".src";
                     d.target_file = base.string() + ".tgt";
                     ensure(
-                        c, a, "translation",
+                        c, a, "translation", Layout{{".src", ".tgt"}, false},
                         [&] { return fs::exists(d.source_file) && fs::exists(d.target_file); },
                         [&] { cs::data::write_synthetic_translation_data(c.dir); });
                     auto corpus = cs::data::load_parallel_corpus(d);

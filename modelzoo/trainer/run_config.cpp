@@ -1,4 +1,6 @@
 // run_config: every trainer phase of a YAML config, in order.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 
@@ -153,12 +155,38 @@ void run_config(const Config& root, Mode mode, const RunOverrides& o) {
   r.check_keys({"trainer"});
   ConfigView t = r.at("trainer");
   if (t.value().is_array()) {
+    if (t.size() == 0)
+      t.error(
+          "an empty list of trainers: nothing to run (give one trainer, a map with init and "
+          "fit / validate / validate_all, or a list of them)");
     // Every phase's sections are checked before the first phase runs: a mistake in a later
-    // phase was found only when it started, after the earlier phases had trained.
+    // phase was found only when it started, after the earlier phases had trained. So are the
+    // phases' devices: one process has backends of one type only.
+    std::string first_type;
     for (size_t i = 0; i < t.size(); ++i) {
       ConfigView entry = t.at(i);
       entry.check_keys({"trainer"});
-      check_phase(entry.at("trainer"), mode);
+      ConfigView phase = entry.at("trainer");
+      check_phase(phase, mode);
+      const ConfigView init = phase.at("init");
+      if (init.has("device") && init.has("backend"))
+        init.error(
+            "backend and device are mutually exclusive arguments of Trainer. Please only "
+            "provide one or the other");
+      const bool has_backend = init.has("backend") && init.at("backend").has("backend_type");
+      const std::string key = has_backend ? "backend.backend_type" : "device";
+      std::string type = has_backend          ? init.at("backend").at("backend_type").as_string()
+                         : init.has("device") ? init.at("device").as_string()
+                                              : "CPU";
+      std::transform(type.begin(), type.end(), type.begin(),
+                     [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
+      if (i == 0)
+        first_type = type;
+      else if (type != first_type)
+        cstorch::fail(
+            "{}: Cannot instantiate multiple backends. A backend with type {} has already been "
+            "instantiated.",
+            init.child_path(key), first_type);
     }
     for (size_t i = 0; i < t.size(); ++i) {
       ConfigView entry = t.at(i);

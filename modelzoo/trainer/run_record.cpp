@@ -143,7 +143,7 @@ void Trainer::begin_run(const char* mode, const std::string& ckpt_path) {
   }
   fs::path dir = fs::path(model_dir_) / "run_records";
   fs::create_directories(dir);
-  static const std::regex re("run_([0-9]+)\\.yaml");
+  static const std::regex re("run_([0-9]{1,9})\\.yaml");  // (longer: not a record of ours)
   int64_t next = 1;
   for (const auto& e : fs::directory_iterator(dir)) {
     std::smatch m;

@@ -103,6 +103,11 @@ static std::shared_ptr<cstorch::Backend> make_backend(const ConfigView& init) {
     o.compile_dir = b.get_string("compile_dir", o.compile_dir);
     o.compile_only = b.get_bool("compile_only", false);
     o.validate_only = b.get_bool("validate_only", false);
+    if (o.compile_only && o.validate_only)
+      b.error(
+          "compile_only and validate_only are mutually exclusive (compile_only compiles the "
+          "steps without running them, validate_only only traces and checks them); set one "
+          "(--compile_only and --validate_only set them from the command line)");
     if (b.has("cluster_config")) {
       ConfigView c = b.at("cluster_config");
       c.check_keys({"num_csx", "max_wgt_servers", "max_act_per_csx", "num_workers_per_csx",
@@ -225,6 +230,7 @@ void Trainer::check_init_config(const ConfigView& init) {
 Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backend)
     : impl_(std::make_unique<Impl>()) {
   init.check_keys(kInitKeys);
+  const bool code_form = backend != nullptr;  // (`backend` is moved from below)
   if (backend) {
     // A backend object (the code form): its cluster_config as it is now, so a change between
     // two Trainers takes effect.
@@ -237,9 +243,17 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
     backend_ = make_backend(init);
   }
   model_dir_ = init.get_string("model_dir", "./model_dir");
+  {
+    // Said here with its key (the first logger to create it said only that it could not).
+    std::error_code ec;
+    if (fs::exists(model_dir_, ec) && !fs::is_directory(model_dir_, ec))
+      cstorch::fail("{}: '{}' exists and is not a directory", init.child_path("model_dir"),
+                    model_dir_);
+  }
   // Where this trainer's compile_only / validate_only reports go: the YAML backend's
-  // artifact_dir, else MODEL_DIR/cerebras_logs; a backend object keeps its own.
-  if (backend)
+  // artifact_dir, else MODEL_DIR/cerebras_logs; a backend object keeps its own (tested on the
+  // moved-from argument, it never did).
+  if (code_form)
     impl_->artifact_dir = backend_->options().artifact_dir;
   else if (init.has("backend") && init.at("backend").has("artifact_dir"))
     impl_->artifact_dir = init.at("backend").at("artifact_dir").as_string();
@@ -611,7 +625,8 @@ std::vector<std::pair<int64_t, std::string>> Trainer::checkpoints() const {
   std::vector<std::pair<int64_t, std::string>> r;
   std::error_code ec;
   if (!fs::is_directory(model_dir_, ec)) return r;
-  static const std::regex re("checkpoint_([0-9]+)\\.mdl");
+  // At most 18 digits: a longer number is no step of this project's (it would not fit int64).
+  static const std::regex re("checkpoint_([0-9]{1,18})\\.mdl");
   for (const auto& e : fs::directory_iterator(model_dir_)) {
     std::smatch m;
     std::string name = e.path().filename().string();
@@ -856,7 +871,9 @@ void Trainer::write_run_metadata() {
                           {"processes", cstorch::distributed::world_size()},
                           {"replicas", replicas_},
                           {"optimizer_shards", num_shards_},
-                          {"artifact_dir", o.artifact_dir},
+                          // Where this trainer's reports go (the backend's own default
+                          // was recorded, where none were written).
+                          {"artifact_dir", impl_->artifact_dir},
                           {"compile_dir", o.compile_dir},
                           {"cluster_config",
                            {{"num_csx", c.num_csx},
@@ -1001,12 +1018,19 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     remove_stale_temp_checkpoints(model_dir_);
     // Checkpoints of a later step than the one this run starts from: another run's.
     std::vector<std::pair<int64_t, std::string>> later_checkpoints;
-    if (ckpt_path) {
-      load_checkpoint(*ckpt_path);
+    auto note_later_checkpoints = [&] {
       for (const auto& [step, path] : checkpoints())
         if (step > global_step_)
           later_checkpoints.emplace_back(step, fs::path(path).filename().string());
-    } else if (ckpt_.autoload_last_checkpoint) {
+    };
+    if (ckpt_path) {
+      load_checkpoint(*ckpt_path);
+      note_later_checkpoints();
+    } else if (!ckpt_.autoload_last_checkpoint) {
+      // A fresh start in a model_dir that holds another run's checkpoints: as for a resume
+      // from an earlier checkpoint, they must not be written over.
+      note_later_checkpoints();
+    } else {
       auto found = checkpoints();
       if (!found.empty()) {
         try {
@@ -1029,8 +1053,24 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
     // (Not for a run that is complete already: it reads no data.)
     const bool complete = loop_.max_steps && global_step_ >= *loop_.max_steps;
     if (pending_loader_state_ && pending_loader_state_->is_map() &&
-        pending_loader_state_->contains(kReplicaMismatchKey))
-      cstorch::fail("{}", pending_loader_state_->at(kReplicaMismatchKey).as_string());
+        pending_loader_state_->contains(kReplicaMismatchKey)) {
+      // The data positions of another replica count map to none of this run's. An implicit
+      // resume (the latest checkpoint of model_dir) is refused; a checkpoint named explicitly
+      // (fine-tuning, or going on with another replica count) gives its weights and optimizer
+      // state, its data starting afresh (there was no way to continue at all).
+      const std::string why = pending_loader_state_->at(kReplicaMismatchKey).as_string();
+      if (!ckpt_path)
+        cstorch::fail(
+            "{}, or name the checkpoint (--checkpoint_path, or fit.ckpt_path) to go on from its "
+            "weights and optimizer state with the data from the start",
+            why);
+      if (cstorch::distributed::is_main_process())
+        fmt::print(stderr,
+                   "warning: {}: the checkpoint was named, so its weights and optimizer state "
+                   "are loaded and the data start from the beginning\n",
+                   why.substr(0, why.find("; resume with")));
+      pending_loader_state_.reset();
+    }
     if (pending_loader_state_ && !complete) restore_data_position(*train, *pending_loader_state_);
     pending_loader_state_.reset();
     if (replicas_ > 1) {
@@ -1079,11 +1119,16 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       std::vector<std::string> names;
       for (const auto& [step, name] : later_checkpoints) names.push_back(name);
       cstorch::fail(
-          "model_dir '{}' holds checkpoints past step {} ({}) of the run this checkpoint comes "
-          "from, and this run trains to step {}: it would write its checkpoints among them{}. "
-          "Train into another model_dir (-o DIR, or trainer.init.model_dir), or move them away",
-          model_dir_, global_step_, fmt::join(names, ", "), global_step_ + total,
-          over.empty() ? std::string() : fmt::format(", over {}", fmt::join(over, ", ")));
+          "model_dir '{}' holds checkpoints past step {} ({}) of {}, and this run trains to step "
+          "{}: it would write its checkpoints among them{}. Train into another model_dir (-o "
+          "DIR, or trainer.init.model_dir), or move them away{}",
+          model_dir_, global_step_, fmt::join(names, ", "),
+          ckpt_path ? "the run this checkpoint comes from"
+                    : "another run (checkpoint.autoload_last_checkpoint is false: this run "
+                      "starts afresh)",
+          global_step_ + total,
+          over.empty() ? std::string() : fmt::format(", over {}", fmt::join(over, ", ")),
+          ckpt_path ? "" : "; or resume from the latest of them (autoload_last_checkpoint: true)");
     }
     if (!later_checkpoints.empty() && cstorch::distributed::is_main_process()) {
       // Said, since the next fit without a checkpoint path resumes from the latest of them.
@@ -1241,13 +1286,10 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       // A training step that failed when it ran ("step N: traced step 'train_step' failed: ...",
       // from the executor, which runs behind the loop) did not complete, nor did the steps
       // queued after it: the run ended at step N - 1, whatever the loop had counted.
-      long long failed = 0;
-      int used = 0;
-      const char* msg = e.what();
-      if (std::sscanf(msg, "step %lld: %n", &failed, &used) == 1 && used > 0 &&
-          (std::strncmp(msg + used, "traced step 'train_step' failed", 31) == 0 ||
-           std::strncmp(msg + used, "traced step 'accumulate_step' failed", 36) == 0))
-        global_step_ = std::clamp<int64_t>(failed - 1, start_step, global_step_);
+      if (const auto* se = dynamic_cast<const cstorch::StepError*>(&e);
+          se &&
+          (se->job() == "traced step 'train_step'" || se->job() == "traced step 'accumulate_step'"))
+        global_step_ = std::clamp<int64_t>(se->step() - 1, start_step, global_step_);
       each([&](Callback& c) { c.on_train_exception(*this, e); });
       throw;
     }
@@ -1359,6 +1401,9 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       report_dry_run(*backend_, before, "validation");
       each([&](Callback& c) { c.on_validate_end(*this); });
       model_->train(was_training);
+      // (A validation of its own ends its record here: left 'running' before, and validate_all
+      // then wrote one record for all its checkpoints.)
+      if (own_record) end_run(finished_status(bo));
       return 0;
     }
     // eval/loss weighs each batch's loss by what the loss averages over (Model::loss_weight:

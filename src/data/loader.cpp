@@ -259,6 +259,14 @@ DataLoader::DataLoader(InputFn fn, Config args) : fn_(std::move(fn)), args_(std:
       per_csx = b->options().cluster_config.num_workers_per_csx;
     int64_t total = workers_arg ? *workers_arg : static_cast<int64_t>(per_csx) * num_replicas_;
     CS_CHECK(total <= 1024, "DataLoader: num_workers must be in 1..1024, got {}", total);
+    // Said by where the count came from: the advice named num_workers_per_csx also when the
+    // loader's own num_workers (which it does not change) set it.
+    if (workers_arg)
+      CS_CHECK(total >= num_replicas_,
+               "DataLoader: {} replicas need at least {} input workers (one per replica), got {}; "
+               "the loader's num_workers is the workers of all replicas together: set it to {} "
+               "or more, or leave it out (num_workers_per_csx per replica)",
+               num_replicas_, num_replicas_, total, num_replicas_);
     total_workers_ = static_cast<int>(total);
     worker_ids_ = distributed::workers_of_replica(total_workers_, num_replicas_, replica_);
     num_workers_ = static_cast<int>(worker_ids_.size());

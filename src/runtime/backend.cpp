@@ -77,6 +77,11 @@ void validate(const ClusterConfig& c) {
 }  // namespace
 
 Backend::Backend(DeviceType type, BackendOptions opts) : type_(type), opts_(std::move(opts)) {
+  // (Both set ran validate_only and was reported as compile_only.)
+  CS_CHECK(!(opts_.compile_only && opts_.validate_only),
+           "backend: compile_only and validate_only are mutually exclusive (compile_only "
+           "compiles the steps without running them, validate_only only traces and checks "
+           "them); set one");
   validate(opts_.cluster_config);
   device_ = Device{type_ == DeviceType::CSX ? DeviceType::CPU : type_, 0};
   if (type_ == DeviceType::GPU) {

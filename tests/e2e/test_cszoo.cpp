@@ -227,6 +227,12 @@ TEST(CszooE2E, OverridesAndRunFlags) {
                      "'trainer.init.optimizer.SGD.momentum=-5')"),
             std::string::npos)
       << out;
+  // (The learning rate's error named no argument, and no override was blamed.)
+  out = error_of("trainer.init.optimizer.SGD.lr=-1");
+  EXPECT_NE(out.find("invalid learning rate -1 (lr must be >= 0) (set by the override "
+                     "'trainer.init.optimizer.SGD.lr=-1')"),
+            std::string::npos)
+      << out;
   out = error_of("trainer.init.optimizer.SGD.lrr=0.1");
   EXPECT_NE(out.find("unknown argument 'lrr'"), std::string::npos) << out;
   EXPECT_NE(out.find("(set by the override 'trainer.init.optimizer.SGD.lrr=0.1')"),
@@ -408,6 +414,27 @@ TEST(CszooE2E, ValidationSemanticsAndDryRuns) {
   out = run(kCszoo + " validate " + cfg + " --num_csx 2", &st);
   ASSERT_EQ(st, 0) << out;
   EXPECT_NE(out.find("warning: --num_csx 2 is ignored in evaluation"), std::string::npos) << out;
+  // Dry runs of validate and validate_all end their run records as fit's do, one record per
+  // checkpoint (they were left 'running', and validate_all wrote one for all its checkpoints).
+  const fs::path vdir = root / "validate_dry";
+  out = run(kCszoo + " validate " + cfg + " --compile_only -o " + vdir.string(), &st);
+  ASSERT_EQ(st, 0) << out;
+  std::string rec = cstorch::testing::read_file(vdir / "run_records" / "run_0001.yaml");
+  EXPECT_NE(rec.find("status: \"compiled only\""), std::string::npos) << rec;
+  std::ofstream(cfg, std::ios::app)
+      << "  validate_all:\n    val_dataloaders: {data_processor: MNISTDataProcessor, data_dir: "
+      << data.string() << ", split: test, batch_size: 50, synthetic: false}\n";
+  out = run(kCszoo + " validate_all " + cfg + " --validate_only -o " + (root / "legacy").string(),
+            &st);
+  ASSERT_EQ(st, 0) << out;
+  int validated_only = 0, running = 0;
+  for (const auto& e : fs::directory_iterator(root / "legacy" / "run_records")) {
+    rec = cstorch::testing::read_file(e.path());
+    validated_only += rec.find("status: \"validated only\"") != std::string::npos;
+    running += rec.find("status: \"running\"") != std::string::npos;
+  }
+  EXPECT_EQ(validated_only, 2) << out;  // checkpoint_3.mdl and checkpoint_4.mdl
+  EXPECT_EQ(running, 0) << out;
   fs::remove_all(root);
 }
 
@@ -532,6 +559,16 @@ TEST(CszooE2E, ConfigErrorsNameTheKeyPath) {
   out = run(kCszoo + " fit " + (root / "bad.yaml").string() + " --plugin_paths nope.so", &st);
   EXPECT_EQ(st, 1);
   EXPECT_NE(out.find("plugin path 'nope.so' does not exist (relative to the working directory '"),
+            std::string::npos)
+      << out;
+  // An override after --job_labels was taken as a label, and the run ignored it.
+  out = run(kCszoo + " fit " + (root / "bad.yaml").string() +
+                " --job_labels team=a trainer.init.loop.max_steps=2",
+            &st);
+  EXPECT_NE(st, 0);
+  EXPECT_NE(out.find("'trainer.init.loop.max_steps=2' is an override of the config, not a job "
+                     "label: the option takes every argument after it, so put overrides before "
+                     "it"),
             std::string::npos)
       << out;
   fs::remove_all(root);

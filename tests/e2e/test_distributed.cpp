@@ -211,10 +211,21 @@ TEST(DistributedE2E, CheckpointAndResumeMatchUninterrupted) {
                 ckpt("resumed", 20).string(),
             &st);
   EXPECT_EQ(st, 0) << out;
-  // A 2-replica checkpoint cannot silently resume as 1 replica (its data positions).
+  // A 2-replica checkpoint cannot silently resume as 1 replica (its data positions); named
+  // explicitly it gives its weights, the data starting afresh (there was no way to go on).
   out = run(kCszoo + " fit " + write_config({.name = "resumed", .max_steps = 30}), &st);
   EXPECT_EQ(st, 1) << out;
   EXPECT_NE(out.find("data positions of 2 replicas, this run has 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("or name the checkpoint (--checkpoint_path"), std::string::npos) << out;
+  out = run(kCszoo + " fit " + write_config({.name = "one_replica", .max_steps = 25}) +
+                " --checkpoint_path " + ckpt("resumed", 20).string(),
+            &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("warning: checkpoint 'dataloader': it holds the data positions of 2 "
+                     "replicas, this run has 1: the checkpoint was named"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(fs::exists(ckpt("one_replica", 25))) << out;
 }
 
 TEST(DistributedE2E, TooFewWorkersAndTooFewProcesses) {

@@ -78,7 +78,9 @@ TEST(TrainingLoops, FullTrainingSavesAtTheConfiguredStepsAndResumes) {
       (std::vector<std::string>{"checkpoint_0.mdl", "checkpoint_25.mdl", "checkpoint_50.mdl"}));
 
   // Resume from a checkpoint (a relative path is read from model_dir): the scheduler and the
-  // optimizer continue where step 50 left them.
+  // optimizer continue where step 50 left them, and the steps are counted on from it (named from
+  // 0 again, the resumed run wrote over checkpoint_0.mdl).
+  const std::string before = cstorch::testing::read_file(s.dir / "md" / "checkpoint_0.mdl");
   out = run(s.env + bin("full_training") +
                 " --model-dir md --data-dir data --num-steps 3 --checkpoint-steps 2 "
                 "--checkpoint-path checkpoint_50.mdl --batch-size 32" +
@@ -87,7 +89,10 @@ TEST(TrainingLoops, FullTrainingSavesAtTheConfiguredStepsAndResumes) {
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("Loaded checkpoint_50.mdl (global step 50)"), std::string::npos) << out;
   EXPECT_EQ(numbers_after(out, "Loss: ").size(), 3u) << out;
-  EXPECT_TRUE(fs::exists(s.dir / "md" / "checkpoint_2.mdl")) << out;
+  EXPECT_EQ(files_in(s.dir / "md"),
+            (std::vector<std::string>{"checkpoint_0.mdl", "checkpoint_25.mdl", "checkpoint_50.mdl",
+                                      "checkpoint_51.mdl", "checkpoint_53.mdl"}));
+  EXPECT_EQ(cstorch::testing::read_file(s.dir / "md" / "checkpoint_0.mdl"), before);
 
   out = run(s.env + bin("full_evaluation") +
                 " --model-dir md --data-dir data --checkpoint checkpoint_50.mdl --num-steps 5",

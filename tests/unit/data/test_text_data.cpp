@@ -587,6 +587,41 @@ TEST(TextProcessors, WritesTheCorpusOnFirstUseAndReportsKeyErrors) {
                {"train_dataloader.split", "'test'", "train and val"});
 }
 
+// The synthetic corpus is written only into a folder holding none of its files: it wrote over a
+// user's train.src when train.tgt was missing, and beside a user's train/*.h5 (read together
+// with them from then on) when the val split was missing.
+TEST(TextProcessors, TheSyntheticCorpusNeverWritesOverOrBesideAUsersFiles) {
+  auto bytes = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const fs::path tx = root() / "users_translation";
+  fs::create_directories(tx);
+  std::ofstream(tx / "train.src") << "5 6 7\n";
+  cs::Config t = {{"data_processor", "TransformerDataProcessor"},
+                  {"data_dir", tx.string()},
+                  {"batch_size", 2},
+                  {"vocab_size", 512}};
+  expect_error([&] { processor(t); }, {"train_dataloader.data_dir",
+                                       "no translation files for "
+                                       "split 'train' but holds train.src",
+                                       "another folder"});
+  EXPECT_EQ(bytes(tx / "train.src"), "5 6 7\n");
+  EXPECT_FALSE(fs::exists(tx / "train.tgt"));
+  const fs::path gh = root() / "users_gpt_h5";
+  fs::create_directories(gh / "train");
+  std::ofstream(gh / "train" / "mine.h5") << "not read";
+  cs::Config g = {{"data_processor", "GptHDF5DataProcessor"},
+                  {"data_dir", gh.string()},
+                  {"split", "val"},
+                  {"batch_size", 2},
+                  {"max_sequence_length", 32}};
+  expect_error([&] { processor(g); },
+               {"no GPT HDF5 files for split 'val' but holds train/mine.h5"});
+  EXPECT_FALSE(fs::exists(gh / "train" / "data_0.h5"));
+  EXPECT_FALSE(fs::exists(gh / "val"));
+}
+
 // The demo configs' data sections build loaders over the default synthetic corpus whose
 // vocabulary matches the model's vocab_size (no sequence too long, no id out of range).
 TEST(TextProcessors, DemoConfigsDataSectionsLoad) {

@@ -73,11 +73,18 @@ TEST(Distributed, DataLoaderFeedsItsReplicaFromItsWorkers) {
   EXPECT_EQ(batch, 4);  // 9 = 5 + 4
   // Worker 1 of 3 takes rows 1, 4, 7, ...
   EXPECT_EQ(b->at("x").to_vector<float>(), (std::vector<float>{1, 4, 7, 10}));
-  EXPECT_NE(error_of([&] {
-              cs::utils::data::DataLoader l2(
-                  fn, {{"batch_size", 9}, {"num_workers", 1}, {"num_replicas", 2}, {"replica", 0}});
-            }).find("2 replicas need at least 2 input workers"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        cs::utils::data::DataLoader l2(
+            fn, {{"batch_size", 9}, {"num_workers", 1}, {"num_replicas", 2}, {"replica", 0}});
+      })
+          .find("2 replicas need at least 2 input workers (one per replica), got 1; the "
+                "loader's num_workers is the workers of all replicas together: set it to 2 or "
+                "more, or leave it out"),
+      std::string::npos);
+  // Without num_workers (a ported config's num_workers: 0 leaves it out): one worker a replica.
+  cs::utils::data::DataLoader l3(fn, {{"batch_size", 9}, {"num_replicas", 2}, {"replica", 1}});
+  EXPECT_EQ(l3.num_workers(), 1);
 }
 
 TEST(Distributed, OneProcessIsAGroupOfOne) {

@@ -849,3 +849,31 @@ TEST(TrainerCheckpoints, ResumingFromAnEarlierCheckpointKeepsItAndNamesTheLaterO
   EXPECT_EQ(checkpoint_steps(t2), (std::vector<int64_t>{10, 15, 20, 30}));
   fs::remove_all(dir);
 }
+
+// A fresh start (checkpoint.autoload_last_checkpoint: false) in a model_dir holding another run's
+// checkpoints is refused as a resume from an earlier checkpoint is: it wrote over them (and
+// their run's metrics) without a word.
+TEST(TrainerCheckpoints, AFreshStartAmongAnotherRunsCheckpointsIsRefused) {
+  auto dir = cs::testing::temp_dir("fresh", test_name());
+  {
+    Config c = init_config(dir, "");
+    c["checkpoint"] = {{"steps", 10}};
+    c["loop"] = {{"max_steps", 20}};
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(small(4));
+  }
+  std::ifstream f(dir / "checkpoint_10.mdl", std::ios::binary);
+  const std::string before(std::istreambuf_iterator<char>(f), {});
+  Config c = init_config(dir, "");
+  c["checkpoint"] = {{"steps", 10}, {"autoload_last_checkpoint", false}};
+  c["loop"] = {{"max_steps", 20}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  cs::testing::expect_error([&] { t.fit(small(4)); },
+                            {"holds checkpoints past step 0 (checkpoint_10.mdl, checkpoint_20.mdl) "
+                             "of another run (checkpoint.autoload_last_checkpoint is false",
+                             "trains to step 20", "over checkpoint_10.mdl, checkpoint_20.mdl",
+                             "another model_dir", "autoload_last_checkpoint: true"});
+  std::ifstream g(dir / "checkpoint_10.mdl", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(g), {}), before);
+  fs::remove_all(dir);
+}

@@ -208,6 +208,23 @@ TEST(TrainerConfig, ErrorsNameTheKeyPath) {
   EXPECT_EQ(timeout_err("0").substr(0, key.size() + 36),
             key + "must be a positive number of seconds");
   EXPECT_EQ(timeout_err("ten"), key + "expected a number, got \"ten\"");
+  // A model_dir that is a file: said with its key (a logger said it could not create it).
+  Config file_dir = init_config();
+  const std::string f = file_dir["model_dir"].get<std::string>() + ".file";
+  std::ofstream(f) << "x";
+  file_dir["model_dir"] = f;
+  EXPECT_EQ(error_of([&] { modelzoo::Trainer t(ConfigView(file_dir, "trainer.init")); }),
+            "trainer.init.model_dir: '" + f + "' exists and is not a directory");
+  // Both dry-run switches: refused (validate_only ran, reported as compile_only).
+  Config both = init_config();
+  both.erase("device");
+  both["backend"] =
+      cs::parse_config("{backend_type: CSX, compile_only: true, validate_only: true}");
+  EXPECT_EQ(error_of([&] { modelzoo::Trainer t(ConfigView(both, "trainer.init")); })
+                .rfind("trainer.init.backend: compile_only and validate_only are mutually "
+                       "exclusive",
+                       0),
+            0u);
 }
 
 TEST(TrainerConfig, RunConfigErrorsNamePhases) {
@@ -219,6 +236,27 @@ TEST(TrainerConfig, RunConfigErrorsNamePhases) {
                 .find("trainer[0].trainer.fit.train_dataloader.data_processor: unknown data "
                       "processor 'Nope'"),
             std::string::npos);
+  // An empty list runs nothing: an error, not a silent success.
+  EXPECT_EQ(error_of([] {
+              modelzoo::run_config({{"trainer", Config::array()}}, modelzoo::Mode::Fit);
+            }).rfind("trainer: an empty list of trainers: nothing to run", 0),
+            0u);
+  // Phases on different devices, or with both device and backend, are refused before the
+  // first phase runs (they were found when the later phase started, after the first trained).
+  Config fit = {{"train_dataloader", {{"data_processor", "Nope"}}}};
+  Config first = init_config(), second = init_config();
+  first["device"] = "CPU";
+  second.erase("device");
+  second["backend"] = {{"backend_type", "CSX"}};
+  Config two = {{"trainer", Config::array({{{"trainer", {{"init", first}, {"fit", fit}}}},
+                                           {{"trainer", {{"init", second}, {"fit", fit}}}}})}};
+  EXPECT_EQ(error_of([&] { modelzoo::run_config(two, modelzoo::Mode::Fit); }),
+            "trainer[1].trainer.init.backend.backend_type: Cannot instantiate multiple backends. "
+            "A backend with type CPU has already been instantiated.");
+  two["trainer"][1]["trainer"]["init"]["device"] = "CSX";
+  EXPECT_EQ(error_of([&] { modelzoo::run_config(two, modelzoo::Mode::Fit); }),
+            "trainer[1].trainer.init: backend and device are mutually exclusive arguments of "
+            "Trainer. Please only provide one or the other");
 }
 
 TEST(Trainer, HooksFireInOrder) {
@@ -678,4 +716,20 @@ TEST(Trainer, CodeFormTakesABackendObject) {
   };
   EXPECT_EQ(workers(dir1), 1);
   EXPECT_EQ(workers(dir2), 2);
+  // The record names where this trainer's reports go: the backend object's artifact_dir.
+  std::ifstream in(std::filesystem::path(dir1) / "run_metadata.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["artifact_dir"].get<std::string>(),
+            backend->options().artifact_dir);
+}
+
+// A trainer built from YAML records MODEL_DIR/cerebras_logs, where its reports go (it recorded
+// the backend's default, ./cerebras_logs).
+TEST(Trainer, RunMetadataNamesWhereTheReportsGo) {
+  Config c = init_config();
+  const std::string dir = c["model_dir"].get<std::string>();
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  t.fit(tiny(4));
+  std::ifstream in(std::filesystem::path(dir) / "run_metadata.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["artifact_dir"].get<std::string>(),
+            (std::filesystem::path(dir) / "cerebras_logs").string());
 }
