@@ -198,7 +198,10 @@ std::string stored_zip(const std::vector<std::pair<std::string, std::string>>& m
     u16(o, v >> 16);
   };
   std::string out, dir;
-  for (const auto& [name, data] : members) {
+  for (const auto& member : members) {
+    // (Named, not bound: clang 15 does not capture structured bindings in lambdas.)
+    const std::string& name = member.first;
+    const std::string& data = member.second;
     const uint32_t crc = static_cast<uint32_t>(
         crc32(0, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
     const uint32_t offset = static_cast<uint32_t>(out.size());
