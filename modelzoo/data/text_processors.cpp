@@ -73,12 +73,15 @@ cs::data::TokenType token_type(const ConfigView& a) {
   cs::fail("{}: must be uint16, int32, uint32 or int64, got '{}'", a.child_path("token_dtype"), t);
 }
 
+bool is_h5_name(const fs::path& p) {
+  const auto ext = p.extension().string();
+  return ext == ".h5" || ext == ".hdf5";
+}
+
 bool has_h5(const fs::path& dir) {
   if (!fs::is_directory(dir)) return false;
-  for (auto& e : fs::directory_iterator(dir)) {
-    auto ext = e.path().extension().string();
-    if (e.is_regular_file() && (ext == ".h5" || ext == ".hdf5")) return true;
-  }
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file() && is_h5_name(e.path())) return true;
   return false;
 }
 
@@ -96,10 +99,8 @@ std::vector<std::string> layout_files(const fs::path& dir, const Layout& l) {
     for (const auto& s : l.suffixes)
       if (fs::exists(dir / (split + s), ec)) r.push_back(split + s);
     if (l.h5_dirs && fs::is_directory(dir / split, ec))
-      for (auto& e : fs::directory_iterator(dir / split, ec)) {
-        const auto ext = e.path().extension().string();
-        if (ext == ".h5" || ext == ".hdf5") r.push_back(split + "/" + e.path().filename().string());
-      }
+      for (auto& e : fs::directory_iterator(dir / split, ec))
+        if (is_h5_name(e.path())) r.push_back(split + "/" + e.path().filename().string());
   }
   std::sort(r.begin(), r.end());
   return r;

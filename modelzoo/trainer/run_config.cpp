@@ -7,6 +7,7 @@
 #include "cstorch/distributed.h"
 #include "modelzoo/interrupt.h"
 #include "modelzoo/trainer.h"
+#include "modelzoo/trainer/trainer_impl.h"
 
 namespace modelzoo {
 
@@ -169,10 +170,7 @@ void run_config(const Config& root, Mode mode, const RunOverrides& o) {
       ConfigView phase = entry.at("trainer");
       check_phase(phase, mode);
       const ConfigView init = phase.at("init");
-      if (init.has("device") && init.has("backend"))
-        init.error(
-            "backend and device are mutually exclusive arguments of Trainer. Please only "
-            "provide one or the other");
+      if (init.has("device") && init.has("backend")) init.error(kDeviceAndBackendError);
       const bool has_backend = init.has("backend") && init.at("backend").has("backend_type");
       const std::string key = has_backend ? "backend.backend_type" : "device";
       std::string type = has_backend          ? init.at("backend").at("backend_type").as_string()

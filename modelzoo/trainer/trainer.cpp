@@ -90,10 +90,7 @@ static auto with_path(const std::string& path, F&& body) {
 
 static std::shared_ptr<cstorch::Backend> make_backend(const ConfigView& init) {
   const bool has_device = init.has("device"), has_backend = init.has("backend");
-  if (has_device && has_backend)
-    cstorch::fail(
-        "backend and device are mutually exclusive arguments of Trainer. Please only provide "
-        "one or the other");
+  if (has_device && has_backend) cstorch::fail("{}", kDeviceAndBackendError);
   if (has_backend) {
     ConfigView b = init.at("backend");
     b.check_keys({"backend_type", "cluster_config", "artifact_dir", "compile_dir", "compile_only",
@@ -234,10 +231,7 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
   if (backend) {
     // A backend object (the code form): its cluster_config as it is now, so a change between
     // two Trainers takes effect.
-    if (init.has("device") || init.has("backend"))
-      cstorch::fail(
-          "backend and device are mutually exclusive arguments of Trainer. Please only provide "
-          "one or the other");
+    if (init.has("device") || init.has("backend")) cstorch::fail("{}", kDeviceAndBackendError);
     backend_ = std::move(backend);
   } else {
     backend_ = make_backend(init);

@@ -12,6 +12,12 @@
 
 namespace modelzoo {
 
+// A Trainer's init given both a device and a backend (the YAML and code forms, and the run
+// config's check before any phase runs).
+inline constexpr char kDeviceAndBackendError[] =
+    "backend and device are mutually exclusive arguments of Trainer. Please only provide one or "
+    "the other";
+
 struct Trainer::Impl {
   std::vector<std::shared_ptr<CoreCallback>> core;
   std::shared_ptr<MultiLogger> loggers;
