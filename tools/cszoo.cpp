@@ -12,12 +12,14 @@
 //
 // Exit status: 0 on success; 1 on an error (printed as "error: ..."); diff exits 2 when the
 // checkpoints differ (like diff(1)); verify exits 2 when a tensor is damaged.
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include "cstorch/checkpoint.h"
@@ -99,6 +101,19 @@ int main(int argc, char** argv) {
   int status = 0;
   modelzoo::set_command_line(argc, argv);
   for (const auto& reg : kCommandGroups) reg(app, status);
+  // A first word that names no command: CLI11 would say only "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+      names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      std::fputs(fmt::format("error: unknown command '{}' (commands: {}; cszoo --help says more)\n",
+                             argv[1], fmt::join(names, ", "))
+                     .c_str(),
+                 stderr);
+      return 1;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

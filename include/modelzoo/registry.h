@@ -20,17 +20,35 @@
 
 namespace modelzoo {
 
+namespace detail {
+// The shared library load_plugins is loading now (its static initialisers are registering), or
+// null outside a load.
+const std::string* loading_plugin();
+// A registration error inside a plugin's static initialisers: kept, and raised by load_plugins
+// once the library's load returned (an exception thrown through the loader's own frames would
+// end the process or leave the loader locked).
+void defer_plugin_error(std::string message);
+}  // namespace detail
+
 template <class T>
 class Registry {
  public:
   using Factory = std::function<T(const ConfigView& args)>;
   explicit Registry(std::string what) : what_(std::move(what)) {}
 
-  // Registers `name`; registering a name twice is an error.
+  // Registers `name`; registering a name twice is an error naming where each came from (built
+  // in, or the plugin file).
   void add(const std::string& name, Factory f) {
     auto key = cstorch::ascii_lower(name);
-    CS_CHECK(!entries_.count(key), "{} '{}' is registered twice", what_, name);
-    entries_[key] = {name, std::move(f)};
+    const std::string* plugin = detail::loading_plugin();
+    const std::string from = plugin ? fmt::format("plugin '{}'", *plugin) : "built in";
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      std::string message = fmt::format("{} '{}' is registered twice: by {} and by {}", what_, name,
+                                        it->second.origin, from);
+      if (plugin) return detail::defer_plugin_error(std::move(message));
+      cstorch::fail("{}", message);
+    }
+    entries_[key] = {name, std::move(f), from};
   }
   bool contains(const std::string& name) const {
     return entries_.count(cstorch::ascii_lower(name)) > 0;
@@ -38,7 +56,7 @@ class Registry {
   // Registered names, sorted.
   std::vector<std::string> names() const {
     std::vector<std::string> r;
-    for (const auto& [k, v] : entries_) r.push_back(v.first);
+    for (const auto& [k, v] : entries_) r.push_back(v.name);
     return r;
   }
   // Builds `name` with `args`; `where` is the key path of the name for error messages.
@@ -47,17 +65,23 @@ class Registry {
     if (it == entries_.end())
       cstorch::fail("{}: unknown {} '{}' (registered: {})", where, what_, name,
                     fmt::join(names(), ", "));
-    return it->second.second(args);
+    return it->second.factory(args);
   }
 
  private:
   std::string what_;
-  std::map<std::string, std::pair<std::string, Factory>> entries_;
+  struct Entry {
+    std::string name;  // as registered
+    Factory factory;
+    std::string origin;  // "built in" or "plugin 'PATH'"
+  };
+  std::map<std::string, Entry> entries_;
 };
 
 // Loads each path: a shared library itself, or every shared library (*.so) of a directory, in
 // name order. A path that is neither, or a library that fails to load, is an error naming it
-// and the loader's message. Returns the paths loaded.
+// and the loader's message; so is a library registering a name already registered (built in or
+// by an earlier library), naming both. Returns the paths loaded.
 std::vector<std::string> load_plugins(const std::vector<std::string>& paths);
 
 }  // namespace modelzoo

@@ -9,6 +9,20 @@
 
 namespace modelzoo {
 
+namespace {
+// Plugins load on the thread that calls load_plugins; their registrations run inside dlopen.
+thread_local const std::string* g_loading = nullptr;
+thread_local std::vector<std::string>* g_errors = nullptr;
+}  // namespace
+
+const std::string* detail::loading_plugin() {
+  return g_loading;
+}
+
+void detail::defer_plugin_error(std::string message) {
+  if (g_errors) g_errors->push_back(std::move(message));
+}
+
 std::vector<std::string> load_plugins(const std::vector<std::string>& dirs) {
   namespace fs = std::filesystem;
   std::vector<std::string> loaded;
@@ -31,8 +45,14 @@ std::vector<std::string> load_plugins(const std::vector<std::string>& dirs) {
     std::sort(libs.begin(), libs.end());
     for (const auto& lib : libs) {
       // RTLD_GLOBAL: a plugin may depend on symbols of a plugin loaded before it.
+      std::vector<std::string> errors;
+      g_loading = &lib;
+      g_errors = &errors;
       void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
+      g_loading = nullptr;
+      g_errors = nullptr;
       if (!h) cstorch::fail("cannot load plugin '{}': {}", lib, dlerror());
+      if (!errors.empty()) cstorch::fail("plugin '{}': {}", lib, fmt::join(errors, "; "));
       loaded.push_back(lib);
     }
   }

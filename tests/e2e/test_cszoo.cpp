@@ -165,6 +165,29 @@ TEST(CszooE2E, OverridesAndRunFlags) {
             std::string::npos)
       << out;
 
+  // A first word that names no command says so, listing the commands.
+  out = run(kCszoo + " frobnicate " + cfg, &st);
+  EXPECT_EQ(st, 1) << out;
+  EXPECT_NE(out.find("error: unknown command 'frobnicate' (commands: fit, validate, validate_all, "
+                     "plot, run, checkpoint, generate; cszoo --help says more)"),
+            std::string::npos)
+      << out;
+
+  // Two plugins registering the same name: an error naming both files (a copy of one plugin
+  // under another name loads again and registers its callback again). The registration runs
+  // inside the loader, where an exception thrown would end the process.
+  const fs::path dup = root / "dup_plugins";
+  fs::create_directories(dup);
+  fs::copy_file(kPlugins + "/sleep_plugin.so", dup / "a.so");
+  fs::copy_file(kPlugins + "/sleep_plugin.so", dup / "b.so");
+  out = run(kCszoo + " fit " + cfg + " --python_paths " + dup.string(), &st);
+  EXPECT_EQ(st, 1) << out;
+  EXPECT_NE(out.find(fmt::format("plugin '{0}/b.so': callback 'SleepEachStep' is registered "
+                                 "twice: by plugin '{0}/a.so' and by plugin '{0}/b.so'",
+                                 dup.string())),
+            std::string::npos)
+      << out;
+
   // Overrides set a key of the file and create one it lacks (eval_frequency).
   out = run(kCszoo + " fit " + cfg + " trainer.init.loop.max_steps=4 " +
                 "trainer.init.loop.eval_frequency=2 -o " + (root / "a").string(),
