@@ -366,9 +366,11 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
       }
     }
     // An error at an overridden key says what set it (the file does not hold that value): the
-    // last override of the key or of a key above it (which replaced it whole), or of an
-    // argument directly under it that the message names (an optimizer's or a scheduler's
-    // errors name its block: "...optimizer.SGD: SGD: invalid momentum -5").
+    // last override of the key or of a key above it (which replaced it whole), or of a key under
+    // it whose first component below the error's key the message names (an optimizer's or a
+    // scheduler's errors name its block: "...optimizer.SGD: SGD: invalid momentum -5"; an
+    // override that adds a second optimizer, trainer.init.optimizer.AdamW.lr=..., makes the
+    // block's "expected one entry" error, which names AdamW).
     auto under = [](const std::string& path, const std::string& top) {
       return path.size() >= top.size() && path.compare(0, top.size(), top) == 0 &&
              (path.size() == top.size() ||
@@ -377,8 +379,8 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
     auto named_argument = [&](const std::string& kp) {
       if (kp.size() <= key.size() + 1 || kp.compare(0, key.size() + 1, key + ".") != 0)
         return false;
-      const std::string arg = kp.substr(key.size() + 1);
-      if (arg.find_first_of(".[") != std::string::npos) return false;
+      std::string arg = kp.substr(key.size() + 1);
+      arg = arg.substr(0, arg.find_first_of(".["));
       const auto word = [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
       };

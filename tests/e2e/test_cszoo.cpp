@@ -261,6 +261,16 @@ TEST(CszooE2E, OverridesAndRunFlags) {
   EXPECT_NE(out.find("(set by the override 'trainer.init.optimizer.SGD.lrr=0.1')"),
             std::string::npos)
       << out;
+  // An override naming another optimizer adds it beside the file's: the block's error says
+  // which override did.
+  out = error_of("trainer.init.optimizer.AdamW.lr=0.001");
+  EXPECT_NE(out.find("error: trainer.init.optimizer: expected one entry of the form {Name: "
+                     "{arguments}}"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("(set by the override 'trainer.init.optimizer.AdamW.lr=0.001')"),
+            std::string::npos)
+      << out;
   out = error_of("trainer.init.optimizer.SGD.lr=0.2 trainer.init.optimizer.SGD.momentum=-5");
   EXPECT_NE(out.find("(set by the override 'trainer.init.optimizer.SGD.momentum=-5')"),
             std::string::npos)
