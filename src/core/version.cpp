@@ -1,5 +1,7 @@
 #include "cstorch/version.h"
 
+#include "cstorch_git_commit.h"  // generated at build time (cmake/git_commit.cmake)
+
 namespace cstorch {
 
 const char* version() {
