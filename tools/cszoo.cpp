@@ -14,7 +14,9 @@
 // checkpoints differ (like diff(1)); verify exits 2 when a tensor is damaged.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cstorch/checkpoint.h"
+#include "cstorch/config.h"
 #include "cstorch/core/error.h"
 #include "cstorch/version.h"
 #include "modelzoo/cli.h"
@@ -65,6 +68,17 @@ void register_checkpoint(CLI::App& app, int& status) {
   convert->add_option("input", conv_in, "Checkpoint to read (any format)")->required();
   convert->add_option("output", conv_out, "File to write")->required();
   convert->callback([&status] {
+    // save() writes HDF5 for any other name; asked for a conversion, a name whose extension
+    // says no format (pytorch_model.bin, x.ckpt) is more likely a mistake than a wish for HDF5.
+    const std::string ext =
+        cstorch::ascii_lower(std::filesystem::path(conv_out).extension().string());
+    static const char* const kKnown[] = {".mdl", ".h5", ".hdf5", ".pt", ".pth", ".safetensors"};
+    if (std::find(std::begin(kKnown), std::end(kKnown), ext) == std::end(kKnown))
+      cstorch::fail(
+          "checkpoint convert: cannot tell the output format from '{}' (extension '{}'): name "
+          "it .mdl or .h5 (HDF5), .pt or .pth (PyTorch's torch.save format, which Hugging Face "
+          "names .bin), or .safetensors",
+          conv_out, ext);
     cstorch::convert_checkpoint(conv_in, conv_out);
     std::printf("wrote %s (%s)\n", conv_out.c_str(),
                 cstorch::checkpoint_format_name(cstorch::checkpoint_format_for_path(conv_out)));
@@ -84,6 +98,35 @@ void register_checkpoint(CLI::App& app, int& status) {
   });
 }
 
+// The error for a command word that names no command of the group it is given to (`cszoo
+// frobnicate`, `cszoo checkpoint frob`), or for a group given none (`cszoo`, `cszoo checkpoint`),
+// or "":
+// CLI11 would say only "A subcommand is required".
+std::string unknown_command(CLI::App& app, int argc, char** argv) {
+  CLI::App* group = &app;
+  std::string words = "cszoo";
+  for (int i = 1;; ++i) {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : group->get_subcommands([](CLI::App*) { return true; }))
+      names.push_back(sub->get_name());
+    if (names.empty()) return "";
+    const std::string what =
+        group == &app ? std::string("commands") : fmt::format("{} commands", group->get_name());
+    if (i >= argc)
+      return fmt::format("error: '{}' needs a command ({}: {}; {} --help says more)\n", words, what,
+                         fmt::join(names, ", "), words);
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') return "";
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      const std::string given = words == "cszoo" ? word : words.substr(6) + " " + word;
+      return fmt::format("error: unknown command '{}' ({}: {}; {} --help says more)\n", given, what,
+                         fmt::join(names, ", "), words);
+    }
+    group = group->get_subcommand(word);
+    words += " " + word;
+  }
+}
+
 const std::vector<RegisterCommands> kCommandGroups = {
     modelzoo::register_cszoo_commands, register_checkpoint, modelzoo::register_generate_command};
 
@@ -101,18 +144,9 @@ int main(int argc, char** argv) {
   int status = 0;
   modelzoo::set_command_line(argc, argv);
   for (const auto& reg : kCommandGroups) reg(app, status);
-  // A first word that names no command: CLI11 would say only "A subcommand is required".
-  if (argc > 1 && argv[1][0] != '-') {
-    std::vector<std::string> names;
-    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
-      names.push_back(sub->get_name());
-    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
-      std::fputs(fmt::format("error: unknown command '{}' (commands: {}; cszoo --help says more)\n",
-                             argv[1], fmt::join(names, ", "))
-                     .c_str(),
-                 stderr);
-      return 1;
-    }
+  if (const std::string bad = unknown_command(app, argc, argv); !bad.empty()) {
+    std::fputs(bad.c_str(), stderr);
+    return 1;
   }
   try {
     app.parse(argc, argv);

@@ -136,6 +136,31 @@ TEST(CheckpointE2E, CszooCheckpointCommands) {
   out = run(kCszoo + " checkpoint diff " + a + " " + b, &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("identical"), std::string::npos) << out;
+  // An output name whose extension names no format is refused, not written as HDF5; nothing
+  // is written.
+  const std::string bin = (dir / "pytorch_model.bin").string();
+  out = run(kCszoo + " checkpoint convert " + a + " " + bin, &status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("error: checkpoint convert: cannot tell the output format from '" + bin +
+                     "' (extension '.bin'): name it .mdl or .h5 (HDF5), .pt or .pth"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(bin));
+  // A word that names no checkpoint command, and none at all.
+  out = run(kCszoo + " checkpoint frob " + a, &status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("error: unknown command 'checkpoint frob' (checkpoint commands: info, diff, "
+                     "convert, verify; cszoo checkpoint --help says more)"),
+            std::string::npos)
+      << out;
+  out = run(kCszoo + " checkpoint", &status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("error: 'cszoo checkpoint' needs a command (checkpoint commands: info, "),
+            std::string::npos)
+      << out;
+  out = run(kCszoo, &status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("error: 'cszoo' needs a command (commands: fit, "), std::string::npos) << out;
   save(State::map({{"model", State::map({{"fc.weight", full({3, 2}, 0.5)}})}, {"step", 5}}), b);
   out = run(kCszoo + " checkpoint diff " + a + " " + b, &status);
   EXPECT_EQ(status, 2) << out;
