@@ -65,9 +65,24 @@ std::string resolve(const Loading& l, const std::string& p) {
   return (fs::path(l.dir) / p).string();
 }
 
+// Fails at `v` unless `p` (resolved) exists; a relative path says where it was looked for (a
+// config run from another folder than the one its data paths assume is the usual cause).
+void check_exists(const ConfigView& v, const std::string& p) {
+  std::error_code ec;
+  if (fs::exists(p, ec)) return;
+  std::string where;
+  if (fs::path(p).is_relative())
+    where = fmt::format(" (a relative path: read from the working directory '{}')",
+                        fs::current_path(ec).string());
+  v.error(fmt::format("'{}' does not exist{}", p, where));
+}
+
 std::vector<std::string> paths(const Loading& l, const ConfigView& v) {
   std::vector<std::string> out;
-  for (const auto& p : v.as_string_list()) out.push_back(resolve(l, p));
+  for (const auto& p : v.as_string_list()) {
+    out.push_back(resolve(l, p));
+    check_exists(v, out.back());
+  }
   if (out.empty()) v.error("lists no files");
   return out;
 }
@@ -289,7 +304,7 @@ MODELZOO_REGISTER(
       std::string vocab = resolve(l, a.at("vocab_file").as_string());
       std::string merges = resolve(l, a.at("merges_file").as_string());
       for (const auto& [key, f] : {std::pair{"vocab_file", vocab}, {"merges_file", merges}})
-        if (!fs::is_regular_file(f)) a.at(key).error(fmt::format("'{}' does not exist", f));
+        check_exists(a.at(key), f);
       auto tok = cs::data::BpeTokenizer::from_files(vocab, merges);
       std::string eos = a.get_string("eos_token", "<|endoftext|>");
       int64_t eos_id = tok.token_to_id(eos);

@@ -17,6 +17,8 @@
 #include <string>
 #include <tuple>
 
+#include <fmt/format.h>
+
 #include "e2e/e2e_util.h"
 
 namespace fs = std::filesystem;
@@ -91,6 +93,30 @@ TEST(YourOwnData, GuideQuotesTheShippedConfigs) {
         << "the guide's copy of configs/" << name << ".yaml differs from the file";
   }
   EXPECT_EQ(blocks.size(), 4u) << "a config the guide quotes is not run by this test";
+}
+
+// A shipped config run from a folder without its data (the paths are relative): the error names
+// the key, the file and the folder it was looked for in, before anything is built.
+TEST(YourOwnData, AMissingRelativeFileNamesTheWorkingDirectory) {
+  const fs::path dir = e2e::temp_dir("cstorch_e2e_own", "missing");
+  const std::string real = fs::canonical(dir).string();
+  for (auto [name, key, file] : {std::tuple{"fc_csv", "files", "data/tabular/train.csv"},
+                                 {"fc_npz", "file", "data/tabular/train.npz"},
+                                 {"gpt2_jsonl", "files", "data/jsonl/train.jsonl"}}) {
+    SCOPED_TRACE(name);
+    int status = 0;
+    const std::string out =
+        e2e::run("cd " + dir.string() + " && " + CSTORCH_BINARY_DIR + "/cszoo fit " +
+                     (kSource / "configs" / name).string() + ".yaml -o model_dir",
+                 &status);
+    EXPECT_EQ(status, 1) << out;
+    EXPECT_NE(out.find(fmt::format("error: trainer.fit.train_dataloader.{}: '{}' does not exist "
+                                   "(a relative path: read from the working directory '{}')",
+                                   key, file, real)),
+              std::string::npos)
+        << out;
+  }
+  fs::remove_all(dir);
 }
 
 // Measured (60 steps, batch 32): step-5 loss 1.335, mean of steps 50-60 0.366 for each format
