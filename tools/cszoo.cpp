@@ -14,9 +14,7 @@
 // checkpoints differ (like diff(1)); verify exits 2 when a tensor is damaged.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -25,7 +23,6 @@
 #include <CLI/CLI.hpp>
 
 #include "cstorch/checkpoint.h"
-#include "cstorch/config.h"
 #include "cstorch/core/error.h"
 #include "cstorch/version.h"
 #include "modelzoo/cli.h"
@@ -68,17 +65,6 @@ void register_checkpoint(CLI::App& app, int& status) {
   convert->add_option("input", conv_in, "Checkpoint to read (any format)")->required();
   convert->add_option("output", conv_out, "File to write")->required();
   convert->callback([&status] {
-    // save() writes HDF5 for any other name; asked for a conversion, a name whose extension
-    // says no format (pytorch_model.bin, x.ckpt) is more likely a mistake than a wish for HDF5.
-    const std::string ext =
-        cstorch::ascii_lower(std::filesystem::path(conv_out).extension().string());
-    static const char* const kKnown[] = {".mdl", ".h5", ".hdf5", ".pt", ".pth", ".safetensors"};
-    if (std::find(std::begin(kKnown), std::end(kKnown), ext) == std::end(kKnown))
-      cstorch::fail(
-          "checkpoint convert: cannot tell the output format from '{}' (extension '{}'): name "
-          "it .mdl or .h5 (HDF5), .pt or .pth (PyTorch's torch.save format, which Hugging Face "
-          "names .bin), or .safetensors",
-          conv_out, ext);
     cstorch::convert_checkpoint(conv_in, conv_out);
     std::printf("wrote %s (%s)\n", conv_out.c_str(),
                 cstorch::checkpoint_format_name(cstorch::checkpoint_format_for_path(conv_out)));
@@ -100,11 +86,11 @@ void register_checkpoint(CLI::App& app, int& status) {
 
 // The error for a command word that names no command of the group it is given to (`cszoo
 // frobnicate`, `cszoo checkpoint frob`), or for a group given none (`cszoo`, `cszoo checkpoint`),
-// or "":
-// CLI11 would say only "A subcommand is required".
+// or "" (CLI11 would say only "A subcommand is required").
 std::string unknown_command(CLI::App& app, int argc, char** argv) {
   CLI::App* group = &app;
-  std::string words = "cszoo";
+  std::string words = "cszoo";  // the command line so far
+  std::string given;            // its command words, without "cszoo"
   for (int i = 1;; ++i) {
     std::vector<std::string> names;
     for (const CLI::App* sub : group->get_subcommands([](CLI::App*) { return true; }))
@@ -117,11 +103,10 @@ std::string unknown_command(CLI::App& app, int argc, char** argv) {
                          fmt::join(names, ", "), words);
     const std::string word = argv[i];
     if (word.empty() || word[0] == '-') return "";
-    if (std::find(names.begin(), names.end(), word) == names.end()) {
-      const std::string given = words == "cszoo" ? word : words.substr(6) + " " + word;
+    given += (given.empty() ? "" : " ") + word;
+    if (std::find(names.begin(), names.end(), word) == names.end())
       return fmt::format("error: unknown command '{}' ({}: {}; {} --help says more)\n", given, what,
                          fmt::join(names, ", "), words);
-    }
     group = group->get_subcommand(word);
     words += " " + word;
   }

@@ -87,7 +87,9 @@ State load_safetensors(const std::string& path, std::optional<Device> map_locati
 // Returns how many were removed.
 int remove_stale_checkpoint_temp_files(const std::string& dir);
 
-// Loads `in` (any format) and saves it to `out` (format by extension).
+// Loads `in` (any format) and saves it to `out` (format by extension). Errors: an empty path,
+// `in` and `out` the same file, and an `out` whose extension names no format (anything but .mdl,
+// .h5, .hdf5, .pt, .pth, .safetensors), which save() alone would write as HDF5.
 void convert_checkpoint(const std::string& in, const std::string& out);
 
 // One tensor of a checkpoint: its flattened dotted key ("model.fc1.weight", list elements by

@@ -379,8 +379,8 @@ void run_common(const CommonOptions& o, Mode mode, std::string legacy_mode, bool
     auto named_argument = [&](const std::string& kp) {
       if (kp.size() <= key.size() + 1 || kp.compare(0, key.size() + 1, key + ".") != 0)
         return false;
-      std::string arg = kp.substr(key.size() + 1);
-      arg = arg.substr(0, arg.find_first_of(".["));
+      const std::string rest = kp.substr(key.size() + 1);
+      const std::string arg = rest.substr(0, rest.find_first_of(".["));
       const auto word = [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
       };

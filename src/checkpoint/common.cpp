@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -668,11 +669,22 @@ const char* checkpoint_format_name(CheckpointFormat f) {
   return "?";
 }
 
-CheckpointFormat checkpoint_format_for_path(const std::string& path) {
-  std::string ext = ascii_lower(std::filesystem::path(path).extension().string());
+namespace {
+std::string extension_of(const std::string& path) {
+  return ascii_lower(std::filesystem::path(path).extension().string());
+}
+// The format `path`'s extension names, if it names one.
+std::optional<CheckpointFormat> format_named_by(const std::string& path) {
+  const std::string ext = extension_of(path);
   if (ext == ".pt" || ext == ".pth") return CheckpointFormat::PyTorch;
   if (ext == ".safetensors") return CheckpointFormat::SafeTensors;
-  return CheckpointFormat::HDF5;
+  if (ext == ".mdl" || ext == ".h5" || ext == ".hdf5") return CheckpointFormat::HDF5;
+  return std::nullopt;
+}
+}  // namespace
+
+CheckpointFormat checkpoint_format_for_path(const std::string& path) {
+  return format_named_by(path).value_or(CheckpointFormat::HDF5);
 }
 
 CheckpointFormat detect_checkpoint_format(const std::string& path) {
@@ -744,6 +756,13 @@ void convert_checkpoint(const std::string& in, const std::string& out) {
   namespace fs = std::filesystem;
   CS_CHECK(!in.empty(), "convert: the input path is empty");
   CS_CHECK(!out.empty(), "convert: the output path is empty");
+  // save() writes HDF5 for any other name; asked for a conversion, a name whose extension names
+  // no format (pytorch_model.bin, x.ckpt) is more likely a mistake than a wish for HDF5.
+  CS_CHECK(format_named_by(out).has_value(),
+           "checkpoint convert: cannot tell the output format from '{}' (extension '{}'): name it "
+           ".mdl or .h5 (HDF5), .pt or .pth (PyTorch's torch.save format, which Hugging Face names "
+           ".bin), or .safetensors",
+           out, extension_of(out));
   // The same file however it is written (./a.pt and a.pt, a link to it).
   std::error_code e1, e2, e3;
   const fs::path a = fs::weakly_canonical(in, e1), b = fs::weakly_canonical(out, e2);

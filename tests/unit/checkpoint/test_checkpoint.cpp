@@ -293,6 +293,11 @@ TEST(Checkpoint, FormatChosenByExtensionAndDetectedByContent) {
   EXPECT_ERROR_HAS(convert_checkpoint((dir / "link.h5").string(), (dir / "c.h5").string()),
                    "same file");
   EXPECT_ERROR_HAS(convert_checkpoint((dir / "c.h5").string(), ""), "the output path is empty");
+  // An output extension that names no format is refused (save() alone would write HDF5).
+  EXPECT_ERROR_HAS(
+      convert_checkpoint((dir / "c.h5").string(), (dir / "d.ckpt").string()),
+      "cannot tell the output format from '" + (dir / "d.ckpt").string() + "' (extension '.ckpt')");
+  EXPECT_FALSE(fs::exists(dir / "d.ckpt"));
   EXPECT_TRUE(load((dir / "c.h5").string()) == full);
   fs::remove_all(dir);
 }
