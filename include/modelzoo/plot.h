@@ -41,8 +41,9 @@ struct Image {
   const uint8_t* at(int x, int y) const { return &rgb[(static_cast<size_t>(y) * width + x) * 3]; }
 };
 
-// Renders the loss and learning-rate series of `records` (the names in `options`). Errors
-// when neither series has a value, or the size is too small.
+// Renders the loss and learning-rate series of `records` (the names in `options`), with the
+// validation loss in the loss panel. Errors when none of the three series has a value, or the
+// size is too small.
 Image render_loss_lr_plot(const std::vector<MetricRecord>& records,
                           const PlotOptions& options = {});
 

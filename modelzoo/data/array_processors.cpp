@@ -65,16 +65,20 @@ std::string resolve(const Loading& l, const std::string& p) {
   return (fs::path(l.dir) / p).string();
 }
 
-// Fails at `v` unless `p` (resolved) exists; a relative path says where it was looked for (a
-// config run from another folder than the one its data paths assume is the usual cause).
+// Fails at `v` unless `p` (resolved) exists and is not a folder; a relative path says where it
+// was looked for (a config run from another folder than the one its data paths assume is the
+// usual cause). A folder is refused here because each reader would otherwise fail on it in its
+// own words, without the key.
 void check_exists(const ConfigView& v, const std::string& p) {
   std::error_code ec;
-  if (fs::exists(p, ec)) return;
+  const bool folder = fs::is_directory(p, ec);
+  if (!folder && fs::exists(p, ec)) return;
   std::string where;
   if (fs::path(p).is_relative())
     where = fmt::format(" (a relative path: read from the working directory '{}')",
                         fs::current_path(ec).string());
-  v.error(fmt::format("'{}' does not exist{}", p, where));
+  v.error(
+      fmt::format("'{}' {}{}", p, folder ? "is a folder, not a file" : "does not exist", where));
 }
 
 std::vector<std::string> paths(const Loading& l, const ConfigView& v) {

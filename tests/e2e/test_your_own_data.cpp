@@ -116,6 +116,19 @@ TEST(YourOwnData, AMissingRelativeFileNamesTheWorkingDirectory) {
               std::string::npos)
         << out;
   }
+  // A folder where a file is named: refused at its key too (the CSV reader's own message named
+  // the path but not the key).
+  fs::create_directories(dir / "data/tabular/train.csv");
+  int status = 0;
+  const std::string out =
+      e2e::run("cd " + dir.string() + " && " + CSTORCH_BINARY_DIR + "/cszoo fit " +
+                   (kSource / "configs/fc_csv.yaml").string() + " -o model_dir",
+               &status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("error: trainer.fit.train_dataloader.files: 'data/tabular/train.csv' is a "
+                     "folder, not a file"),
+            std::string::npos)
+      << out;
   fs::remove_all(dir);
 }
 

@@ -474,7 +474,15 @@ TEST(Plot, Errors) {
     c.log_metrics(1, {{"accuracy", 0.5}});
   }
   EXPECT_ERROR(modelzoo::plot_metrics_file(dir / "m.csv", dir / "p.png"),
-               "no 'loss' and no 'lr' values");
+               "no 'loss', no 'lr' and no 'eval/loss' values");
+  // Only validation losses (a run shorter than its logging interval): a plot of them.
+  modelzoo::Image val_only = modelzoo::render_loss_lr_plot(
+      {{10, 0, "eval/loss", 2.0}, {20, 0, "eval/loss", 1.5}}, {.width = 400, .height = 300});
+  size_t val_pixels = 0;
+  for (size_t i = 0; i < val_only.rgb.size(); i += 3)
+    if (val_only.rgb[i] != val_only.rgb[i + 1] || val_only.rgb[i + 1] != val_only.rgb[i + 2])
+      ++val_pixels;  // coloured (not white, black or grey): the curve and its markers
+  EXPECT_GT(val_pixels, 50u);
   EXPECT_ERROR(modelzoo::render_loss_lr_plot({{1, 0, "loss", 1.0}}, {.width = 50}),
                "at least 200x200");
   EXPECT_ERROR(modelzoo::plot_metrics_file(dir / "none.jsonl", dir / "p.png"), "cannot open");
