@@ -261,25 +261,42 @@ LineProgram straight_line(const std::vector<ir::FusedInstr>& code, int ni, bool 
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+// Line L's value for the 16 elements at j of its argument blocks p (the registers its formula
+// names, in order); Full: all 16 are in range, else only those in mask m are read.
+template <Line L, bool Full>
+inline __m512 line_value(const float* const* p, int64_t j, __mmask16 m) {
+  auto ld = [&](int k) {
+    if constexpr (Full)
+      return _mm512_loadu_ps(p[k] + j);
+    else
+      return _mm512_maskz_loadu_ps(m, p[k] + j);
+  };
+  const __m512 xy = _mm512_mul_ps(ld(0), ld(1));
+  if constexpr (L == Line::Moment1) {
+    return _mm512_fmadd_ps(ld(2), ld(3), xy);
+  } else if constexpr (L == Line::Moment2) {
+    return _mm512_fmadd_ps(ld(4), xy, _mm512_mul_ps(ld(2), ld(3)));
+  } else {
+    static_assert(L == Line::AdamParam);
+    const __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(ld(2)), ld(3)), ld(4));
+    return _mm512_fmadd_ps(_mm512_div_ps(ld(5), den), ld(6), xy);
+  }
+}
+
 // o[0, len) for arithmetic line L; r holds the registers' blocks, a names the arguments. One
-// instantiation per line, so the element loop carries no choice between them.
+// instantiation per line, so the element loop carries no choice between them. Whole vectors
+// use plain loads and only the tail a masked one: on AMD Zen 5 a masked load that misses the
+// caches ran the update at a quarter of the memory's speed (the hardware prefetchers do not
+// follow masked loads; bench/README.md).
 template <Line L>
 void run_line(const float* const* r, const uint16_t* a, float* o, int64_t len) {
-  for (int64_t j = 0; j < len; j += 16) {
-    const __mmask16 m = static_cast<__mmask16>(len - j >= 16 ? 0xffff : (1u << (len - j)) - 1);
-    auto ld = [&](int k) { return _mm512_maskz_loadu_ps(m, r[a[k]] + j); };
-    const __m512 xy = _mm512_mul_ps(ld(0), ld(1));
-    __m512 v;
-    if constexpr (L == Line::Moment1) {
-      v = _mm512_fmadd_ps(ld(2), ld(3), xy);
-    } else if constexpr (L == Line::Moment2) {
-      v = _mm512_fmadd_ps(ld(4), xy, _mm512_mul_ps(ld(2), ld(3)));
-    } else {
-      static_assert(L == Line::AdamParam);
-      const __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(ld(2)), ld(3)), ld(4));
-      v = _mm512_fmadd_ps(_mm512_div_ps(ld(5), den), ld(6), xy);
-    }
-    _mm512_mask_storeu_ps(o + j, m, v);
+  const float* p[7];
+  for (int k = 0; k < 7; ++k) p[k] = r[a[k]];
+  int64_t j = 0;
+  for (; j + 16 <= len; j += 16) _mm512_storeu_ps(o + j, line_value<L, true>(p, j, 0));
+  if (j < len) {
+    const auto m = static_cast<__mmask16>((1u << (len - j)) - 1);
+    _mm512_mask_storeu_ps(o + j, m, line_value<L, false>(p, j, m));
   }
 }
 #pragma GCC diagnostic pop

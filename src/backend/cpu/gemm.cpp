@@ -160,6 +160,13 @@ void pack_panels(const float* x, int64_t rs, int64_t cs, int64_t m, int64_t kc, 
       for (int64_t k = 0; k < kc; ++k) {
         const float* s = x + i0 + k * cs;
         if constexpr (P == 32) {
+          // Whole panels with plain loads: a masked load that misses the caches is not
+          // followed by the hardware prefetchers (AMD Zen 5; see run_line in fused.cpp).
+          if (rows == P) {
+            _mm512_storeu_ps(o + k * P, _mm512_loadu_ps(s));
+            _mm512_storeu_ps(o + k * P + 16, _mm512_loadu_ps(s + 16));
+            continue;
+          }
           _mm512_storeu_ps(o + k * P, _mm512_maskz_loadu_ps(lo, s));
           _mm512_storeu_ps(o + k * P + 16, _mm512_maskz_loadu_ps(hi, s + 16));
         } else {
@@ -303,8 +310,9 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
   // The K loop instantiated twice: a tile of all 16 * V columns (nearly every tile) loads B's
   // rows without masks. Measured on an Intel Xeon (2 threads): GPT-2 124M's products 304-305 ->
   // 325-327 GFLOP/s (bench_peak --gemm, two alternations with the masked loads), its f32 step
-  // 815-858 -> 770-842 ms (five alternated pairs). Why the masked form is slower there was not
-  // established (hardware counters were not available).
+  // 815-858 -> 770-842 ms (five alternated pairs). Later measured on AMD Zen 5: a masked load
+  // that misses the caches is not followed by the hardware prefetchers (a stream read with
+  // masked loads ran at a quarter of the plain loads' speed; see run_line in fused.cpp).
   auto k_loop = [&]<bool kFull>() __attribute__((always_inline)) {
     for (int64_t k = 0; k < kc; ++k) {
       if constexpr (kcontig) rows.hide_strides();
@@ -400,8 +408,12 @@ void copy_at_group(const float* a, int64_t lda, int64_t kc, int64_t rows, float*
     for (int64_t q = 0; q * kMr < rows; ++q) {
       const int n = static_cast<int>(std::min<int64_t>(kMr, rows - q * kMr));
       const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
-      _mm512_mask_storeu_ps(out + q * gs + k * kAtLine, m,
-                            _mm512_maskz_loadu_ps(m, a + k * lda + q * kMr));
+      // A plain 16-float load where those floats lie within the group's rows (all panels but
+      // the last): a masked load that misses the caches is not followed by the hardware
+      // prefetchers (AMD Zen 5; see run_line in fused.cpp). The store keeps the panel's n.
+      const float* src = a + k * lda + q * kMr;
+      const __m512 v = q * kMr + 16 <= rows ? _mm512_loadu_ps(src) : _mm512_maskz_loadu_ps(m, src);
+      _mm512_mask_storeu_ps(out + q * gs + k * kAtLine, m, v);
     }
   }
 }
