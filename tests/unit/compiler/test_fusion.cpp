@@ -809,15 +809,30 @@ const std::vector<std::pair<std::string, cs::Config>>& optimizer_configs() {
 
 // Traces the step twice, the second compiled with CSTORCH_FUSED_GROUPS=0 (every node on its
 // own): losses and parameters bitwise equal after `steps` steps.
-void expect_groups_bitwise(const std::string& type, const cs::Config& args, int steps) {
+// The wide net's step with its forward under bf16 autocast: the optimizer's step also keeps the
+// large weight's bf16 copy, which joins its one-pass group.
+Tensor wide_autocast_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x,
+                          const Tensor& y) {
+  Tensor loss;
+  {
+    cs::amp::autocast ac(cs::DType::bf16);
+    loss = cs::cross_entropy(m(x), y);
+  }
+  loss.backward();
+  o.step();
+  o.zero_grad();
+  return loss;
+}
+
+void expect_groups_bitwise(const std::string& type, const cs::Config& args, int steps,
+                           bool autocast = false) {
   auto m1 = wide_net();
   auto m2 = wide_net();
   auto o1 = cs::optim::configure_optimizer(type, m1->parameters(), args);
   auto o2 = cs::optim::configure_optimizer(type, m2->parameters(), args);
-  auto grouped =
-      cs::trace([&](const Tensor& x, const Tensor& y) { return wide_step(m1, *o1, x, y); });
-  auto single =
-      cs::trace([&](const Tensor& x, const Tensor& y) { return wide_step(m2, *o2, x, y); });
+  auto step = autocast ? wide_autocast_step : wide_step;
+  auto grouped = cs::trace([&](const Tensor& x, const Tensor& y) { return step(m1, *o1, x, y); });
+  auto single = cs::trace([&](const Tensor& x, const Tensor& y) { return step(m2, *o2, x, y); });
   cs::manual_seed(13);
   Tensor y = cs::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2}, {8});
   for (int i = 0; i < steps; ++i) {
@@ -945,6 +960,22 @@ TEST(FusedGroups, OptimizerStepsAreBitwiseEqualWithGroupsOnAndOff) {
     SCOPED_TRACE(type);
     expect_groups_bitwise(type, args, 4);
   }
+}
+
+TEST(FusedGroups, AutocastAdamWsGroupWithItsBf16CopyIsBitwiseTheNodesOneByOne) {
+  // Under autocast AdamW's group of the large weight has four members (both moments, the
+  // parameter and its bf16 copy), which the AVX-512 kernels run as one loop over 16 elements
+  // (run_group_line): bitwise the nodes one by one, ragged end included.
+  auto m = wide_net();
+  cs::optim::AdamW o(m->parameters(), 1e-3);
+  cc::Graph g = cs::testing::record_step({8, 300}, [&](const Tensor& x) {
+    return wide_autocast_step(m, o, x, cs::from_vector(std::vector<int64_t>(8, 1), {8}));
+  });
+  cc::optimize(g, "groups");
+  cc::Program p(std::move(g), cs::Device{}, {});
+  EXPECT_EQ(p.stats().fused_groups, 1u) << p.summary();
+  EXPECT_EQ(p.stats().fused_grouped, 4u) << p.summary();
+  expect_groups_bitwise("AdamW", {{"lr", 0.01}}, 4, /*autocast=*/true);
 }
 
 TEST(FusedGroups, InterleavingNeedsWrittenBuffersReadOnlyElementForElement) {
