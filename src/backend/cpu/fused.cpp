@@ -10,13 +10,15 @@
 // That is safe: block b of the output is written only by the last instruction, after every read
 // of block b, and element j of that instruction reads its arguments' element j only.
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <optional>
 
 #include "backend/cpu/elementwise_math.h"
 #include "backend/cpu/isa.h"
+#if CSTORCH_AVX512_KERNELS
+#include "backend/cpu/bf16_vec.h"
+#endif
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 #include "ir/fused.h"
@@ -499,6 +501,7 @@ constexpr int64_t kPrefetchBlocks = 4;
 // false, doing nothing, for any other group.
 constexpr Line kAdamWLines[] = {Line::Moment1, Line::Moment2, Line::AdamParam, Line::CopyToBf16};
 
+CSTORCH_INTRINSICS_BEGIN
 template <class Runner>
 bool run_group_line(Runner* const* r, int count, int64_t b, int64_t e) {
   if (count != 3 && count != 4) return false;
@@ -545,14 +548,20 @@ bool run_group_line(Runner* const* r, int count, int64_t b, int64_t e) {
     };
     store(out[0], line_value<Line::Moment1>(args(0)));
     store(out[1], line_value<Line::Moment2>(args(1)));
-    store(out[2], line_value<Line::AdamParam>(args(2)));
+    const __m512 param = line_value<Line::AdamParam>(args(2));
+    store(out[2], param);
     if (copy_out) {
-      const int64_t n = kFull ? 16 : std::min<int64_t>(16, e - j);
-      if (copy_in)
-        f32_to_bf16_bits(copy_in + j, copy_out + j, n);
+      // The copy of the parameter just computed (AdamW's case) from its register; any other
+      // input from memory; a single value broadcast.
+      const __m512 x = copy_in == out[2] ? param
+                       : !copy_in        ? _mm512_set1_ps(copy_value)
+                       : kFull           ? _mm512_loadu_ps(copy_in + j)
+                                         : _mm512_maskz_loadu_ps(m, copy_in + j);
+      const __m256i bits = to_bf16_bits(x);
+      if constexpr (kFull)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(copy_out + j), bits);
       else
-        for (int64_t i = 0; i < n; ++i)
-          copy_out[j + i] = bf16_bits_of(std::bit_cast<uint32_t>(copy_value));
+        _mm256_mask_storeu_epi16(copy_out + j, m, bits);
     }
   };
   int64_t j = b;
@@ -560,6 +569,7 @@ bool run_group_line(Runner* const* r, int count, int64_t b, int64_t e) {
   if (j < e) step.template operator()<false>(j, static_cast<__mmask16>((1u << (e - j)) - 1));
   return true;
 }
+CSTORCH_INTRINSICS_END
 #endif
 
 void cpu_fused_group(const ir::KernelContext&, const ir::Node* const* nodes,
