@@ -9,16 +9,12 @@
 // In place: the planner may place the output on a state buffer that is also a same-shape input.
 // That is safe: block b of the output is written only by the last instruction, after every read
 // of block b, and element j of that instruction reads its arguments' element j only.
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
 
 #include "backend/cpu/elementwise_math.h"
 #include "backend/cpu/isa.h"
-#if CSTORCH_AVX512_KERNELS
-#include "backend/cpu/bf16_vec.h"
-#endif
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 #include "ir/fused.h"
@@ -265,10 +261,16 @@ LineProgram straight_line(const std::vector<ir::FusedInstr>& code, int ni, bool 
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// Line L's value for 16 elements whose arguments (the registers its formula names, in order)
-// ld(k) loads.
-template <Line L, class Ld>
-inline __m512 line_value(Ld&& ld) {
+// Line L's value for the 16 elements at j of its argument blocks p (the registers its formula
+// names, in order); Full: all 16 are in range, else only those in mask m are read.
+template <Line L, bool Full>
+inline __m512 line_value(const float* const* p, int64_t j, __mmask16 m) {
+  auto ld = [&](int k) {
+    if constexpr (Full)
+      return _mm512_loadu_ps(p[k] + j);
+    else
+      return _mm512_maskz_loadu_ps(m, p[k] + j);
+  };
   const __m512 xy = _mm512_mul_ps(ld(0), ld(1));
   if constexpr (L == Line::Moment1) {
     return _mm512_fmadd_ps(ld(2), ld(3), xy);
@@ -291,12 +293,10 @@ void run_line(const float* const* r, const uint16_t* a, float* o, int64_t len) {
   const float* p[7];
   for (int k = 0; k < 7; ++k) p[k] = r[a[k]];
   int64_t j = 0;
-  for (; j + 16 <= len; j += 16)
-    _mm512_storeu_ps(o + j, line_value<L>([&](int k) { return _mm512_loadu_ps(p[k] + j); }));
+  for (; j + 16 <= len; j += 16) _mm512_storeu_ps(o + j, line_value<L, true>(p, j, 0));
   if (j < len) {
     const auto m = static_cast<__mmask16>((1u << (len - j)) - 1);
-    _mm512_mask_storeu_ps(o + j, m,
-                          line_value<L>([&](int k) { return _mm512_maskz_loadu_ps(m, p[k] + j); }));
+    _mm512_mask_storeu_ps(o + j, m, line_value<L, false>(p, j, m));
   }
 }
 #pragma GCC diagnostic pop
@@ -335,23 +335,6 @@ class FusedRunner {
     line_ = straight_line(fa_.code, ni_, bf16_out_);
   }
   int registers() const { return ni_ + nc_; }
-
-  // For a group's one straight loop (run_group_line): the node's line; whether every input is
-  // read in place or is a single value; argument k of the line as a stream (returned) or, for a
-  // single value, null with the value in *value; the output.
-  Line line() const { return line_.line; }
-  bool streams_only() const {
-    for (int i = 0; i < ni_; ++i)
-      if (ops_[i].read != Read::InPlace && ops_[i].read != Read::Constant) return false;
-    return true;
-  }
-  const float* line_arg(int k, float* value) const {
-    const Operand& op = ops_[line_.args[k]];
-    if (op.read == Read::InPlace) return static_cast<const float*>(op.data);
-    *value = element(op, 0);
-    return nullptr;
-  }
-  void* out() const { return out_; }
 
   // Asks for the cache lines of elements [s, s + len) of every input read in place or widened
   // (the streams that come from memory), so that they arrive while earlier blocks compute.
@@ -491,88 +474,6 @@ constexpr int64_t kGroupBlock = 128;
 // streams advance 512 bytes at a time between bursts, do not keep far enough ahead.
 constexpr int64_t kPrefetchBlocks = 4;
 
-#if CSTORCH_AVX512_KERNELS
-// AdamW's group (first moment, second moment, parameter, and the parameter's bf16 copy where
-// the program keeps one) as one loop over 16 elements at a time, when every input is read in
-// place or is a single value. Each element goes through the same lines in the same order as
-// the runners take it block by block, so the results are bitwise theirs; what goes is the
-// runners' per-block work (a 128-element block a node, each setting up its registers): the
-// GPT-2 124M step's AdamW groups took 130-149 ms this way against 156-171 in blocks on one Zen 5
-// core (even at two threads, where the cores share the memory). Returns false, doing nothing,
-// for any other group.
-constexpr Line kAdamWLines[] = {Line::Moment1, Line::Moment2, Line::AdamParam, Line::CopyToBf16};
-
-CSTORCH_INTRINSICS_BEGIN
-template <class Runner>
-bool run_group_line(Runner* const* r, int count, int64_t b, int64_t e) {
-  if (count != 3 && count != 4) return false;
-  for (int k = 0; k < count; ++k)
-    if (r[k]->line() != kAdamWLines[k] || !r[k]->streams_only()) return false;
-  struct Arg {
-    const float* p;  // a stream, or null: v
-    __m512 v;
-  };
-  constexpr int kArgs[] = {4, 5, 7};
-  Arg a[3][7];
-  const float* streams[3 * 7];
-  int ns = 0;
-  for (int k = 0; k < 3; ++k)
-    for (int i = 0; i < kArgs[k]; ++i) {
-      float value = 0.0f;
-      a[k][i].p = r[k]->line_arg(i, &value);
-      a[k][i].v = _mm512_set1_ps(value);
-      if (a[k][i].p && std::find(streams, streams + ns, a[k][i].p) == streams + ns)
-        streams[ns++] = a[k][i].p;
-    }
-  float* out[3] = {static_cast<float*>(r[0]->out()), static_cast<float*>(r[1]->out()),
-                   static_cast<float*>(r[2]->out())};
-  float copy_value = 0.0f;
-  const float* copy_in = count == 4 ? r[3]->line_arg(0, &copy_value) : nullptr;
-  auto* copy_out = count == 4 ? static_cast<uint16_t*>(r[3]->out()) : nullptr;
-  // The streams' lines this many elements ahead (as the block path's kPrefetchBlocks blocks).
-  constexpr int64_t kAhead = 512;
-  auto step = [&]<bool kFull>(int64_t j, __mmask16 m) __attribute__((always_inline)) {
-    for (int t = 0; t < ns; ++t)
-      _mm_prefetch(reinterpret_cast<const char*>(streams[t] + j + kAhead), _MM_HINT_T0);
-    auto args = [&](int k) {
-      return [&, k](int i) {
-        const Arg& x = a[k][i];
-        if (!x.p) return x.v;
-        return kFull ? _mm512_loadu_ps(x.p + j) : _mm512_maskz_loadu_ps(m, x.p + j);
-      };
-    };
-    auto store = [&](float* o, __m512 v) {
-      if constexpr (kFull)
-        _mm512_storeu_ps(o + j, v);
-      else
-        _mm512_mask_storeu_ps(o + j, m, v);
-    };
-    store(out[0], line_value<Line::Moment1>(args(0)));
-    store(out[1], line_value<Line::Moment2>(args(1)));
-    const __m512 param = line_value<Line::AdamParam>(args(2));
-    store(out[2], param);
-    if (copy_out) {
-      // The copy of the parameter just computed (AdamW's case) from its register; any other
-      // input from memory; a single value broadcast.
-      const __m512 x = copy_in == out[2] ? param
-                       : !copy_in        ? _mm512_set1_ps(copy_value)
-                       : kFull           ? _mm512_loadu_ps(copy_in + j)
-                                         : _mm512_maskz_loadu_ps(m, copy_in + j);
-      const __m256i bits = to_bf16_bits(x);
-      if constexpr (kFull)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(copy_out + j), bits);
-      else
-        _mm256_mask_storeu_epi16(copy_out + j, m, bits);
-    }
-  };
-  int64_t j = b;
-  for (; j + 16 <= e; j += 16) step.template operator()<true>(j, 0xffff);
-  if (j < e) step.template operator()<false>(j, static_cast<__mmask16>((1u << (e - j)) - 1));
-  return true;
-}
-CSTORCH_INTRINSICS_END
-#endif
-
 void cpu_fused_group(const ir::KernelContext&, const ir::Node* const* nodes,
                      const void* const* const* ins, void* const* outs, int count) {
   const int64_t total = nodes[0]->numel();
@@ -590,11 +491,6 @@ void cpu_fused_group(const ir::KernelContext&, const ir::Node* const* nodes,
       base += r[k]->registers();
       r[k]->start_chunk(e - b);
     }
-#if CSTORCH_AVX512_KERNELS
-    FusedRunner<kGroupBlock>* rp[ir::kMaxFusedGroup];
-    for (int k = 0; k < count; ++k) rp[k] = &*r[k];
-    if (run_group_line(rp, count, b, e)) return;
-#endif
     for (int64_t s = b; s < e; s += kGroupBlock) {
       const int64_t len = std::min(kGroupBlock, e - s);
       const int64_t ahead = s + kPrefetchBlocks * kGroupBlock;

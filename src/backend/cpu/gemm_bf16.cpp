@@ -27,7 +27,6 @@
 #include <string_view>
 
 #include "backend/cpu/amx.h"
-#include "backend/cpu/bf16_vec.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/parallel.h"
@@ -183,6 +182,22 @@ __attribute__((target("avx512f,avx512bw"))) void pack_pairs(const uint16_t* x, i
         }
     }
   }
+}
+
+// bf16 bits of 16 f32 lanes, as bf16_t rounds: to nearest even, a NaN kept a quiet NaN (bit 6
+// set). Integer arithmetic, not VCVTNEPS2BF16, which flushes denormal inputs to zero.
+__attribute__((target("avx512f,avx512bw"))) inline __m256i to_bf16_bits(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i high = _mm512_srli_epi32(u, 16);
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                         _mm512_and_si512(high, _mm512_set1_epi32(1))),
+                        16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i bits =
+      _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(bits);
 }
 
 // A 32-bit word read from any 2-byte boundary (a pair of bf16 values inside a row).

@@ -964,8 +964,8 @@ TEST(FusedGroups, OptimizerStepsAreBitwiseEqualWithGroupsOnAndOff) {
 
 TEST(FusedGroups, AutocastAdamWsGroupWithItsBf16CopyIsBitwiseTheNodesOneByOne) {
   // Under autocast AdamW's group of the large weight has four members (both moments, the
-  // parameter and its bf16 copy), which the AVX-512 kernels run as one loop over 16 elements
-  // (run_group_line): bitwise the nodes one by one, ragged end included.
+  // parameter and its bf16 copy, the gradient a bf16 stream): bitwise the nodes one by one,
+  // ragged end included.
   auto m = wide_net();
   cs::optim::AdamW o(m->parameters(), 1e-3);
   cc::Graph g = cs::testing::record_step({8, 300}, [&](const Tensor& x) {
