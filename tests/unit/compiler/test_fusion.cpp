@@ -807,8 +807,6 @@ const std::vector<std::pair<std::string, cs::Config>>& optimizer_configs() {
   return configs;
 }
 
-// Traces the step twice, the second compiled with CSTORCH_FUSED_GROUPS=0 (every node on its
-// own): losses and parameters bitwise equal after `steps` steps.
 // The wide net's step with its forward under bf16 autocast: the optimizer's step also keeps the
 // large weight's bf16 copy, which joins its one-pass group.
 Tensor wide_autocast_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const Tensor& x,
@@ -824,6 +822,8 @@ Tensor wide_autocast_step(cs::nn::Sequential& m, cs::optim::Optimizer& o, const 
   return loss;
 }
 
+// Traces the step twice, the second compiled with CSTORCH_FUSED_GROUPS=0 (every node on its
+// own): losses and parameters bitwise equal after `steps` steps.
 void expect_groups_bitwise(const std::string& type, const cs::Config& args, int steps,
                            bool autocast = false) {
   auto m1 = wide_net();
@@ -848,10 +848,12 @@ void expect_groups_bitwise(const std::string& type, const cs::Config& args, int 
     EXPECT_EQ(p1[i].to_vector<float>(), p2[i].to_vector<float>()) << "param " << i;
 }
 
-// One recorded step of the wide net with optimizer `o`, optimized (`what` names the run).
-cc::Graph wide_graph(cs::optim::Optimizer& o, cs::nn::Sequential& m, const char* what) {
+// One recorded step of the wide net with optimizer `o`, optimized (`what` names the run);
+// `step` is wide_step or wide_autocast_step.
+cc::Graph wide_graph(cs::optim::Optimizer& o, cs::nn::Sequential& m, const char* what,
+                     decltype(&wide_step) step = wide_step) {
   cc::Graph g = cs::testing::record_step({8, 300}, [&](const Tensor& x) {
-    return wide_step(m, o, x, cs::from_vector(std::vector<int64_t>(8, 1), {8}));
+    return step(m, o, x, cs::from_vector(std::vector<int64_t>(8, 1), {8}));
   });
   cc::optimize(g, what);
   return g;
@@ -968,11 +970,7 @@ TEST(FusedGroups, AutocastAdamWsGroupWithItsBf16CopyIsBitwiseTheNodesOneByOne) {
   // ragged end included.
   auto m = wide_net();
   cs::optim::AdamW o(m->parameters(), 1e-3);
-  cc::Graph g = cs::testing::record_step({8, 300}, [&](const Tensor& x) {
-    return wide_autocast_step(m, o, x, cs::from_vector(std::vector<int64_t>(8, 1), {8}));
-  });
-  cc::optimize(g, "groups");
-  cc::Program p(std::move(g), cs::Device{}, {});
+  cc::Program p(wide_graph(o, m, "groups", wide_autocast_step), cs::Device{}, {});
   EXPECT_EQ(p.stats().fused_groups, 1u) << p.summary();
   EXPECT_EQ(p.stats().fused_grouped, 4u) << p.summary();
   expect_groups_bitwise("AdamW", {{"lr", 0.01}}, 4, /*autocast=*/true);
