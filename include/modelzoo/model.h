@@ -23,6 +23,13 @@ class Model : public cstorch::nn::Module {
   // is a mean over its unmasked tokens, so it answers their count. 0: the batch has none (its
   // loss is left out).
   virtual double loss_weight(const cstorch::Batch& batch) const;
+  // Checks the values of a batch on the host before the Trainer runs its step: what a traced
+  // step could otherwise report only as a failed op, without the data it came from (a class
+  // label outside the model's classes, a token id outside its vocabulary, a mask value other
+  // than 0 and 1). Throws cstorch::Error naming the model, the key, the position and the value;
+  // the Trainer adds the step and the data section. Keys that are missing or misshapen are left
+  // to loss(), which names them. By default nothing is checked.
+  virtual void check_batch_values(const cstorch::Batch& batch) const;
 };
 
 using ModelPtr = std::shared_ptr<Model>;

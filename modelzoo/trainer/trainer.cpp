@@ -1229,6 +1229,7 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         // at 0 in every run and counts micro-batches); a validation's steps then carry the step
         // it validates.
         cstorch::set_current_step(global_step_ + 1);
+        check_batch(batch, *train, fmt::format("step {}", global_step_ + 1));
         auto out = last_micro ? step_fn(batch) : accum_fn(batch);
         if (dry_run) {
           // compile_only / validate_only: the step is traced (and compiled); stop here.
@@ -1319,6 +1320,33 @@ double Model::loss_weight(const cstorch::Batch& batch) const {
   for (const auto& [k, t] : batch)
     if (t.defined() && t.dim() >= 1) return static_cast<double>(t.size(0));
   return 1;  // a batch of scalars: one sample
+}
+
+void Model::check_batch_values(const cstorch::Batch&) const {}
+
+namespace {
+// Where a loader's batches come from, for errors: its data processor and the section's data
+// paths ("CSVDataProcessor (files: data/tabular/train.csv)").
+std::string data_source(const data::DataLoader& dl) {
+  const Config& d = dl.data_description();
+  if (!d.is_object() || !d.contains("data_processor")) return "its data loader";
+  std::vector<std::string> where;
+  for (const char* k : {"data_dir", "files", "file", "vocab_file", "split"})
+    if (d.contains(k) && !d[k].is_null())
+      where.push_back(fmt::format("{}: {}", k, short_repr(d[k])));
+  const Config& p = d["data_processor"];
+  const std::string name = p.is_string() ? p.get<std::string>() : short_repr(p);
+  return where.empty() ? name : fmt::format("{} ({})", name, fmt::join(where, ", "));
+}
+}  // namespace
+
+void Trainer::check_batch(const Batch& batch, const data::DataLoader& dl,
+                          const std::string& when) const {
+  try {
+    model_->check_batch_values(batch);
+  } catch (const cstorch::Error& e) {
+    cstorch::fail("{}: a batch from {}: {}", when, data_source(dl), e.what());
+  }
 }
 
 // Every validation reads the same batches, from the data's start: a validation in the loader's
@@ -1417,6 +1445,8 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       if (!batch) batch = val->next();  // an epoch ended: start the next one
       CS_CHECK(batch.has_value(), "Trainer.validate: the validation dataloader is empty");
       each([&](Callback& c) { c.on_validate_batch_start(*this, *batch, i); });
+      check_batch(*batch, *val,
+                  fmt::format("validation at step {}, batch {}", global_step_, i + 1));
       Tensor loss = eval_fn(*batch);
       const double n = model_->loss_weight(*batch);
       samples += n;

@@ -3,6 +3,7 @@
 
 #include "cstorch/runtime.h"
 #include "modelzoo/models/gpt2/gpt2.h"
+#include "modelzoo/models/seq2seq/seq2seq.h"
 
 namespace modelzoo::bert {
 
@@ -157,7 +158,7 @@ BertModel::BertModel(const BertConfig& c) : Model("BertModel"), c_(c) {
 
 cs::Tensor BertModel::encode(const cs::Tensor& ids, const cs::Tensor& types,
                              const cs::Tensor& mask) {
-  gpt2::check_token_ids("bert", "input_ids", ids, c_.vocab_size);
+  seq2seq::check_token_ids("bert", "input_ids", ids, c_.vocab_size);
   const int64_t T = ids.size(1);
   if (T > c_.max_position_embeddings)
     cs::fail("bert: input_ids has sequence length {} but max_position_embeddings is {}", T,
@@ -169,7 +170,7 @@ cs::Tensor BertModel::encode(const cs::Tensor& ids, const cs::Tensor& types,
              cs::shape_str(ids.shape()));
   cs::Tensor x = cs::add(word_(ids), pos_(T));
   if (types.defined()) {
-    gpt2::check_token_ids("bert", "token_type_ids", types, c_.num_segments);
+    seq2seq::check_token_ids("bert", "token_type_ids", types, c_.num_segments);
     x = cs::add(x, type_(types));
   } else {
     x = cs::add(x, cs::slice(type_->weight, 0, 0, 1));
@@ -206,6 +207,7 @@ cs::Tensor BertModel::loss(const cs::Batch& b) {
   const cs::Tensor& labels = get("mlm_labels");
   CS_CHECK(labels.shape() == ids.shape(), "bert: mlm_labels has shape {} but input_ids is {}",
            cs::shape_str(labels.shape()), cs::shape_str(ids.shape()));
+  if (!cs::is_tracing()) check_batch_values(b);
   cs::Tensor h = encode(ids, get("token_type_ids"), get("attention_mask"));
   const int64_t B = ids.size(0), T = ids.size(1);
   cs::Tensor lg = mlm_logits(h);
@@ -234,6 +236,25 @@ cs::Tensor BertModel::loss(const cs::Batch& b) {
     }
   }
   return loss;
+}
+
+void BertModel::check_batch_values(const cs::Batch& b) const {
+  using seq2seq::batch_entry;
+  if (const cs::Tensor* t = batch_entry(b, "input_ids", 2))
+    seq2seq::check_token_ids("bert", "input_ids", *t, c_.vocab_size);
+  if (const cs::Tensor* t = batch_entry(b, "token_type_ids", 2))
+    seq2seq::check_token_ids("bert", "token_type_ids", *t, c_.num_segments);
+  if (const cs::Tensor* t = batch_entry(b, "mlm_labels", 2))
+    seq2seq::check_token_ids("bert", "mlm_labels", *t, c_.vocab_size, true);
+  if (const cs::Tensor* t = batch_entry(b, "attention_mask", 2))
+    seq2seq::check_mask_values("bert", "attention_mask", *t);
+  if (c_.disable_nsp) return;
+  if (const cs::Tensor* t = batch_entry(b, "next_sentence_label", 1)) {
+    const auto v = t->to_vector<int64_t>();
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] != 0 && v[i] != 1)
+        cs::fail("bert: next_sentence_label[{}] = {} is not 0 or 1 (its two classes)", i, v[i]);
+  }
 }
 
 double BertModel::loss_weight(const cs::Batch& b) const {

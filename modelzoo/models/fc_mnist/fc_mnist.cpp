@@ -58,10 +58,17 @@ class FcMnist : public Model {
     if (y.dtype() != cs::DType::i64 || y.dim() != 1 || y.size(0) != x.size(0))
       cs::fail("fc_mnist: y must be i64 class labels [{}], got {} {}", x.size(0),
                cs::dtype_name(y.dtype()), cs::shape_str(y.shape()));
-    if (cs::is_tracing()) return;
-    for (int64_t v : y.to_vector<int64_t>())
-      if (v < 0 || v >= num_classes_)
-        cs::fail("fc_mnist: label {} is outside the classes 0..{} (num_classes {})", v,
+    if (!cs::is_tracing()) check_batch_values(b);
+  }
+  void check_batch_values(const cs::Batch& b) const override {
+    auto it = b.find("y");
+    if (it == b.end() || !it->second.defined() || it->second.dim() != 1 ||
+        !cs::is_integral(it->second.dtype()))
+      return;  // loss() names what is wrong
+    const auto v = it->second.to_vector<int64_t>();
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] < 0 || v[i] >= num_classes_)
+        cs::fail("fc_mnist: y[{}] = {} is outside the classes 0..{} (num_classes {})", i, v[i],
                  num_classes_ - 1, num_classes_);
   }
   int64_t input_size_, num_classes_;

@@ -73,21 +73,6 @@ int64_t GPT2Config::num_parameters() const {
   return vocab_size * E + max_position_embeddings * E + num_hidden_layers * layer + 2 * E;
 }
 
-void check_token_ids(const char* model, const char* key, const cs::Tensor& ids, int64_t vocab) {
-  CS_CHECK(ids.defined() && ids.dim() == 2 && cs::is_integral(ids.dtype()),
-           "{}: {} must be an integer tensor [B, T], got {}", model, key,
-           ids.defined()
-               ? fmt::format("{} {}", cs::dtype_name(ids.dtype()), cs::shape_str(ids.shape()))
-               : std::string("undefined"));
-  if (cs::is_tracing()) return;
-  const auto v = ids.to_vector<int64_t>();
-  const int64_t T = ids.size(1);
-  for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] < 0 || v[i] >= vocab)
-      cs::fail("{}: {}[{}, {}] = {} is outside the vocabulary [0, {})", model, key,
-               static_cast<int64_t>(i) / T, static_cast<int64_t>(i) % T, v[i], vocab);
-}
-
 GPT2Model::GPT2Model(const GPT2Config& c) : Model("GPT2Model"), c_(c) {
   const int64_t E = c.hidden_size;
   wte = nn::Embedding(c.vocab_size, E);
@@ -128,7 +113,7 @@ GPT2Model::GPT2Model(const GPT2Config& c) : Model("GPT2Model"), c_(c) {
 }
 
 cs::Tensor GPT2Model::hidden(const cs::Tensor& ids, KVCache* cache) {
-  check_token_ids("gpt2", "input_ids", ids, c_.vocab_size);
+  seq2seq::check_token_ids("gpt2", "input_ids", ids, c_.vocab_size);
   const int64_t T = ids.size(1), past = cache ? cache->length() : 0;
   if (T + past > c_.max_position_embeddings)
     cs::fail("gpt2: input_ids has sequence length {}{} but max_position_embeddings is {}", T,
@@ -168,6 +153,15 @@ cs::Tensor GPT2Model::loss(const cs::Batch& b) {
   return seq2seq::masked_token_loss(logits(ids), labels, mask, 0.0,
                                     eval ? perplexity_.get() : nullptr,
                                     eval ? accuracy_.get() : nullptr);
+}
+
+void GPT2Model::check_batch_values(const cs::Batch& b) const {
+  if (const cs::Tensor* t = seq2seq::batch_entry(b, "input_ids", 2))
+    seq2seq::check_token_ids("gpt2", "input_ids", *t, c_.vocab_size);
+  if (const cs::Tensor* t = seq2seq::batch_entry(b, "labels", 2))
+    seq2seq::check_token_ids("gpt2", "labels", *t, c_.vocab_size, true);
+  if (const cs::Tensor* t = seq2seq::batch_entry(b, "attention_mask", 2))
+    seq2seq::check_mask_values("gpt2", "attention_mask", *t);
 }
 
 double GPT2Model::loss_weight(const cs::Batch& b) const {

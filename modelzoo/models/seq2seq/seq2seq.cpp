@@ -14,9 +14,12 @@ std::string describe(const cs::Tensor& t) {
                      : std::string("undefined");
 }
 
-// Host check of token ids (skipped while tracing: sizes are all a trace knows).
-void check_ids(const char* model, const char* key, const cs::Tensor& ids, int64_t vocab,
-               bool allow_ignore) {
+}  // namespace
+
+void check_token_ids(const char* model, const char* key, const cs::Tensor& ids, int64_t vocab,
+                     bool allow_ignore) {
+  CS_CHECK(ids.defined() && ids.dim() == 2 && cs::is_integral(ids.dtype()),
+           "{}: {} must be an integer tensor [B, T], got {}", model, key, describe(ids));
   if (cs::is_tracing()) return;
   const auto v = ids.to_vector<int64_t>();
   const int64_t T = ids.size(1);
@@ -28,7 +31,23 @@ void check_ids(const char* model, const char* key, const cs::Tensor& ids, int64_
   }
 }
 
-}  // namespace
+void check_mask_values(const char* model, const char* key, const cs::Tensor& mask) {
+  if (cs::is_tracing() || !mask.defined() || mask.dim() != 2) return;
+  const auto v = cs::cast(mask, cs::DType::f32).to_vector<float>();
+  const int64_t T = mask.size(1);
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != 0.0f && v[i] != 1.0f)
+      cs::fail("{}: {}[{}, {}] = {} is not 0 or 1 (1 marks a token to attend to and count)", model,
+               key, static_cast<int64_t>(i) / T, static_cast<int64_t>(i) % T, v[i]);
+}
+
+const cs::Tensor* batch_entry(const cs::Batch& batch, const char* key, int64_t dim) {
+  auto it = batch.find(key);
+  if (it == batch.end() || !it->second.defined() || it->second.dim() != dim ||
+      !cs::is_integral(it->second.dtype()))
+    return nullptr;
+  return &it->second;
+}
 
 Seq2SeqBatch read_batch(const char* model, const cs::Batch& batch, const BatchLimits& lim) {
   auto get = [&](const char* key) -> const cs::Tensor& {
@@ -71,10 +90,24 @@ Seq2SeqBatch read_batch(const char* model, const cs::Batch& batch, const BatchLi
   CS_CHECK(b.decoder_input_ids.size(1) <= lim.tgt_max_positions,
            "{}: decoder_input_ids has sequence length {} but tgt_max_position_embeddings is {}",
            model, b.decoder_input_ids.size(1), lim.tgt_max_positions);
-  check_ids(model, "input_ids", b.input_ids, lim.src_vocab_size, false);
-  check_ids(model, "decoder_input_ids", b.decoder_input_ids, lim.tgt_vocab_size, false);
-  check_ids(model, "labels", b.labels, lim.tgt_vocab_size, true);
+  check_values(model, batch, lim);
   return b;
+}
+
+void check_values(const char* model, const cs::Batch& batch, const BatchLimits& lim) {
+  const struct {
+    const char* key;
+    int64_t vocab;  // 0: a mask
+    bool allow_ignore;
+  } entries[] = {{"input_ids", lim.src_vocab_size, false},
+                 {"attention_mask", 0, false},
+                 {"decoder_input_ids", lim.tgt_vocab_size, false},
+                 {"decoder_attention_mask", 0, false},
+                 {"labels", lim.tgt_vocab_size, true}};
+  for (const auto& e : entries)
+    if (const cs::Tensor* t = batch_entry(batch, e.key, 2))
+      e.vocab > 0 ? check_token_ids(model, e.key, *t, e.vocab, e.allow_ignore)
+                  : check_mask_values(model, e.key, *t);
 }
 
 double token_count(const cs::Tensor& mask) {
@@ -115,6 +148,10 @@ Seq2SeqModel::Seq2SeqModel(std::string type_name, const char* name, const BatchL
       label_smoothing_(label_smoothing),
       perplexity_(std::make_shared<cs::metrics::PerplexityMetric>("eval/lm_perplexity")),
       accuracy_(std::make_shared<cs::metrics::AccuracyMetric>("eval/accuracy")) {}
+
+void Seq2SeqModel::check_batch_values(const cs::Batch& batch) const {
+  check_values(name_, batch, limits_);
+}
 
 double Seq2SeqModel::loss_weight(const cs::Batch& batch) const {
   auto it = batch.find("decoder_attention_mask");

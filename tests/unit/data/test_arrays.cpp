@@ -626,7 +626,11 @@ TEST(ArrayProcessors, FcModelChecksTheBatchAgainstItsSizes) {
   EXPECT_ERROR(model->loss({{"x", cs::testing::rt({2, 5})}, {"y", cs::testing::iv({0, 2})}}),
                "x must be f32 [B, 4] (input_size 4), got f32 [2, 5]");
   EXPECT_ERROR(model->loss({{"x", x}, {"y", cs::testing::iv({0, 3})}}),
-               "label 3 is outside the classes 0..2");
+               "y[1] = 3 is outside the classes 0..2 (num_classes 3)");
+  // The same check on the host batch, as the Trainer runs it before a traced step.
+  EXPECT_ERROR(model->check_batch_values({{"x", x}, {"y", cs::testing::iv({-1, 2})}}),
+               "y[0] = -1 is outside the classes 0..2");
+  model->check_batch_values({{"x", x}, {"y", cs::testing::iv({0, 2})}});
   EXPECT_ERROR(model->loss({{"x", x}, {"y", cs::testing::fv({0, 1})}}), "y must be i64");
   EXPECT_ERROR(model->loss({{"x", x}}), "no \"y\"");
   cs::Config bad = {{"num_classes", 1}};

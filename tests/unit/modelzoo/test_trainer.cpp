@@ -330,23 +330,70 @@ TEST(Trainer, HooksAfterAResumeSeeTheResumedStep) {
                                               "epoch_end 2"}));
 }
 
+// A linear classifier without fc_mnist's host checks of its labels (Model::check_batch_values),
+// so that a bad label reaches the traced step and fails there, on the executor.
+class UncheckedLinear : public modelzoo::Model {
+ public:
+  UncheckedLinear() : Model("UncheckedLinear") {
+    w_ = register_parameter("w", cs::zeros({784, 10}));
+  }
+  cs::Tensor loss(const cs::Batch& b) override {
+    return cs::nn::functional::cross_entropy(cs::matmul(b.at("x"), w_), b.at("y"));
+  }
+
+ private:
+  cs::Tensor w_;
+};
+MODELZOO_REGISTER(models, "unchecked_linear_for_test", [](const ConfigView&) -> modelzoo::ModelPtr {
+  return std::make_shared<UncheckedLinear>();
+});
+
 // A step that fails when it runs (a label out of range in the third batch) ends the run at the
 // step before it: global_step and the run record's end_step count completed steps, not those
-// the loop had queued ahead of the executor.
+// the loop had queued ahead of the executor. With fc_mnist the label is caught on the host
+// before its step (the model's check_batch_values), with the same accounting.
 TEST(Trainer, AFailedStepIsNotCountedAsDone) {
+  for (std::string model : {"unchecked_linear_for_test", "fc_mnist"}) {
+    SCOPED_TRACE(model);
+    Config c = init_config();
+    if (model != "fc_mnist") c["model"] = {{"name", model}};
+    c["model_dir"] = std::string(c["model_dir"]) + "/" + model;
+    c["loop"] = {{"max_steps", 6}};
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    Config d = {
+        {"data_processor", "TinyData"}, {"batches", 8}, {"batch_size", 4}, {"bad_label_batch", 2}};
+    const std::string err = error_of(
+        [&] { t.fit(modelzoo::data_processors().create("TinyData", ConfigView(d, "x"), "x")); });
+    EXPECT_NE(err.find(model == "fc_mnist"
+                           ? "step 3: a batch from its data loader: fc_mnist: y[0] = 99 is outside "
+                             "the classes 0..9"
+                           : "step 3: traced step 'train_step' failed"),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(t.global_step(), 2);
+    const Config record =
+        cs::load_config_file(std::string(c["model_dir"]) + "/run_records/run_0001.yaml");
+    EXPECT_EQ(record["status"], "failed");
+    EXPECT_EQ(record["end_step"], 2);
+  }
+}
+
+// A validation batch is checked too, named by the step it validates and its batch; the data
+// processor and its files are named from the loader's data description.
+TEST(Trainer, ABadValidationBatchNamesItsBatchAndData) {
   Config c = init_config();
-  c["loop"] = {{"max_steps", 6}};
+  c["loop"] = {{"max_steps", 2}};
   modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  t.fit(tiny(8));
   Config d = {
-      {"data_processor", "TinyData"}, {"batches", 8}, {"batch_size", 4}, {"bad_label_batch", 2}};
-  const std::string err = error_of(
-      [&] { t.fit(modelzoo::data_processors().create("TinyData", ConfigView(d, "x"), "x")); });
-  EXPECT_NE(err.find("step 3: traced step 'train_step' failed"), std::string::npos) << err;
-  EXPECT_EQ(t.global_step(), 2);
-  const Config record =
-      cs::load_config_file(std::string(c["model_dir"]) + "/run_records/run_0001.yaml");
-  EXPECT_EQ(record["status"], "failed");
-  EXPECT_EQ(record["end_step"], 2);
+      {"data_processor", "TinyData"}, {"batches", 4}, {"batch_size", 4}, {"bad_label_batch", 1}};
+  auto val = modelzoo::data_processors().create("TinyData", ConfigView(d, "x"), "x");
+  val->set_data_description({{"data_processor", "TinyData"}, {"files", {"a.csv", "b.csv"}}});
+  const std::string err = error_of([&] { t.validate(val); });
+  EXPECT_NE(err.find("validation at step 2, batch 2: a batch from TinyData (files: "
+                     "[\"a.csv\",\"b.csv\"]): fc_mnist: y[0] = 99 is outside the classes 0..9"),
+            std::string::npos)
+      << err;
 }
 
 // A model whose loss fails while being traced (a shape error) fires the exception hooks.

@@ -10,6 +10,7 @@
 #include "modelzoo/config_view.h"
 #include "modelzoo/models/bert/bert.h"
 #include "modelzoo/models/gpt2/gpt2.h"
+#include "modelzoo/models/transformer/transformer.h"
 #include "unit/test_util.h"
 
 using namespace cstorch;
@@ -207,6 +208,64 @@ TEST(Gpt2, Errors) {
   auto cfg = cstorch::parse_config("hidden_size: 30\nnum_heads: 4\n");
   EXPECT_ERROR(modelzoo::models().create("gpt2", modelzoo::ConfigView(cfg, "model"), "model.name"),
                "model.num_heads", "do not divide hidden_size 30");
+}
+
+// Model::check_batch_values, which the Trainer runs on each host batch before its traced step
+// (where a bad value could be reported only as a failed op): each model names the key, the
+// position and the value; a good batch passes; keys a model does not read, or that are missing,
+// are left alone (loss() names a missing key).
+TEST(Transformer, HostBatchValueChecks) {
+  auto i2 = [](std::vector<int32_t> v) { return from_vector(v, {2, 2}); };
+  modelzoo::gpt2::GPT2Model gpt(modelzoo::gpt2::GPT2Config::tiny());  // vocab 256
+  Batch g{{"input_ids", i2({1, 2, 3, 4})},
+          {"attention_mask", i2({1, 1, 1, 0})},
+          {"labels", i2({2, 3, 4, -100})}};
+  gpt.check_batch_values(g);
+  gpt.check_batch_values(Batch{{"input_ids", i2({1, 2, 3, 4})}});
+  auto with = [](Batch b, const char* k, Tensor t) {
+    b[k] = t;
+    return b;
+  };
+  EXPECT_ERROR(gpt.check_batch_values(with(g, "attention_mask", i2({1, 1, 2, 0}))),
+               "gpt2: attention_mask[1, 0] = 2 is not 0 or 1");
+  EXPECT_ERROR(gpt.check_batch_values(with(g, "labels", i2({2, 3, 256, 0}))),
+               "gpt2: labels[1, 0] = 256 is outside the vocabulary [0, 256)",
+               "not the ignore index");
+  EXPECT_ERROR(gpt.check_batch_values(with(g, "input_ids", i2({1, -100, 3, 4}))),
+               "gpt2: input_ids[0, 1] = -100 is outside the vocabulary [0, 256)");
+
+  modelzoo::bert::BertModel bert(modelzoo::bert::BertConfig::tiny());  // vocab 512, NSP on
+  Batch b{{"input_ids", i2({1, 2, 3, 4})},
+          {"attention_mask", i2({1, 1, 1, 0})},
+          {"token_type_ids", i2({0, 1, 0, 1})},
+          {"mlm_labels", i2({-100, 7, -100, -100})},
+          {"next_sentence_label", from_vector(std::vector<int32_t>{0, 1}, {2})}};
+  bert.check_batch_values(b);
+  EXPECT_ERROR(bert.check_batch_values(with(b, "attention_mask", i2({1, 3, 1, 0}))),
+               "bert: attention_mask[0, 1] = 3 is not 0 or 1");
+  EXPECT_ERROR(bert.check_batch_values(with(b, "token_type_ids", i2({0, 2, 0, 1}))),
+               "bert: token_type_ids[0, 1] = 2 is outside the vocabulary [0, 2)");
+  EXPECT_ERROR(bert.check_batch_values(with(b, "mlm_labels", i2({-1, 7, -100, -100}))),
+               "bert: mlm_labels[0, 0] = -1");
+  EXPECT_ERROR(bert.check_batch_values(
+                   with(b, "next_sentence_label", from_vector(std::vector<int32_t>{0, 2}, {2}))),
+               "bert: next_sentence_label[1] = 2 is not 0 or 1");
+  // The eager loss reports the same (inside a traced step only shapes are known).
+  EXPECT_ERROR(bert.loss(with(b, "attention_mask", i2({1, 3, 1, 0}))), "attention_mask[0, 1] = 3");
+
+  modelzoo::transformer::TransformerModel tr(
+      modelzoo::transformer::TransformerConfig::tiny());  // vocab 128
+  Batch t{{"input_ids", i2({1, 2, 3, 4})},
+          {"attention_mask", i2({1, 1, 1, 1})},
+          {"decoder_input_ids", i2({1, 2, 3, 4})},
+          {"decoder_attention_mask", i2({1, 1, 1, 0})},
+          {"labels", i2({2, 3, 4, -100})}};
+  tr.check_batch_values(t);
+  EXPECT_ERROR(tr.check_batch_values(with(t, "decoder_attention_mask", i2({1, 1, -1, 0}))),
+               "decoder_attention_mask[1, 0] = -1 is not 0 or 1");
+  EXPECT_ERROR(tr.check_batch_values(with(t, "decoder_input_ids", i2({1, 2, 3, 128}))),
+               "decoder_input_ids[1, 1] = 128 is outside the vocabulary [0, 128)");
+  EXPECT_ERROR(tr.loss(with(t, "attention_mask", i2({1, 1, 5, 1}))), "attention_mask[1, 0] = 5");
 }
 
 TEST(Bert, ParameterCounts) {

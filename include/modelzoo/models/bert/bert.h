@@ -63,6 +63,9 @@ class BertModel : public Model {
   // the mean over every masked token at any batch size). With the next-sentence loss added,
   // the batch's samples (the sum of two means has no exact weight).
   double loss_weight(const cstorch::Batch& batch) const override;
+  // Ids in their vocabularies (input_ids, token_type_ids; mlm_labels or -100), attention_mask 0
+  // or 1, next_sentence_label 0 or 1 (with NSP).
+  void check_batch_values(const cstorch::Batch& batch) const override;
   const BertConfig& config() const { return c_; }
 
  private:

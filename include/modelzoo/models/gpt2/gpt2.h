@@ -60,6 +60,8 @@ class GPT2Model : public Model {
   cstorch::Tensor logits(const cstorch::Tensor& input_ids, KVCache* cache = nullptr);
   cstorch::Tensor loss(const cstorch::Batch& batch) override;
   double loss_weight(const cstorch::Batch& batch) const override;  // unmasked tokens
+  // input_ids and labels (or -100) in the vocabulary, attention_mask 0 or 1.
+  void check_batch_values(const cstorch::Batch& batch) const override;
   const GPT2Config& config() const { return c_; }
 
   cstorch::nn::Embedding wte{nullptr};
@@ -74,11 +76,5 @@ class GPT2Model : public Model {
   std::shared_ptr<cstorch::metrics::PerplexityMetric> perplexity_;
   std::shared_ptr<cstorch::metrics::AccuracyMetric> accuracy_;
 };
-
-// Checks a [B, T] token-id batch entry on the host (eager use only: inside a traced step the
-// embedding's own index check reports a bad id with its flat position). `key` names it in
-// errors: "gpt2: input_ids[1, 7] = 50300 is outside the vocabulary [0, 50257)".
-void check_token_ids(const char* model, const char* key, const cstorch::Tensor& ids,
-                     int64_t vocab_size);
 
 }  // namespace modelzoo::gpt2

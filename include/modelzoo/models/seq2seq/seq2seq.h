@@ -34,8 +34,22 @@ struct BatchLimits {
 // labels not shaped like decoder_input_ids; encoder and decoder batch sizes that differ; a
 // source or target length past its max positions; eagerly (outside a trace) also a token id
 // outside its vocabulary (input_ids, decoder_input_ids) or a label outside [0, V) that is not
-// -100, named with its [row, column].
+// -100, or a mask value other than 0 and 1, named with its [row, column].
 Seq2SeqBatch read_batch(const char* model, const cstorch::Batch& batch, const BatchLimits& lim);
+// The value checks of read_batch alone, on the keys that are present as 2-d integer tensors.
+void check_values(const char* model, const cstorch::Batch& batch, const BatchLimits& lim);
+
+// Host checks of a [B, T] batch entry, named "<model>: <key>[b, t] = v ..." in errors; the
+// values are not read inside a trace (its tensors have sizes only). check_token_ids: an integer
+// tensor [B, T] (checked in a trace too) of ids in [0, vocab), or the ignore index -100 where
+// allowed. check_mask_values: every value 0 or 1 (a mask is a weight: 2 would count a token
+// twice).
+void check_token_ids(const char* model, const char* key, const cstorch::Tensor& ids, int64_t vocab,
+                     bool allow_ignore = false);
+void check_mask_values(const char* model, const char* key, const cstorch::Tensor& mask);
+// batch[key] when present as a `dim`-d integer tensor, else nullptr (left to the model's loss(),
+// which names what is wrong).
+const cstorch::Tensor* batch_entry(const cstorch::Batch& batch, const char* key, int64_t dim);
 
 // The tokens a mask [B, T] counts (its sum; host values): a token model's loss_weight.
 double token_count(const cstorch::Tensor& mask);
@@ -68,7 +82,8 @@ class Seq2SeqModel : public Model {
   // Logits [B, T, tgt_vocab_size] of a batch (checks as in loss()).
   cstorch::Tensor logits(const cstorch::Batch& batch) { return logits_of(read(batch)); }
   cstorch::Tensor loss(const cstorch::Batch& batch) override;
-  double loss_weight(const cstorch::Batch& batch) const override;  // unmasked tokens
+  double loss_weight(const cstorch::Batch& batch) const override;       // unmasked tokens
+  void check_batch_values(const cstorch::Batch& batch) const override;  // as read_batch
 
  protected:
   virtual cstorch::Tensor logits_of(const Seq2SeqBatch& b) = 0;
