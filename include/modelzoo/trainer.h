@@ -180,9 +180,10 @@ class Trainer {
   void load_optimizer_groups(const cstorch::State& full);
   void sync_sharded_params();
   void combine_validation(double& sum, double& weight);
-  // Model::check_batch_values on a batch of `dl`; its error gains `when` (the step) and the data.
+  // Model::check_batch_values on a batch of `dl`; its error gains the step (with val_batch >= 0:
+  // the validation of `step` and its batch, from 1) and the data.
   void check_batch(const cstorch::Batch& batch, const cstorch::utils::data::DataLoader& dl,
-                   const std::string& when) const;
+                   int64_t step, int64_t val_batch) const;
   std::string validation_result_name(const cstorch::metrics::Metric& m) const;
   void write_run_metadata();
   struct RunRecord;

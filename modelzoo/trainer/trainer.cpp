@@ -1229,7 +1229,7 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
         // at 0 in every run and counts micro-batches); a validation's steps then carry the step
         // it validates.
         cstorch::set_current_step(global_step_ + 1);
-        check_batch(batch, *train, fmt::format("step {}", global_step_ + 1));
+        check_batch(batch, *train, global_step_ + 1, -1);
         auto out = last_micro ? step_fn(batch) : accum_fn(batch);
         if (dry_run) {
           // compile_only / validate_only: the step is traced (and compiled); stop here.
@@ -1340,11 +1340,14 @@ std::string data_source(const data::DataLoader& dl) {
 }
 }  // namespace
 
-void Trainer::check_batch(const Batch& batch, const data::DataLoader& dl,
-                          const std::string& when) const {
+void Trainer::check_batch(const Batch& batch, const data::DataLoader& dl, int64_t step,
+                          int64_t val_batch) const {
   try {
     model_->check_batch_values(batch);
   } catch (const cstorch::Error& e) {
+    const std::string when = val_batch < 0
+                                 ? fmt::format("step {}", step)
+                                 : fmt::format("validation at step {}, batch {}", step, val_batch);
     cstorch::fail("{}: a batch from {}: {}", when, data_source(dl), e.what());
   }
 }
@@ -1445,8 +1448,7 @@ double Trainer::validate(DataLoaderPtr val, std::optional<std::string> ckpt_path
       if (!batch) batch = val->next();  // an epoch ended: start the next one
       CS_CHECK(batch.has_value(), "Trainer.validate: the validation dataloader is empty");
       each([&](Callback& c) { c.on_validate_batch_start(*this, *batch, i); });
-      check_batch(*batch, *val,
-                  fmt::format("validation at step {}, batch {}", global_step_, i + 1));
+      check_batch(*batch, *val, global_step_, i + 1);
       Tensor loss = eval_fn(*batch);
       const double n = model_->loss_weight(*batch);
       samples += n;
