@@ -149,6 +149,7 @@ cs::Tensor GPT2Model::loss(const cs::Batch& b) {
   CS_CHECK(ids.dim() == 2 && mask.shape() == ids.shape() && labels.shape() == ids.shape(),
            "gpt2: input_ids {}, attention_mask {} and labels {} must all be [B, T]",
            cs::shape_str(ids.shape()), cs::shape_str(mask.shape()), cs::shape_str(labels.shape()));
+  if (!cs::is_tracing()) check_batch_values(b);  // eagerly, as the Trainer does before a step
   const bool eval = !is_training();
   return seq2seq::masked_token_loss(logits(ids), labels, mask, 0.0,
                                     eval ? perplexity_.get() : nullptr,

@@ -33,10 +33,10 @@ void check_token_ids(const char* model, const char* key, const cs::Tensor& ids, 
 
 void check_mask_values(const char* model, const char* key, const cs::Tensor& mask) {
   if (cs::is_tracing() || !mask.defined() || mask.dim() != 2) return;
-  const auto v = cs::cast(mask, cs::DType::f32).to_vector<float>();
+  const auto v = mask.to_vector<double>();  // (converts: no cast op needed)
   const int64_t T = mask.size(1);
   for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] != 0.0f && v[i] != 1.0f)
+    if (v[i] != 0.0 && v[i] != 1.0)
       cs::fail("{}: {}[{}, {}] = {} is not 0 or 1 (1 marks a token to attend to and count)", model,
                key, static_cast<int64_t>(i) / T, static_cast<int64_t>(i) % T, v[i]);
 }

@@ -233,6 +233,7 @@ TEST(Transformer, HostBatchValueChecks) {
                "not the ignore index");
   EXPECT_ERROR(gpt.check_batch_values(with(g, "input_ids", i2({1, -100, 3, 4}))),
                "gpt2: input_ids[0, 1] = -100 is outside the vocabulary [0, 256)");
+  EXPECT_ERROR(gpt.loss(with(g, "attention_mask", i2({1, 1, 2, 0}))), "attention_mask[1, 0] = 2");
 
   modelzoo::bert::BertModel bert(modelzoo::bert::BertConfig::tiny());  // vocab 512, NSP on
   Batch b{{"input_ids", i2({1, 2, 3, 4})},
