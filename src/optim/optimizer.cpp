@@ -27,40 +27,74 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, std::map<std::string, doubl
 
 void Optimizer::setup(std::map<std::string, double> defaults) {
   CS_CHECK(!groups_.empty(), "optimizer: no parameter groups given");
+  defaults_ = std::move(defaults);
   std::set<TensorImpl*> seen;
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    auto& g = groups_[gi];
-    CS_CHECK(!g.params.empty(), "optimizer: parameter group {} is empty", gi);
-    for (size_t pi = 0; pi < g.params.size(); ++pi) {
-      const Tensor& p = g.params[pi];
-      // Named by position (and by name where the tensor has one: a module's parameters are
-      // named "weight", "bias"; a bare tensor has no name).
-      const std::string which =
-          p.defined() && !p.name().empty()
-              ? fmt::format("parameter {} ('{}') of group {}", pi, p.name(), gi)
-              : fmt::format("parameter {} of group {}", pi, gi);
-      CS_CHECK(p.defined(), "optimizer: {} is an undefined tensor", which);
-      CS_CHECK(p.requires_grad(), "optimizer: {} does not require grad", which);
-      // As in PyTorch: a computed tensor (w * 2) gets no .grad of its own, so it never moves.
-      CS_CHECK(p.is_leaf(),
-               "optimizer: {} is not a leaf tensor (it is computed from others); optimize the "
-               "tensors it is computed from",
-               which);
-      CS_CHECK(seen.insert(p.impl()).second, "optimizer: {} appears in more than one place", which);
-    }
-    for (auto& [k, v] : defaults) g.options.emplace(k, v);
-    CS_CHECK(g.options.count("lr"), "optimizer: parameter group {} has no learning rate 'lr'", gi);
-    // (NaN fails too. The argument is named: it is what an override of the optimizer's block
-    // set, and cszoo names the override that set a key an error names.)
-    CS_CHECK(g.options["lr"] >= 0, "optimizer: invalid learning rate {} (lr must be >= 0)",
-             g.options["lr"]);
-    runtime::SuspendTrace eager;
-    g.lr = scalar_tensor(g.options["lr"], DType::f32);
-    g.lr.set_name(fmt::format("param_groups.{}.lr", gi));
-  }
+  for (size_t gi = 0; gi < groups_.size(); ++gi) check_group(gi, seen);
   runtime::SuspendTrace eager;
   step_applied_ = scalar_tensor(1, DType::i64);
   step_applied_.set_name("optimizer.step_applied");
+}
+
+void Optimizer::check_group(size_t gi, std::set<TensorImpl*>& seen) {
+  auto& g = groups_[gi];
+  CS_CHECK(!g.params.empty(), "optimizer: parameter group {} is empty", gi);
+  for (size_t pi = 0; pi < g.params.size(); ++pi) {
+    const Tensor& p = g.params[pi];
+    // Named by position (and by name where the tensor has one: a module's parameters are
+    // named "weight", "bias"; a bare tensor has no name).
+    const std::string which = p.defined() && !p.name().empty()
+                                  ? fmt::format("parameter {} ('{}') of group {}", pi, p.name(), gi)
+                                  : fmt::format("parameter {} of group {}", pi, gi);
+    CS_CHECK(p.defined(), "optimizer: {} is an undefined tensor", which);
+    CS_CHECK(p.requires_grad(), "optimizer: {} does not require grad", which);
+    // As in PyTorch: a computed tensor (w * 2) gets no .grad of its own, so it never moves.
+    CS_CHECK(p.is_leaf(),
+             "optimizer: {} is not a leaf tensor (it is computed from others); optimize the "
+             "tensors it is computed from",
+             which);
+    CS_CHECK(seen.insert(p.impl()).second, "optimizer: {} appears in more than one place", which);
+  }
+  for (auto& [k, v] : defaults_) g.options.emplace(k, v);
+  CS_CHECK(g.options.count("lr"), "optimizer: parameter group {} has no learning rate 'lr'", gi);
+  // (NaN fails too. The argument is named: it is what an override of the optimizer's block
+  // set, and cszoo names the override that set a key an error names.)
+  CS_CHECK(g.options["lr"] >= 0, "optimizer: invalid learning rate {} (lr must be >= 0)",
+           g.options["lr"]);
+  runtime::SuspendTrace eager;
+  g.lr = scalar_tensor(g.options["lr"], DType::f32);
+  g.lr.set_name(fmt::format("param_groups.{}.lr", gi));
+}
+
+void Optimizer::add_param_group(std::vector<Tensor> params, std::map<std::string, double> options) {
+  const size_t gi = groups_.size();
+  CS_CHECK(!initialized_,
+           "{}: add_param_group: the optimizer's state already exists (its first step(), "
+           "state_dict() or load_state_dict() created it); add every parameter group before",
+           name());
+  std::vector<std::string> valid;
+  for (const auto& [k, v] : defaults_) valid.push_back(k);
+  for (const auto& [k, v] : options) {
+    CS_CHECK(defaults_.count(k),
+             "{}: add_param_group: group {} has unknown hyper-parameter '{}'; valid keys: {}",
+             name(), gi, k, fmt::join(valid, ", "));
+    // The constructors' own range checks, for the keys most optimizers share.
+    const bool nonneg =
+        k == "lr" || k == "weight_decay" || k == "eps" || k == "momentum" || k == "dampening";
+    CS_CHECK(!nonneg || v >= 0, "{}: add_param_group: group {}: invalid {} {} (must be >= 0)",
+             name(), gi, k, v);
+    CS_CHECK(!(k == "beta1" || k == "beta2") || (v >= 0 && v < 1),
+             "{}: add_param_group: group {}: invalid {} {} (must be in [0, 1))", name(), gi, k, v);
+  }
+  std::set<TensorImpl*> seen;
+  for (const auto& g : groups_)
+    for (const auto& p : g.params) seen.insert(p.impl());
+  groups_.push_back(ParamGroup{std::move(params), std::move(options), Tensor(), {}});
+  try {
+    check_group(gi, seen);
+  } catch (...) {
+    groups_.pop_back();  // a refused group leaves the optimizer as it was
+    throw;
+  }
 }
 
 void Optimizer::set_lr(size_t group, double lr) {

@@ -5,8 +5,10 @@ cstorch and torch.optim mid-run.
 usage: optim_interchange.py IN.json OUT.json
 
 IN.json: {"params": [{"name", "shape", "data"}...], "grads": [[flat per param] per step],
-          "n": N, "m": M, "cases": [{"id", "type", "args", "files": [cstorch .pt ...],
+          "n": N, "m": M, "cases": [{"id", "type", "args", "groups", "files": [cstorch .pt ...],
           "torch_file": path}...]}
+  "groups": null (one group of every parameter) or [{"params": [indices], options...}, ...]:
+  torch.optim's parameter groups (the options over `args`).
 
 For each case:
   - from cstorch: each of `files` (a cstorch checkpoint after N steps, {"model", "optimizer"})
@@ -52,6 +54,14 @@ def train(params, opt, j, first, count):
             p.grad = g.clone()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
+
+def param_arg(case, params):
+    """What the case's torch optimizer is built over: its parameters, or its groups."""
+    if case.get("groups") is None:
+        return params
+    return [dict(torch_args({k: v for k, v in g.items() if k != "params"}),
+                 params=[params[i] for i in g["params"]]) for g in case["groups"]]
 
 
 def flat(params):
@@ -102,7 +112,7 @@ def main():
             params = [ck["model"][p["name"]].clone().requires_grad_(True) for p in j["params"]]
             sd = ck["optimizer"]
             check_layout(case, sd, path)
-            opt = cls(params, **args)
+            opt = cls(param_arg(case, params), **args)
             opt.load_state_dict(sd)
             # Every state entry attached to a parameter (torch keeps entries whose key is not
             # one of the groups' parameter ids under that key instead).
@@ -114,7 +124,7 @@ def main():
             res["from_cstorch"].append(flat(params))
         params = [torch.tensor(p["data"], dtype=torch.float32).reshape(p["shape"])
                   .requires_grad_(True) for p in j["params"]]
-        opt = cls(params, **args)
+        opt = cls(param_arg(case, params), **args)
         train(params, opt, j, 0, n)
         model = collections.OrderedDict((p["name"], t.detach())
                                         for p, t in zip(j["params"], params))

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,20 @@ class Optimizer {
 
   // Sets every parameter's .grad to none (set_to_none) or to zeros.
   void zero_grad(bool set_to_none = true);
+  // Adds a parameter group, as torch.optim's add_param_group: `options` (this optimizer's own
+  // names: "lr", "weight_decay", "beta1", "beta2", "momentum", ...; flags as 0 / 1) override
+  // the defaults the optimizer was built with, for these parameters only; keys not given take
+  // those defaults. The usual use: weight decay off for biases and norms,
+  //   AdamW opt(weights, 1e-3); opt.add_param_group(biases_and_norms, {{"weight_decay", 0}});
+  // Parameters are numbered across groups in order (state_dict), so a torch optimizer built
+  // with the same groups in the same order takes this one's state and the other way round.
+  // Errors (naming the group and the key): no parameters; a parameter that is undefined, does
+  // not require grad, is not a leaf or is already in a group; a key this optimizer does not
+  // have (the valid ones listed); a negative or NaN lr, weight_decay, eps, momentum or
+  // dampening, a beta1 / beta2 outside [0, 1); and a call after the optimizer's state exists
+  // (its first step(), state_dict() or load_state_dict()): add every group before. A scheduler
+  // writes its value to every group, this one included.
+  void add_param_group(std::vector<Tensor> params, std::map<std::string, double> options = {});
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // Sets a group's learning rate (writes the lr tensor). A negative rate is an error.
@@ -161,6 +176,10 @@ class Optimizer {
 
  private:
   void setup(std::map<std::string, double> defaults);
+  // Checks group gi's parameters (against `seen`, the parameters of the groups before it) and
+  // its options, fills the options it lacks from defaults_ and makes its lr tensor.
+  void check_group(size_t gi, std::set<TensorImpl*>& seen);
+  std::map<std::string, double> defaults_;
   // Inside a trace: keys the step by this fixed hyper-parameter (a constant in its graph), so
   // that a step called after it changed (load_state_dict, an edit of the group's options, the
   // key becoming tensor-held) is traced again instead of replaying the old value.

@@ -399,6 +399,83 @@ TEST(ConfigureOptimizer, Errors) {
   expect_error([&] { sgd.set_lr(0, -1); }, {"invalid learning rate -1"});
 }
 
+// add_param_group: a group's options apply to its parameters only (the update of the group
+// with weight decay 0 is the same as an optimizer built with weight decay 0), and the refused
+// calls name what is wrong and leave the optimizer as it was. (Against torch.optim's groups:
+// tests/reference/test_optim_interchange.cpp.)
+TEST(ParamGroups, AGroupsOptionsApplyToItsParametersOnly) {
+  auto ps = params(1), qs = params(1);
+  optim::AdamW grouped({ps[0]}, 0.01, 0.9, 0.999, 1e-8, 0.1);
+  grouped.add_param_group({ps[1]}, {{"weight_decay", 0.0}, {"lr", 0.02}});
+  ASSERT_EQ(grouped.param_groups().size(), 2u);
+  EXPECT_EQ(grouped.param_groups()[1].options.at("beta2"), 0.999);  // a default it took
+  optim::AdamW decayed({qs[0]}, 0.01, 0.9, 0.999, 1e-8, 0.1);
+  optim::AdamW plain({qs[1]}, 0.02, 0.9, 0.999, 1e-8, 0.0);
+  for (int step = 0; step < 3; ++step) {
+    set_grads(ps, step);
+    set_grads(qs, step);
+    grouped.step();
+    decayed.step();
+    plain.step();
+    grouped.zero_grad();
+    decayed.zero_grad();
+    plain.zero_grad();
+  }
+  EXPECT_EQ(values(ps), values(qs));
+  // The same groups in a traced step (each group's options are constants of its graph).
+  auto rs = params(1);
+  optim::AdamW traced_opt({rs[0]}, 0.01, 0.9, 0.999, 1e-8, 0.1);
+  traced_opt.add_param_group({rs[1]}, {{"weight_decay", 0.0}, {"lr", 0.02}});
+  auto step = trace([&](const Tensor& g0, const Tensor& g1) {
+    (sum(rs[0] * g0) + sum(rs[1] * g1)).backward();
+    traced_opt.step();
+    traced_opt.zero_grad();
+    return rs[0] * 1.0;
+  });
+  for (int t = 0; t < 3; ++t)
+    step(rt(rs[0].shape(), 100 + 10 * t), rt(rs[1].shape(), 101 + 10 * t));
+  // (fp32 rounding of a few ops ordered differently once compiled, over three steps.)
+  const auto traced_v = values(rs), eager_v = values(qs);
+  expect_close(D(traced_v.begin(), traced_v.end()), D(eager_v.begin(), eager_v.end()), 1e-6);
+  // state_dict numbers the parameters across the groups, each group with its own options.
+  State sd = grouped.state_dict();
+  EXPECT_EQ(sd.at("param_groups")[1].at("weight_decay").as_double(), 0.0);
+  EXPECT_EQ(sd.at("param_groups")[1].at("params")[0].as_int(), 1);
+}
+
+TEST(ParamGroups, RefusedGroupsNameWhatIsWrong) {
+  auto ps = params(1);
+  Tensor extra = rt({2}, 7);
+  extra.set_requires_grad(true).set_name("extra");
+  optim::AdamW opt({ps[0]}, 0.01);
+  expect_error(
+      [&] {
+        opt.add_param_group({ps[1]}, {{"momentum", 0.9}});
+      },
+      {"AdamW", "group 1", "unknown hyper-parameter 'momentum'", "valid keys:", "beta1"});
+  expect_error(
+      [&] {
+        opt.add_param_group({ps[1]}, {{"beta2", 1.0}});
+      },
+      {"group 1", "invalid beta2 1", "[0, 1)"});
+  expect_error(
+      [&] {
+        opt.add_param_group({ps[1]}, {{"weight_decay", -0.1}});
+      },
+      {"group 1", "invalid weight_decay -0.1"});
+  expect_error([&] { opt.add_param_group({ps[0]}); },
+               {"parameter 0 ('a') of group 1", "more than one place"});
+  expect_error([&] { opt.add_param_group({}); }, {"parameter group 1 is empty"});
+  EXPECT_EQ(opt.param_groups().size(), 1u);  // none of them was kept
+  opt.add_param_group({ps[1]});
+  EXPECT_EQ(opt.param_groups().size(), 2u);
+  set_grads(ps, 0);
+  opt.step();
+  expect_error([&] { opt.add_param_group({extra}); },
+               {"AdamW", "add_param_group", "state already exists", "before"});
+  EXPECT_EQ(opt.param_groups().size(), 2u);
+}
+
 // A user optimizer that (wrongly) creates state in step().
 class Sloppy : public optim::Optimizer {
  public:
