@@ -7,7 +7,8 @@
 // (`trainer.init.schedulers.0.LinearLR.total_iters`, `trainer.1.trainer.init.seed` for the
 // second phase of a list of phases). The value is YAML: `50`, `1e-3`, `true`, `[1, 2]`,
 // `{SGD: {lr: 0.1}}`, `text`, `"007"` (quoted: a string); an empty value is null, which leaves
-// the key to its default. Missing maps on the way are created. Nothing is checked here beyond
+// the key to its default. Missing maps on the way are created (a numeric component on a map
+// that lacks that key is an error: it was meant for a list). Nothing is checked here beyond
 // the form: the overridden config goes through the same checks as the file, so an unknown key
 // or a value of the wrong type is the error the same mistake in the YAML file gives, with the
 // same key path.
@@ -35,7 +36,7 @@ ConfigOverride parse_override(const std::string& arg);
 
 // Sets the override's value in `root`, creating missing maps. Errors name the override and the
 // key path: a component below a value that is neither a map nor a list, a list index that is
-// not a number or is out of range.
+// not a number or is out of range, a number on a map without that key (its keys named).
 void apply_override(Config& root, const ConfigOverride& o);
 
 // `c` as YAML text (block style; strings quoted where they would read back as another type):

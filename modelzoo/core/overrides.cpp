@@ -83,6 +83,17 @@ void apply_override(Config& root, const ConfigOverride& o) {
     if (!node->is_object())
       cstorch::fail("override '{}': {} is {}, not a map, so it has no key '{}'", o.text,
                     where.empty() ? std::string("the top level") : where, short_repr(*node), comp);
+    // A number indexes a list; on a map without such a key it was meant for a list the config
+    // does not have there (trainer.0.init.seed on a config of one trainer phase), and creating
+    // the key would only move the error to the config check, under a key the user never wrote.
+    if (is_index(comp) && !node->contains(comp)) {
+      std::vector<std::string> keys;
+      for (const auto& [k, v] : node->items()) keys.push_back(k);
+      cstorch::fail(
+          "override '{}': {} is a map, not a list, so '{}' does not index it{}", o.text,
+          where.empty() ? std::string("the top level") : where, comp,
+          keys.empty() ? std::string() : fmt::format("; its keys: {}", fmt::join(keys, ", ")));
+    }
     node = &(*node)[comp];
     where += (where.empty() ? "" : ".") + comp;
   }

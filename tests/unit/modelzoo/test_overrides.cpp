@@ -94,6 +94,16 @@ TEST(Overrides, StructuralErrorsNameTheKeyPath) {
   EXPECT_EQ(error_of([&] { applied(yaml, {"trainer.init.callbacks.first=1"}); }),
             "override 'trainer.init.callbacks.first=1': trainer.init.callbacks is a list; 'first' "
             "is not an index (0, 1, ...)");
+  // A phase index on a config of one phase (a map): said here, not created as a key "0" that
+  // the config check would then call unknown.
+  EXPECT_EQ(error_of([&] { applied(yaml, {"trainer.0.init.seed=3"}); }),
+            "override 'trainer.0.init.seed=3': trainer is a map, not a list, so '0' does not "
+            "index it; its keys: init");
+  // A map that has such a key takes the override.
+  EXPECT_EQ(applied("m: {'0': 1}", {"m.0=2"}), parse_config("m: {'0': 2}"));
+  // A new map on the way has no keys to name.
+  EXPECT_EQ(error_of([&] { applied("", {"a.0=1"}); }),
+            "override 'a.0=1': a is a map, not a list, so '0' does not index it");
 }
 
 TEST(Overrides, YamlTextReadsBackAsTheSameConfig) {
