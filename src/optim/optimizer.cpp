@@ -58,8 +58,8 @@ void Optimizer::check_group(size_t gi, std::set<TensorImpl*>& seen) {
   CS_CHECK(g.options.count("lr"), "optimizer: parameter group {} has no learning rate 'lr'", gi);
   // (NaN fails too. The argument is named: it is what an override of the optimizer's block
   // set, and cszoo names the override that set a key an error names.)
-  CS_CHECK(g.options["lr"] >= 0, "optimizer: invalid learning rate {} (lr must be >= 0)",
-           g.options["lr"]);
+  CS_CHECK(g.options["lr"] >= 0 && std::isfinite(g.options["lr"]),
+           "optimizer: invalid learning rate {} (lr must be >= 0 and finite)", g.options["lr"]);
   runtime::SuspendTrace eager;
   g.lr = scalar_tensor(g.options["lr"], DType::f32);
   g.lr.set_name(fmt::format("param_groups.{}.lr", gi));
@@ -80,8 +80,9 @@ void Optimizer::add_param_group(std::vector<Tensor> params, std::map<std::string
     // The constructors' own range checks, for the keys most optimizers share.
     const bool nonneg =
         k == "lr" || k == "weight_decay" || k == "eps" || k == "momentum" || k == "dampening";
-    CS_CHECK(!nonneg || v >= 0, "{}: add_param_group: group {}: invalid {} {} (must be >= 0)",
-             name(), gi, k, v);
+    CS_CHECK(!nonneg || (v >= 0 && std::isfinite(v)),
+             "{}: add_param_group: group {}: invalid {} {} (must be >= 0 and finite)", name(), gi,
+             k, v);
     CS_CHECK(!(k == "beta1" || k == "beta2") || (v >= 0 && v < 1),
              "{}: add_param_group: group {}: invalid {} {} (must be in [0, 1))", name(), gi, k, v);
   }
@@ -100,7 +101,9 @@ void Optimizer::add_param_group(std::vector<Tensor> params, std::map<std::string
 void Optimizer::set_lr(size_t group, double lr) {
   CS_CHECK(group < groups_.size(), "set_lr: group {} out of range ({} groups)", group,
            groups_.size());
-  CS_CHECK(lr >= 0, "{}: invalid learning rate {} for group {} (must be >= 0)", name(), lr, group);
+  CS_CHECK(lr >= 0 && std::isfinite(lr),
+           "{}: invalid learning rate {} for group {} (must be >= 0 and finite)", name(), lr,
+           group);
   groups_[group].options["lr"] = lr;
   NoGradGuard ng;
   groups_[group].lr.fill_(lr);
@@ -451,7 +454,10 @@ void Optimizer::load_state_dict(const State& sd) {
       options.emplace_back(gi, k, v.is_bool() ? (v.as_bool() ? 1.0 : 0.0) : v.as_double());
     }
   for (const auto& [gi, k, d] : options)
-    if (k == "lr") CS_CHECK(d >= 0, "{}: param_groups.{}.lr: invalid learning rate {}", who, gi, d);
+    if (k == "lr")
+      CS_CHECK(d >= 0 && std::isfinite(d),
+               "{}: param_groups.{}.lr: invalid learning rate {} (must be >= 0 and finite)", who,
+               gi, d);
   // The groups as they will be: state is read in the layout their options give.
   std::vector<ParamGroup> target = groups_;
   bool reshaped = false;  // an option other than the lr changes: the kept state may change

@@ -252,7 +252,7 @@ TEST(CszooE2E, OverridesAndRunFlags) {
       << out;
   // (The learning rate's error named no argument, and no override was blamed.)
   out = error_of("trainer.init.optimizer.SGD.lr=-1");
-  EXPECT_NE(out.find("invalid learning rate -1 (lr must be >= 0) (set by the override "
+  EXPECT_NE(out.find("invalid learning rate -1 (lr must be >= 0 and finite) (set by the override "
                      "'trainer.init.optimizer.SGD.lr=-1')"),
             std::string::npos)
       << out;

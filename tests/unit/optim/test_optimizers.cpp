@@ -3,6 +3,8 @@
 // (scheduled) hyper-parameters.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "cstorch/cstorch.h"
 #include "unit/test_util.h"
 
@@ -397,6 +399,26 @@ TEST(ConfigureOptimizer, Errors) {
   auto ps = params(1);
   optim::SGD sgd(ps, 0.1);
   expect_error([&] { sgd.set_lr(0, -1); }, {"invalid learning rate -1"});
+  // Infinity passes `>= 0` but makes the first step's parameters NaN: refused everywhere a rate
+  // or a non-negative hyper-parameter is taken.
+  const double inf = std::numeric_limits<double>::infinity();
+  expect_error([&] { sgd.set_lr(0, inf); }, {"invalid learning rate inf", "finite"});
+  expect_error(
+      [&] {
+        optim::configure_optimizer("SGD", params(1), {{"lr", inf}});
+      },
+      {"invalid learning rate inf", "finite"});
+  expect_error([&] { optim::AdamW(params(1), 0.01, 0.9, 0.999, 1e-8, inf); },
+               {"AdamW", "invalid weight_decay inf", "finite"});
+  expect_error(
+      [&] {
+        sgd.add_param_group({rt({2}, 9).set_requires_grad(true)}, {{"lr", inf}});
+      },
+      {"group 1", "invalid lr inf", "finite"});
+  State sd = sgd.state_dict();
+  sd.at("param_groups")[0].set("lr", inf);
+  expect_error([&] { sgd.load_state_dict(sd); },
+               {"param_groups.0.lr", "invalid learning rate inf"});
 }
 
 // add_param_group: a group's options apply to its parameters only (the update of the group
