@@ -39,10 +39,13 @@ inline Tensor ema_sq(const Tensor& avg, const Tensor& x, double b) {
 inline void check_beta(const char* opt, const char* name, double b) {
   CS_CHECK(b >= 0 && b < 1, "{}: invalid {} {} (must be in [0, 1))", opt, name, b);
 }
-// (Infinity fails too: an infinite rate or decay passes `>= 0` and turns the first step's
-// parameters into NaN without a word.)
+// A rate or other non-negative hyper-parameter: NaN fails the comparison, and infinity fails
+// too (it passes `>= 0` and turns the first step's parameters into NaN without a word).
+inline bool nonneg_finite(double v) {
+  return v >= 0 && std::isfinite(v);
+}
 inline void check_nonneg(const char* opt, const char* name, double v) {
-  CS_CHECK(v >= 0 && std::isfinite(v), "{}: invalid {} {} (must be >= 0 and finite)", opt, name, v);
+  CS_CHECK(nonneg_finite(v), "{}: invalid {} {} (must be >= 0 and finite)", opt, name, v);
 }
 
 }  // namespace cstorch::optim::impl

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/internal.h"
+#include "optim/common.h"
 #include "runtime/trace_context.h"
 
 namespace cstorch::optim {
@@ -28,14 +29,16 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, std::map<std::string, doubl
 void Optimizer::setup(std::map<std::string, double> defaults) {
   CS_CHECK(!groups_.empty(), "optimizer: no parameter groups given");
   defaults_ = std::move(defaults);
-  std::set<TensorImpl*> seen;
-  for (size_t gi = 0; gi < groups_.size(); ++gi) check_group(gi, seen);
+  for (size_t gi = 0; gi < groups_.size(); ++gi) check_group(gi);
   runtime::SuspendTrace eager;
   step_applied_ = scalar_tensor(1, DType::i64);
   step_applied_.set_name("optimizer.step_applied");
 }
 
-void Optimizer::check_group(size_t gi, std::set<TensorImpl*>& seen) {
+void Optimizer::check_group(size_t gi) {
+  std::set<TensorImpl*> seen;
+  for (size_t before = 0; before < gi; ++before)
+    for (const auto& p : groups_[before].params) seen.insert(p.impl());
   auto& g = groups_[gi];
   CS_CHECK(!g.params.empty(), "optimizer: parameter group {} is empty", gi);
   for (size_t pi = 0; pi < g.params.size(); ++pi) {
@@ -58,7 +61,7 @@ void Optimizer::check_group(size_t gi, std::set<TensorImpl*>& seen) {
   CS_CHECK(g.options.count("lr"), "optimizer: parameter group {} has no learning rate 'lr'", gi);
   // (NaN fails too. The argument is named: it is what an override of the optimizer's block
   // set, and cszoo names the override that set a key an error names.)
-  CS_CHECK(g.options["lr"] >= 0 && std::isfinite(g.options["lr"]),
+  CS_CHECK(impl::nonneg_finite(g.options["lr"]),
            "optimizer: invalid learning rate {} (lr must be >= 0 and finite)", g.options["lr"]);
   runtime::SuspendTrace eager;
   g.lr = scalar_tensor(g.options["lr"], DType::f32);
@@ -80,18 +83,15 @@ void Optimizer::add_param_group(std::vector<Tensor> params, std::map<std::string
     // The constructors' own range checks, for the keys most optimizers share.
     const bool nonneg =
         k == "lr" || k == "weight_decay" || k == "eps" || k == "momentum" || k == "dampening";
-    CS_CHECK(!nonneg || (v >= 0 && std::isfinite(v)),
+    CS_CHECK(!nonneg || impl::nonneg_finite(v),
              "{}: add_param_group: group {}: invalid {} {} (must be >= 0 and finite)", name(), gi,
              k, v);
     CS_CHECK(!(k == "beta1" || k == "beta2") || (v >= 0 && v < 1),
              "{}: add_param_group: group {}: invalid {} {} (must be in [0, 1))", name(), gi, k, v);
   }
-  std::set<TensorImpl*> seen;
-  for (const auto& g : groups_)
-    for (const auto& p : g.params) seen.insert(p.impl());
   groups_.push_back(ParamGroup{std::move(params), std::move(options), Tensor(), {}});
   try {
-    check_group(gi, seen);
+    check_group(gi);
   } catch (...) {
     groups_.pop_back();  // a refused group leaves the optimizer as it was
     throw;
@@ -101,7 +101,7 @@ void Optimizer::add_param_group(std::vector<Tensor> params, std::map<std::string
 void Optimizer::set_lr(size_t group, double lr) {
   CS_CHECK(group < groups_.size(), "set_lr: group {} out of range ({} groups)", group,
            groups_.size());
-  CS_CHECK(lr >= 0 && std::isfinite(lr),
+  CS_CHECK(impl::nonneg_finite(lr),
            "{}: invalid learning rate {} for group {} (must be >= 0 and finite)", name(), lr,
            group);
   groups_[group].options["lr"] = lr;
@@ -455,7 +455,7 @@ void Optimizer::load_state_dict(const State& sd) {
     }
   for (const auto& [gi, k, d] : options)
     if (k == "lr")
-      CS_CHECK(d >= 0 && std::isfinite(d),
+      CS_CHECK(impl::nonneg_finite(d),
                "{}: param_groups.{}.lr: invalid learning rate {} (must be >= 0 and finite)", who,
                gi, d);
   // The groups as they will be: state is read in the layout their options give.

@@ -10,7 +10,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -69,14 +68,15 @@ class Optimizer {
   // with the same groups in the same order takes this one's state and the other way round.
   // Errors (naming the group and the key): no parameters; a parameter that is undefined, does
   // not require grad, is not a leaf or is already in a group; a key this optimizer does not
-  // have (the valid ones listed); a negative or NaN lr, weight_decay, eps, momentum or
-  // dampening, a beta1 / beta2 outside [0, 1); and a call after the optimizer's state exists
+  // have (the valid ones listed); a negative, NaN or infinite lr, weight_decay, eps, momentum
+  // or dampening, a beta1 / beta2 outside [0, 1); and a call after the optimizer's state exists
   // (its first step(), state_dict() or load_state_dict()): add every group before. A scheduler
   // writes its value to every group, this one included.
   void add_param_group(std::vector<Tensor> params, std::map<std::string, double> options = {});
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
-  // Sets a group's learning rate (writes the lr tensor). A negative rate is an error.
+  // Sets a group's learning rate (writes the lr tensor). A negative, NaN or infinite rate is an
+  // error.
   void set_lr(size_t group, double lr);
 
   // The 0-d f32 tensor that holds hyper-parameter `key` of `group` ("lr" is the lr tensor).
@@ -176,9 +176,9 @@ class Optimizer {
 
  private:
   void setup(std::map<std::string, double> defaults);
-  // Checks group gi's parameters (against `seen`, the parameters of the groups before it) and
-  // its options, fills the options it lacks from defaults_ and makes its lr tensor.
-  void check_group(size_t gi, std::set<TensorImpl*>& seen);
+  // Checks group gi's parameters (against those of the groups before it) and its options,
+  // fills the options it lacks from defaults_ and makes its lr tensor.
+  void check_group(size_t gi);
   std::map<std::string, double> defaults_;
   // Inside a trace: keys the step by this fixed hyper-parameter (a constant in its graph), so
   // that a step called after it changed (load_state_dict, an edit of the group's options, the
