@@ -276,6 +276,47 @@ __attribute__((always_inline)) inline void store_tile(__m512 (&acc)[R][V], const
 #undef CS_TILE_LOOP
 }
 
+// store_tile for a product computed as its transpose (C^T = B A^T, sgemm_avx512_impl): tile
+// element (r, j) is C[j][r], at c + j * ldc + r, and the bias one per tile row (a column of C).
+// The tile goes through two 16 x 16 transposes in L1 so that each of C's rows receives its R
+// results as one masked vector, through the same steps in the same order as store_tile (alpha,
+// beta, bias, relu): bitwise the results of the product computed directly. Only the epilogues
+// the forward of a linear layer has (bias, relu).
+template <int R, int V>
+__attribute__((always_inline)) inline void store_tile_t(__m512 (&acc)[R][V], int cols, float* c,
+                                                        int64_t ldc, float alpha, float beta,
+                                                        const TileEpilogue& e) {
+  alignas(64) float t[R][32];
+  alignas(64) float u[32][16];
+  if (alpha != 1.f) {
+    const __m512 a = _mm512_set1_ps(alpha);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_mul_ps(a, acc[r][v]);
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) _mm512_store_ps(&t[r][16 * v], acc[r][v]);
+#pragma GCC unroll 2
+  for (int v = 0; v < V; ++v) transpose16<false>(&t[0][16 * v], 32, R, 16, &u[16 * v][0], 16, 16);
+  const __mmask16 m = static_cast<__mmask16>((1u << R) - 1);
+  const __m512 zero = _mm512_setzero_ps(), b = _mm512_set1_ps(beta);
+  const __m512 bias = e.bias ? _mm512_maskz_loadu_ps(m, e.bias) : zero;
+  for (int j = 0; j < cols; ++j) {
+    float* cj = c + j * ldc;
+    __m512 x = _mm512_load_ps(u[j]);
+    if (beta == 1.f)
+      x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, cj));
+    else if (beta != 0.f)
+      x = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(m, cj), x);
+    if (e.bias) x = _mm512_add_ps(x, bias);
+    if (e.relu) x = _mm512_max_ps(zero, x);
+    _mm512_mask_storeu_ps(cj, m, x);
+  }
+}
+
 // C[R rows, cols <= 16 * V] = alpha * A[R x kc] @ B[kc x 16V] + beta * C, the tile held in
 // R * V zmm registers. A is read in place: element (r, k) at a[r * astride + k] when kcontig
 // (rows contiguous along k), else at a[k * astride + r]. B row k is b[k * bks + j] (a packed
@@ -283,7 +324,7 @@ __attribute__((always_inline)) inline void store_tile(__m512 (&acc)[R][V], const
 // V = 1 serves products with at most 16 columns (a classifier's logits) at twice the useful
 // work per FMA of V = 2.
 // The tile is then stored through the epilogue e (store_tile).
-template <int R, int V, bool kcontig>
+template <int R, int V, bool kcontig, bool kT = false>
 void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const float* __restrict b,
                   int64_t bks, float* c, int64_t ldc, int cols, float alpha, float beta,
                   const TileEpilogue& e) {
@@ -301,9 +342,15 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
     // The tile of C is read (beta, a later K block) or written only after the K loop: its lines
     // arrive while the loop runs instead of stalling the stores (K blocks of a large C are
     // evicted from L2 between visits).
-    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
-    if constexpr (V == 2)
-      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+    if constexpr (!kT) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+      if constexpr (V == 2)
+        _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+    }
+  }
+  if constexpr (kT) {  // the tile's C rows: one per column
+    for (int j = 0; j < cols; ++j)
+      _mm_prefetch(reinterpret_cast<const char*>(c + j * ldc), _MM_HINT_T0);
   }
   // Rows contiguous along k: addressed as TileRows (tile_rows.h).
   TileRows<float, R> rows(a, astride);
@@ -348,21 +395,28 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
     k_loop.template operator()<true>();
   else
     k_loop.template operator()<false>();
-  store_tile<R, V>(acc, mask, c, ldc, alpha, beta, e);
+  if constexpr (kT)
+    store_tile_t<R, V>(acc, cols, c, ldc, alpha, beta, e);
+  else
+    store_tile<R, V>(acc, mask, c, ldc, alpha, beta, e);
 }
 
 using MicroKernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
                              int, float, float, const TileEpilogue&);
 using KernelRow = std::array<MicroKernel, kMr + 1>;  // indexed by the tile's row count
-template <int V, bool kcontig, size_t... R>
+template <int V, bool kcontig, bool kT, size_t... R>
 constexpr KernelRow kernel_row(std::index_sequence<R...>) {
-  return {nullptr, &micro_kernel<static_cast<int>(R + 1), V, kcontig>...};
+  return {nullptr, &micro_kernel<static_cast<int>(R + 1), V, kcontig, kT>...};
 }
 // kKernels[kcontig][V - 1][rows]
-constexpr KernelRow kKernels[2][2] = {{kernel_row<1, false>(std::make_index_sequence<kMr>{}),
-                                       kernel_row<2, false>(std::make_index_sequence<kMr>{})},
-                                      {kernel_row<1, true>(std::make_index_sequence<kMr>{}),
-                                       kernel_row<2, true>(std::make_index_sequence<kMr>{})}};
+constexpr KernelRow kKernels[2][2] = {
+    {kernel_row<1, false, false>(std::make_index_sequence<kMr>{}),
+     kernel_row<2, false, false>(std::make_index_sequence<kMr>{})},
+    {kernel_row<1, true, false>(std::make_index_sequence<kMr>{}),
+     kernel_row<2, true, false>(std::make_index_sequence<kMr>{})}};
+// The transposed store (store_tile_t), A's rows contiguous along k: kKernelsT[V - 1][rows].
+constexpr KernelRow kKernelsT[2] = {kernel_row<1, true, true>(std::make_index_sequence<kMr>{}),
+                                    kernel_row<2, true, true>(std::make_index_sequence<kMr>{})};
 
 TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_t i, int64_t j) {
   TileEpilogue t;
@@ -509,11 +563,12 @@ void dot_columns(int64_t M, int64_t j0, int64_t j1, int64_t K, float alpha, cons
 
 }  // namespace
 
-bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                       float* C, int64_t ldc, int threads, const Scratch& ws,
-                       const GemmEpilogue& ep) {
-  if (M <= 0 || N <= 0) return true;
+// sgemm_avx512 on operands in the order it computes them: with `tr`, the product computed is
+// C^T = op(A) op(B) (tile (i, j) stored at C[j][i] by store_tile_t, the bias one per row of this
+// product; only bias and relu epilogues).
+bool sgemm_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+               int threads, const Scratch& ws, const GemmEpilogue& ep, bool tr) {
   if (uses_dot(ta, tb, M, K)) {
     // Threads split the columns in blocks of 16; every result is one thread's whole dot.
     threads = omp_in_parallel() ? 1 : std::max(1, threads);
@@ -637,6 +692,15 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
           for (int64_t jp = j0; jp < j1; ++jp) {
             const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - jp * kNr));
             const float* bt = pack_b ? bp + (jp - j0) * kNr * kc_max : bblk + jp * kNr;
+            if (tr) {  // bias one per row of this product
+              TileEpilogue te;
+              if (first && ep.bias) te.bias = ep.bias + i;
+              te.relu = last && ep.relu;
+              kKernelsT[cols > 16][rows](kc, ablk, ast, bt, pack_b ? kNr : brs,
+                                         C + (jc + jp * kNr) * ldc + i, ldc, cols, alpha, beta_k,
+                                         te);
+              continue;
+            }
             float* ct = C + i * ldc + jc + jp * kNr;
             if (last && ep.gelu_x) prefetch_gelu_tile(ep, i, jc + jp * kNr, rows, cols);
             kKernels[!ta][cols > 16][rows](kc, ablk, ast, bt, pack_b ? kNr : brs, ct, ldc, cols,
@@ -650,6 +714,20 @@ bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   };
   run_on_team(threads, body);
   return true;
+}
+
+bool sgemm_avx512_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                       float* C, int64_t ldc, int threads, const Scratch& ws,
+                       const GemmEpilogue& ep) {
+  if (M <= 0 || N <= 0) return true;
+  // The swapped form packs the M rows of A where the direct one packs the N columns of B^T:
+  // taken where ws has room for that (as it does when sized for this product, N > M).
+  if (own_gemm_swaps(ta, tb, M, N) && !ep.addend && !ep.gate && !ep.update && !ep.gelu_x &&
+      ws.floats >= static_cast<size_t>(pack_area(M, K, false) + a_copy_floats(K, false, false)))
+    return sgemm_run(false, true, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc, threads, ws, ep,
+                     true);
+  return sgemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads, ws, ep, false);
 }
 CSTORCH_INTRINSICS_END
 

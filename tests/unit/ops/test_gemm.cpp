@@ -163,6 +163,11 @@ TEST(OwnGemm, TrainingShapesAndEdges) {
       // K < 8 (a weight gradient over a batch of 4), one row with an untransposed B.
       {50, 784, 4, true, false, 1.f, 0.9f, 2},
       {1, 300, 100, false, false, 1.f, 0.f, 1},
+      // A B^T with N > M >= 64, computed as C^T = B A^T (own_gemm_swaps): row and column tails
+      // of the transposed tiles, several K blocks, alpha and beta, a bias.
+      {64, 65, 3, false, true, 1.f, 0.f, 1, true},
+      {77, 500, 1602, false, true, 0.5f, 0.3f, 2, true},
+      {100, 1234, 385, false, true, -2.f, 1.f, 3, true},
   };
   const auto variants = own_gemm_variants();
   if (variants.empty())
@@ -193,6 +198,66 @@ void expect_near_double_product(const std::string& name, const std::vector<float
           alpha * d + beta * C0[i * ldc + j] + bias[j] + (add ? -0.5 * (*add)[i * N + j] : 0.0);
       ASSERT_NEAR(C[i * ldc + j], want, 1e-6 * (K + 1.0) * (mag + 1.0) * 1.2)
           << name << ": C(" << i << "," << j << ")";
+    }
+  }
+}
+
+// An A B^T product with more columns than rows is computed as its transpose C^T = B A^T
+// (own_gemm_swaps: the weight read in place, the activations packed, each tile transposed on its
+// way to C): the same FMAs in the same order, so bitwise the direct form of the same product (B
+// given un-transposed, which is never swapped), with a bias and relu, alpha and beta, one K block
+// and several, tails of rows and columns, at 1-3 threads; C's padding never written.
+TEST(OwnGemm, SwappedFormIsBitwiseTheDirectForm) {
+  const auto variants = own_gemm_variants();
+  if (variants.empty())
+    GTEST_SKIP() << "this CPU runs no AVX-512 variant of the kernels: OpenBLAS runs products";
+  struct Shape {
+    int64_t M, N, K;
+  };
+  for (const auto* v : variants) {
+    std::mt19937 rng(13);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (const Shape sh : {Shape{64, 65, 1}, Shape{77, 500, 768}, Shape{96, 1234, 1602},
+                           Shape{256, 3072, 768}, Shape{130, 131, 3072}}) {
+      const int64_t M = sh.M, N = sh.N, K = sh.K, lda = K + 1, ldbt = K + 3, ldb = N + 5,
+                    ldc = N + 2;
+      // The first call below takes the swapped form, the second the direct one.
+      ASSERT_TRUE(cstorch::cpu::own_gemm_swaps(false, true, M, N));
+      ASSERT_FALSE(cstorch::cpu::own_gemm_swaps(false, false, M, N));
+      std::vector<float> A(M * lda), Bt(N * ldbt), B(K * ldb), C0(M * ldc), bias(N);
+      for (auto* x : {&A, &Bt, &C0, &bias})
+        for (auto& e : *x) e = u(rng);
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t k = 0; k < K; ++k) B[k * ldb + j] = Bt[j * ldbt + k];
+      // Scratch sized as the planner sizes it for each call.
+      const size_t fs = v->sgemm_scratch_floats(N, K, false, true, false),
+                   fd = v->sgemm_scratch_floats(N, K, false, false, false);
+      for (int threads : {1, 2, 3}) {
+        std::vector<float> ws_s(fs * threads + 1), ws_d(fd * threads + 1);
+        const cstorch::cpu::Scratch ss{ws_s.data(), fs, fs, threads},
+            sd{ws_d.data(), fd, fd, threads};
+        for (int form = 0; form < 4; ++form) {
+          const float alpha = form == 3 ? -0.5f : 1.f, beta = form == 1   ? 1.f
+                                                              : form == 3 ? 0.3f
+                                                                          : 0.f;
+          cstorch::cpu::GemmEpilogue ep;
+          if (form >= 2) ep.bias = bias.data();
+          ep.relu = form == 2;
+          std::vector<float> swapped = C0, direct = C0;
+          ASSERT_TRUE(v->sgemm(false, true, M, N, K, alpha, A.data(), lda, Bt.data(), ldbt, beta,
+                               swapped.data(), ldc, threads, ss, ep));
+          ASSERT_TRUE(v->sgemm(false, false, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta,
+                               direct.data(), ldc, threads, sd, ep));
+          ASSERT_EQ(swapped, direct) << v->name << ": M" << M << " N" << N << " K" << K << ", form "
+                                     << form << ", " << threads << " threads";
+          if (form == 0)
+            expect_near_double_product(
+                v->name, swapped, ldc, M, N, K,
+                [&](int64_t i, int64_t k) { return A[i * lda + k]; },
+                [&](int64_t k, int64_t j) { return Bt[j * ldbt + k]; }, 1.f, 0.f, C0,
+                std::vector<float>(N, 0.f), nullptr);
+        }
+      }
     }
   }
 }
