@@ -7,6 +7,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "checkpoint/common.h"  // ckpt::valid_utf8
@@ -43,6 +46,23 @@ void merge_keys(Config& m, const std::string& shown_path, const std::string& whe
 constexpr size_t kMaxConfigDepth = 256;
 constexpr size_t kMaxConfigValues = 1000000;
 
+// YAML's spellings of infinity and NaN: `.inf`, `.Inf`, `.INF` with an optional sign, and
+// `.nan`, `.NaN`, `.NAN` (YAML's core schema reads them as floats). strtod does not read them,
+// and `lr: .inf` means the number: read as a string it would be refused as "expected a number"
+// instead of by the range check that names the value.
+std::optional<double> yaml_special_float(const std::string& s) {
+  std::string_view v = s;
+  const bool negative = !v.empty() && v.front() == '-';
+  const bool sign = !v.empty() && (v.front() == '-' || v.front() == '+');
+  std::string_view body = sign ? v.substr(1) : v;
+  if (body == ".inf" || body == ".Inf" || body == ".INF")
+    return negative ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::infinity();
+  if (!sign && (body == ".nan" || body == ".NaN" || body == ".NAN"))
+    return std::numeric_limits<double>::quiet_NaN();
+  return std::nullopt;
+}
+
 // A plain scalar as a number when all of it is one (strtoll / strtod, as std::stoll / std::stod
 // read them, without the cost of an exception per non-number).
 Config scalar(const YAML::Node& n) {
@@ -51,6 +71,7 @@ Config scalar(const YAML::Node& n) {
   if (s == "true" || s == "True" || s == "TRUE") return true;
   if (s == "false" || s == "False" || s == "FALSE") return false;
   if (s == "null" || s == "~" || s.empty()) return s.empty() ? Config(s) : Config(nullptr);
+  if (auto special = yaml_special_float(s)) return *special;
   const char* b = s.c_str();
   char* end = nullptr;
   errno = 0;

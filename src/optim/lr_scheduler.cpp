@@ -12,6 +12,7 @@
 #include "core/internal.h"
 #include "core/warn_once.h"
 #include "cstorch/distributed.h"
+#include "optim/common.h"
 #include "runtime/trace_context.h"
 
 namespace cstorch::optim::lr_scheduler {
@@ -61,6 +62,22 @@ std::optional<int64_t> checked_length(std::optional<int64_t> n, const char* sche
   return n;
 }
 
+// Checks of the numeric arguments, naming the scheduler and the argument as the user gave it.
+// NaN fails every comparison and infinity is refused too, as the optimizers refuse them for a
+// learning rate: an infinite rate (or factor) turns the parameters into NaN at the first step
+// that uses it, without a word.
+void check_finite(const char* scheduler, const std::string& argument, double v) {
+  CS_CHECK(std::isfinite(v), "{}: invalid {} {} (must be finite)", scheduler, argument, v);
+}
+void check_nonneg(const char* scheduler, const std::string& argument, double v) {
+  CS_CHECK(optim::impl::nonneg_finite(v), "{}: invalid {} {} (must be >= 0 and finite)", scheduler,
+           argument, v);
+}
+void check_positive(const char* scheduler, const std::string& argument, double v) {
+  CS_CHECK(v > 0 && std::isfinite(v), "{}: invalid {} {} (must be > 0 and finite)", scheduler,
+           argument, v);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -108,6 +125,17 @@ double LRScheduler::initial_value() const {
   return closed_form_lr(num(0)).item<float>();
 }
 
+// Checked where the value is computed eagerly anyway (start(), load_state_dict()): finite
+// arguments can still give a value that is not finite as f32, such as a rate above 3.4e38 or a
+// growing schedule restored at a step past its overflow. step() is not checked: inside a traced
+// step the value is computed on the device at every replay, and reading it back would stall
+// every step.
+void LRScheduler::check_value(const Tensor& value, int64_t step) const {
+  const double v = value.item<float>();
+  CS_CHECK(std::isfinite(v), "{}: the computed {} at step {} is {}, not a finite number", name(),
+           target_.key, step, v);
+}
+
 void LRScheduler::write(const Tensor& value) {
   Optimizer& o = *target_.optimizer;
   for (size_t g = 0; g < o.param_groups().size(); ++g) o.hyper_tensor(g, target_.key).copy_(value);
@@ -123,7 +151,9 @@ void LRScheduler::start() {
   if (!owner_.empty()) return;
   runtime::SuspendTrace eager;
   NoGradGuard ng;
-  write(closed_form_lr(cast(step_, DType::f32)));
+  Tensor value = closed_form_lr(cast(step_, DType::f32));
+  check_value(value, last_epoch_ + 1);
+  write(value);
 }
 
 void LRScheduler::step() {
@@ -184,8 +214,16 @@ void LRScheduler::load_state_dict(const State& sd) {
   CS_CHECK(s >= 0, "{}.load_state_dict: invalid last_epoch {}", name(), s);
   start();
   NoGradGuard ng;
-  step_.fill_(static_cast<double>(s));
-  if (owner_.empty()) write(closed_form_lr(cast(step_, DType::f32)));
+  if (owner_.empty()) {
+    // Checked before anything changes, so a refused step leaves the scheduler as it was.
+    Tensor value =
+        closed_form_lr(cast(scalar_tensor(static_cast<double>(s), DType::i64), DType::f32));
+    check_value(value, s);
+    step_.fill_(static_cast<double>(s));
+    write(value);
+  } else {
+    step_.fill_(static_cast<double>(s));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -194,8 +232,7 @@ void LRScheduler::load_state_dict(const State& sd) {
 ConstantLR::ConstantLR(Target t, double learning_rate, std::optional<int64_t> total_iters)
     : LRScheduler(std::move(t), checked_length(total_iters, "ConstantLR", "total_iters")),
       lr_(learning_rate) {
-  CS_CHECK(learning_rate >= 0, "ConstantLR: invalid learning_rate {} (must be >= 0)",
-           learning_rate);
+  check_nonneg("ConstantLR", "learning_rate", learning_rate);
   start();
 }
 Tensor ConstantLR::closed_form_lr(const Tensor& s) const {
@@ -209,9 +246,9 @@ PolynomialLR::PolynomialLR(Target t, double init, double end, int64_t total_iter
       end_(end),
       power_(power),
       cycle_(cycle) {
-  CS_CHECK(init >= 0 && end >= 0, "PolynomialLR: learning rates must be >= 0 (got {} and {})", init,
-           end);
-  CS_CHECK(power >= 0, "PolynomialLR: invalid power {} (must be >= 0)", power);
+  check_nonneg("PolynomialLR", "initial_learning_rate", init);
+  check_nonneg("PolynomialLR", "end_learning_rate", end);
+  check_nonneg("PolynomialLR", "power", power);
   start();
 }
 Tensor PolynomialLR::closed_form_lr(const Tensor& s) const {
@@ -232,8 +269,8 @@ LinearLR::LinearLR(Target t, double init, double end, int64_t total_iters)
     : LRScheduler(std::move(t), checked_length(total_iters, "LinearLR", "total_iters")),
       init_(init),
       end_(end) {
-  CS_CHECK(init >= 0 && end >= 0, "LinearLR: learning rates must be >= 0 (got {} and {})", init,
-           end);
+  check_nonneg("LinearLR", "initial_learning_rate", init);
+  check_nonneg("LinearLR", "end_learning_rate", end);
   start();
 }
 Tensor LinearLR::closed_form_lr(const Tensor& s) const {
@@ -248,7 +285,8 @@ ExponentialLR::ExponentialLR(Target t, double init, int64_t total_iters, double 
       init_(init),
       rate_(decay_rate),
       staircase_(staircase) {
-  CS_CHECK(decay_rate > 0, "ExponentialLR: invalid decay_rate {} (must be > 0)", decay_rate);
+  check_finite("ExponentialLR", "initial_learning_rate", init);
+  check_positive("ExponentialLR", "decay_rate", decay_rate);
   start();
 }
 Tensor ExponentialLR::closed_form_lr(const Tensor& s) const {
@@ -268,6 +306,9 @@ InverseExponentialTimeDecayLR::InverseExponentialTimeDecayLR(Target t, double in
       exponent_(step_exponent),
       rate_(decay_rate),
       staircase_(staircase) {
+  check_finite("InverseExponentialTimeDecayLR", "initial_learning_rate", init);
+  check_finite("InverseExponentialTimeDecayLR", "step_exponent", step_exponent);
+  check_finite("InverseExponentialTimeDecayLR", "decay_rate", decay_rate);
   start();
 }
 Tensor InverseExponentialTimeDecayLR::closed_form_lr(const Tensor& s) const {
@@ -280,6 +321,8 @@ Tensor InverseExponentialTimeDecayLR::closed_form_lr(const Tensor& s) const {
 InverseSquareRootDecayLR::InverseSquareRootDecayLR(Target t, double init, double scale,
                                                    int64_t warmup_steps)
     : LRScheduler(std::move(t)), init_(init), scale_(scale), warmup_(warmup_steps) {
+  check_finite("InverseSquareRootDecayLR", "initial_learning_rate", init);
+  check_finite("InverseSquareRootDecayLR", "scale", scale);
   CS_CHECK(warmup_steps >= 1, "InverseSquareRootDecayLR: invalid warmup_steps {} (must be >= 1)",
            warmup_steps);
   start();
@@ -292,6 +335,8 @@ CosineDecayLR::CosineDecayLR(Target t, double init, double end, int64_t total_it
     : LRScheduler(std::move(t), checked_length(total_iters, "CosineDecayLR", "total_iters")),
       init_(init),
       end_(end) {
+  check_finite("CosineDecayLR", "initial_learning_rate", init);
+  check_finite("CosineDecayLR", "end_learning_rate", end);
   start();
 }
 Tensor CosineDecayLR::closed_form_lr(const Tensor& s) const {
@@ -305,6 +350,8 @@ CosineAnnealingLR::CosineAnnealingLR(Target t, double init, int64_t T_max, doubl
       init_(init),
       eta_min_(eta_min),
       t_max_(T_max) {
+  check_finite("CosineAnnealingLR", "initial_learning_rate", init);
+  check_finite("CosineAnnealingLR", "eta_min", eta_min);
   start();
 }
 Tensor CosineAnnealingLR::closed_form_lr(const Tensor& s) const {
@@ -320,6 +367,8 @@ CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Target t, double init, 
     : LRScheduler(std::move(t)), init_(init), eta_min_(eta_min), t0_(T_0), mult_(T_mult) {
   CS_CHECK(T_0 > 0, "CosineAnnealingWarmRestarts: invalid T_0 {} (must be > 0)", T_0);
   CS_CHECK(T_mult >= 1, "CosineAnnealingWarmRestarts: invalid T_mult {} (must be >= 1)", T_mult);
+  check_finite("CosineAnnealingWarmRestarts", "initial_learning_rate", init);
+  check_finite("CosineAnnealingWarmRestarts", "eta_min", eta_min);
   start();
 }
 Tensor CosineAnnealingWarmRestarts::closed_form_lr(const Tensor& s) const {
@@ -348,6 +397,8 @@ Tensor CosineAnnealingWarmRestarts::closed_form_lr(const Tensor& s) const {
 StepLR::StepLR(Target t, double init, int64_t step_size, double gamma)
     : LRScheduler(std::move(t)), init_(init), gamma_(gamma), step_size_(step_size) {
   CS_CHECK(step_size > 0, "StepLR: invalid step_size {} (must be > 0)", step_size);
+  check_finite("StepLR", "initial_learning_rate", init);
+  check_finite("StepLR", "gamma", gamma);
   start();
 }
 Tensor StepLR::closed_form_lr(const Tensor& s) const {
@@ -360,6 +411,8 @@ MultiStepLR::MultiStepLR(Target t, double init, std::vector<int64_t> milestones,
     CS_CHECK(milestones_[i] >= milestones_[i - 1],
              "MultiStepLR: milestones must be increasing, got {} after {}", milestones_[i],
              milestones_[i - 1]);
+  check_finite("MultiStepLR", "initial_learning_rate", init);
+  check_finite("MultiStepLR", "gamma", gamma);
   start();
 }
 Tensor MultiStepLR::closed_form_lr(const Tensor& s) const {
@@ -370,7 +423,8 @@ Tensor MultiStepLR::closed_form_lr(const Tensor& s) const {
 
 MultiplicativeLR::MultiplicativeLR(Target t, double init, double coefficient)
     : LRScheduler(std::move(t)), init_(init), coefficient_(coefficient) {
-  CS_CHECK(coefficient > 0, "MultiplicativeLR: invalid coefficient {} (must be > 0)", coefficient);
+  check_finite("MultiplicativeLR", "initial_learning_rate", init);
+  check_positive("MultiplicativeLR", "coefficient", coefficient);
   start();
 }
 Tensor MultiplicativeLR::closed_form_lr(const Tensor& s) const {
@@ -380,6 +434,7 @@ Tensor MultiplicativeLR::closed_form_lr(const Tensor& s) const {
 LambdaLR::LambdaLR(Target t, double init, std::function<Tensor(const Tensor&)> fn)
     : LRScheduler(std::move(t)), init_(init), fn_(std::move(fn)) {
   CS_CHECK(fn_ != nullptr, "LambdaLR: no function given");
+  check_finite("LambdaLR", "initial_learning_rate", init);
   start();
 }
 Tensor LambdaLR::closed_form_lr(const Tensor& s) const {
@@ -402,6 +457,9 @@ CyclicLR::CyclicLR(Target t, double base_lr, double max_lr, int64_t step_size_up
   CS_CHECK(up_ > 0 && down_ > 0, "CyclicLR: step sizes must be > 0 (got {} and {})", up_, down_);
   CS_CHECK(mode_ == "triangular" || mode_ == "triangular2" || mode_ == "exp_range",
            "CyclicLR: unknown mode '{}'; valid modes: triangular, triangular2, exp_range", mode);
+  check_finite("CyclicLR", "base_lr", base_lr);
+  check_finite("CyclicLR", "max_lr", max_lr);
+  check_finite("CyclicLR", "gamma", gamma);
   start();
 }
 Tensor CyclicLR::closed_form_lr(const Tensor& s) const {
@@ -424,6 +482,11 @@ OneCycleLR::OneCycleLR(Target t, double init, double max_lr, int64_t total_steps
       total_(total_steps) {
   CS_CHECK(pct_start >= 0 && pct_start <= 1, "OneCycleLR: invalid pct_start {} (must be in [0, 1])",
            pct_start);
+  check_finite("OneCycleLR", "initial_learning_rate", init);
+  check_finite("OneCycleLR", "max_lr", max_lr);
+  // The final rate is initial_learning_rate / final_div_factor: 0 would make it infinite, a
+  // negative factor negative.
+  check_positive("OneCycleLR", "final_div_factor", final_div_factor);
   std::string a = ascii_lower(anneal_strategy);
   CS_CHECK(a == "cos" || a == "linear",
            "OneCycleLR: unknown anneal_strategy '{}'; valid: cos, linear", anneal_strategy);
@@ -521,6 +584,8 @@ PiecewiseConstantLR::PiecewiseConstantLR(Target t, std::vector<double> learning_
     CS_CHECK(milestones_[i] > milestones_[i - 1],
              "PiecewiseConstantLR: milestones must be increasing, got {} after {}", milestones_[i],
              milestones_[i - 1]);
+  for (size_t i = 0; i < lrs_.size(); ++i)
+    check_finite("PiecewiseConstantLR", fmt::format("learning_rates[{}]", i), lrs_[i]);
   start();
 }
 Tensor PiecewiseConstantLR::closed_form_lr(const Tensor& s) const {

@@ -3,9 +3,11 @@
 // and old aliases.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
+#include <type_traits>
 
 #include "core/internal.h"
 #include "cstorch/optim/lr_scheduler.h"
@@ -15,6 +17,28 @@ namespace cstorch::optim {
 using namespace lr_scheduler;
 
 namespace {
+
+// A value for an error message. JSON has no text for infinity and NaN (dump() writes null), so
+// those are shown in YAML's spelling.
+std::string shown(const Config& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
+    const double d = v.get<double>();
+    return std::isnan(d) ? ".nan" : d > 0 ? ".inf" : "-.inf";
+  }
+  return v.dump();
+}
+
+// A whole number an int64_t holds exactly: an integer, or a float such as 10.0 (an infinite or
+// out-of-range float would make the conversion undefined).
+bool is_whole(const Config& v) {
+  if (v.is_number_integer()) return true;
+  if (!v.is_number()) return false;
+  const double d = v.get<double>();
+  return std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9e15;
+}
+int64_t whole(const Config& v) {
+  return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
+}
 
 // Reads the arguments of one scheduler entry; `where` names the entry in errors.
 struct Args {
@@ -27,16 +51,14 @@ struct Args {
   }
   double number(const std::string& k) const {
     const auto& v = get(k);
-    CS_CHECK(v.is_number(), "{}{}.{}: expected a number, got {}", prefix, where, k, v.dump());
+    CS_CHECK(v.is_number(), "{}{}.{}: expected a number, got {}", prefix, where, k, shown(v));
     return v.get<double>();
   }
   double number(const std::string& k, double def) const { return c.contains(k) ? number(k) : def; }
   int64_t integer(const std::string& k) const {
     const auto& v = get(k);
-    CS_CHECK(
-        v.is_number_integer() || (v.is_number() && v.get<double>() == std::floor(v.get<double>())),
-        "{}{}.{}: expected an integer, got {}", prefix, where, k, v.dump());
-    return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
+    CS_CHECK(is_whole(v), "{}{}.{}: expected an integer, got {}", prefix, where, k, shown(v));
+    return whole(v);
   }
   int64_t integer(const std::string& k, int64_t def) const {
     return c.contains(k) ? integer(k) : def;
@@ -48,23 +70,28 @@ struct Args {
   bool flag(const std::string& k, bool def) const {
     if (!c.contains(k)) return def;
     const auto& v = c.at(k);
-    CS_CHECK(v.is_boolean(), "{}{}.{}: expected true or false, got {}", prefix, where, k, v.dump());
+    CS_CHECK(v.is_boolean(), "{}{}.{}: expected true or false, got {}", prefix, where, k, shown(v));
     return v.get<bool>();
   }
   std::string text(const std::string& k, const std::string& def) const {
     if (!c.contains(k)) return def;
     const auto& v = c.at(k);
-    CS_CHECK(v.is_string(), "{}{}.{}: expected a string, got {}", prefix, where, k, v.dump());
+    CS_CHECK(v.is_string(), "{}{}.{}: expected a string, got {}", prefix, where, k, shown(v));
     return v.get<std::string>();
   }
   template <class T>
   std::vector<T> list(const std::string& k) const {
     const auto& v = get(k);
-    CS_CHECK(v.is_array(), "{}{}.{}: expected a list, got {}", prefix, where, k, v.dump());
+    CS_CHECK(v.is_array(), "{}{}.{}: expected a list, got {}", prefix, where, k, shown(v));
     std::vector<T> r;
     for (const auto& e : v) {
-      CS_CHECK(e.is_number(), "{}{}.{}: expected numbers, got {}", prefix, where, k, e.dump());
-      r.push_back(e.get<T>());
+      if constexpr (std::is_integral_v<T>) {
+        CS_CHECK(is_whole(e), "{}{}.{}: expected integers, got {}", prefix, where, k, shown(e));
+        r.push_back(whole(e));
+      } else {
+        CS_CHECK(e.is_number(), "{}{}.{}: expected numbers, got {}", prefix, where, k, shown(e));
+        r.push_back(e.get<T>());
+      }
     }
     return r;
   }
@@ -291,7 +318,7 @@ std::shared_ptr<LRScheduler> configure_lr_scheduler(Optimizer& optimizer, const 
     std::string v = m.is_string() ? ascii_lower(m.get<std::string>()) : "";
     CS_CHECK(v == "chainedlr" || v == "sequentiallr",
              "{}{}[{}].main_scheduler: expected ChainedLR or SequentialLR, got {}", prefix, root, i,
-             m.dump());
+             shown(m));
     chained = chained || v == "chainedlr";
   }
   std::vector<SchedulerPtr> subs;

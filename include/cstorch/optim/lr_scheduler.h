@@ -10,6 +10,13 @@
 // scheduler drives: "lr" by default, or another hyper-parameter (weight_decay, ...) given as
 // {optimizer, "weight_decay"} in place of the optimizer.
 //
+// Arguments are checked when the scheduler is built: rates, bounds, factors and exponents must
+// be finite (the learning rates of ConstantLR, LinearLR and PolynomialLR and its power also
+// >= 0; ExponentialLR's decay_rate, MultiplicativeLR's coefficient and OneCycleLR's
+// final_div_factor > 0), and so must the value written by start() and load_state_dict(), as
+// f32; each error names the scheduler, the argument (or the step) and the value. step() does
+// not read its value back to check it: inside a traced step that would stall every step.
+//
 // Values are computed in f32 with forms chosen for accuracy: powers as pow(f32(b), k) with a
 // first-order correction for the rounding of b, and 1 + cos(x) as 2 cos^2(x/2) or 2 sin^2 of the
 // complement, so cosine schedules keep their relative accuracy near zero. Steps are exact up
@@ -84,6 +91,8 @@ class LRScheduler {
 
  private:
   void write(const Tensor& value);
+  // An error naming the scheduler, the key and the step when `value` is not finite as f32.
+  void check_value(const Tensor& value, int64_t step) const;
   Tensor step_;  // 0-d i64
   int64_t last_epoch_;
   int64_t hook_ = -1;

@@ -1,14 +1,17 @@
 // Config loading limits and errors: YAML aliases that refer to themselves or expand
 // exponentially stop at a depth / value limit with an error naming the file, the key path and
-// the limit; a directory or a top level that is not a map is named as such.
+// the limit; a directory or a top level that is not a map is named as such. Plain scalars:
+// YAML's .inf and .nan are numbers.
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "cstorch/config.h"
 #include "cstorch/core/error.h"
@@ -150,4 +153,48 @@ TEST(ConfigLimits, MergeKeysAddTheMergedMapsKeys) {
   EXPECT_EQ(c["two"], cs::parse_config("{lr: 0.1, momentum: 0.9, nesterov: true, extra: 1}"));
   expect_error([&] { cs::parse_config("a: {<<: 3, b: 1}"); },
                {"the merge key (<<) in 'a' takes a map or a list of maps", "got 3"});
+}
+
+// Plain scalars: YAML's spellings of infinity and NaN (.inf, .Inf, .INF with an optional sign;
+// .nan, .NaN, .NAN) are floats, as the other numbers are; a quoted one is a string, as a quoted
+// "123" is; what strtod reads (inf, nan, ...) stays a number.
+TEST(ConfigScalars, YamlInfinityAndNaNAreFloats) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const std::string s : {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"}) {
+    const cs::Config c = cs::parse_config("a: " + s);
+    ASSERT_TRUE(c["a"].is_number_float()) << s << ": " << c.dump();
+    EXPECT_EQ(c["a"].get<double>(), inf) << s;
+  }
+  for (const std::string s : {"-.inf", "-.Inf", "-.INF"}) {
+    const cs::Config c = cs::parse_config("a: " + s);
+    ASSERT_TRUE(c["a"].is_number_float()) << s << ": " << c.dump();
+    EXPECT_EQ(c["a"].get<double>(), -inf) << s;
+  }
+  for (const std::string s : {".nan", ".NaN", ".NAN"}) {
+    const cs::Config c = cs::parse_config("a: " + s);
+    ASSERT_TRUE(c["a"].is_number_float()) << s << ": " << c.dump();
+    EXPECT_TRUE(std::isnan(c["a"].get<double>())) << s;
+  }
+  // In a flow list, and as a whole document.
+  const cs::Config list = cs::parse_config("[.inf, -.inf, .nan, 1]");
+  EXPECT_EQ(list[0].get<double>(), inf);
+  EXPECT_EQ(list[1].get<double>(), -inf);
+  EXPECT_TRUE(std::isnan(list[2].get<double>()));
+  EXPECT_EQ(list[3], 1);
+  EXPECT_EQ(cs::parse_config(".inf").get<double>(), inf);
+  // Quoted: strings, as a quoted number is.
+  EXPECT_EQ(cs::parse_config("a: '.inf'")["a"], ".inf");
+  EXPECT_EQ(cs::parse_config("a: \".nan\"")["a"], ".nan");
+  EXPECT_EQ(cs::parse_config("a: \"123\"")["a"], "123");
+  EXPECT_EQ(cs::parse_config("a: 123")["a"], 123);
+  // Other spellings are not YAML's: strings (a sign on NaN, mixed case, more letters).
+  for (const std::string s :
+       {"+.nan", "-.nan", ".iNf", ".nAn", ".infinity", "..inf", ".inf.", "inf."})
+    EXPECT_EQ(cs::parse_config("a: " + s)["a"], s) << s;
+  // What strtod reads is a number, as before.
+  EXPECT_EQ(cs::parse_config("a: inf")["a"].get<double>(), inf);
+  EXPECT_EQ(cs::parse_config("a: -Infinity")["a"].get<double>(), -inf);
+  EXPECT_TRUE(std::isnan(cs::parse_config("a: nan")["a"].get<double>()));
+  EXPECT_TRUE(std::isnan(cs::parse_config("a: NaN")["a"].get<double>()));
+  EXPECT_EQ(cs::parse_config("a: 1e-3")["a"].get<double>(), 1e-3);
 }

@@ -2,6 +2,8 @@
 // resolved config.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "cstorch/config.h"
@@ -129,6 +131,23 @@ TEST(Overrides, YamlTextReadsBackAsTheSameConfig) {
   const std::string text = modelzoo::to_yaml(c);
   EXPECT_EQ(parse_config(text), c) << text;
   EXPECT_EQ(parse_config(text)["trainer"]["init"]["one"].is_number_float(), true) << text;
+}
+
+// Infinity and NaN are written in YAML's spelling (JSON's text for them is null), so they read
+// back as numbers; the strings ".inf" and "inf" are quoted, since plain they read as numbers.
+TEST(Overrides, NonFiniteNumbersReadBackAsNumbers) {
+  EXPECT_EQ(parse_override("a.lr=.inf").value.get<double>(),
+            std::numeric_limits<double>::infinity());
+  Config c = parse_config("a: .inf\nb: -.inf\nc: .nan\nd: '.inf'\ne: 'inf'\nf: inf\n");
+  const std::string text = modelzoo::to_yaml(c);
+  EXPECT_EQ(text, "a: .inf\nb: -.inf\nc: .nan\nd: \".inf\"\ne: \"inf\"\nf: .inf\n");
+  Config back = parse_config(text);
+  EXPECT_EQ(back["a"].get<double>(), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(back["b"].get<double>(), -std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(back["c"].get<double>()));
+  EXPECT_EQ(back["d"], ".inf");
+  EXPECT_EQ(back["e"], "inf");
+  EXPECT_EQ(back["f"].get<double>(), std::numeric_limits<double>::infinity());
 }
 
 TEST(Overrides, ResolvedRunConfig) {

@@ -227,6 +227,32 @@ TEST(TrainerConfig, ErrorsNameTheKeyPath) {
             0u);
 }
 
+// YAML's .inf and .nan are numbers, refused by the optimizer's and the schedulers' own range
+// checks under the block's key path (as strings they were refused as "expected a number").
+TEST(TrainerConfig, InfiniteAndNaNValuesAreRefusedByTheRangeChecks) {
+  auto err = [](const std::string& key, const std::string& yaml) {
+    Config c = init_config();
+    c[key] = cs::parse_config(yaml);
+    return error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); });
+  };
+  EXPECT_EQ(err("optimizer", "{SGD: {lr: .inf, momentum: 0.9}}"),
+            "trainer.init.optimizer.SGD: optimizer: invalid learning rate inf (lr must be >= 0 "
+            "and finite)");
+  EXPECT_EQ(err("optimizer", "{Adam: {learning_rate: .NaN}}"),
+            "trainer.init.optimizer.Adam: optimizer: invalid learning rate nan (lr must be >= 0 "
+            "and finite)");
+  EXPECT_EQ(
+      err("schedulers", "[{StepLR: {initial_learning_rate: 0.1, step_size: 2, gamma: .inf}}]"),
+      "trainer.init.schedulers[0].StepLR: StepLR: invalid gamma inf (must be finite)");
+  EXPECT_EQ(
+      err("schedulers",
+          "[{LinearLR: {initial_learning_rate: -.inf, end_learning_rate: 0, total_iters: 4}}]"),
+      "trainer.init.schedulers[0].LinearLR: LinearLR: invalid initial_learning_rate -inf "
+      "(must be >= 0 and finite)");
+  EXPECT_EQ(err("loop", "{max_steps: .inf}"),
+            "trainer.init.loop.max_steps: expected an integer, got .inf");
+}
+
 TEST(TrainerConfig, RunConfigErrorsNamePhases) {
   Config root = {{"trainer", Config::array({{{"trainer", {{"init", init_config()}}}}})}};
   EXPECT_EQ(error_of([&] { modelzoo::run_config(root, modelzoo::Mode::Fit); }),

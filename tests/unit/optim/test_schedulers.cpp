@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "cstorch/cstorch.h"
 #include "unit/test_util.h"
@@ -364,6 +365,133 @@ TEST(Schedulers, LengthErrorsNameTheSchedulerAndItsArgument) {
   EXPECT_EQ(m.find("total_iters"), std::string::npos) << m;
 }
 
+// The message of the error `fn` throws ("no error" when it throws none).
+std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Rates, factors and bounds that are infinite or NaN are refused, as the optimizers refuse an
+// infinite learning rate, by an error naming the scheduler, the argument and the value; the
+// optimizer keeps its rate.
+TEST(Schedulers, NonFiniteArgumentsAreErrorsNamingTheArgument) {
+  Fixture f;
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto pow2 = [](const Tensor& s) { return pow(full_like(s, 2.0), s); };
+  const std::vector<std::pair<std::function<void()>, std::string>> cases = {
+      {[&] { ls::ConstantLR(*f.opt, inf); },
+       "ConstantLR: invalid learning_rate inf (must be >= 0 and finite)"},
+      {[&] { ls::ConstantLR(*f.opt, nan); },
+       "ConstantLR: invalid learning_rate nan (must be >= 0 and finite)"},
+      {[&] { ls::ConstantLR(*f.opt, -0.1); },
+       "ConstantLR: invalid learning_rate -0.1 (must be >= 0 and finite)"},
+      {[&] { ls::LinearLR(*f.opt, inf, 0.1, 10); },
+       "LinearLR: invalid initial_learning_rate inf (must be >= 0 and finite)"},
+      {[&] { ls::LinearLR(*f.opt, 0.1, -inf, 10); },
+       "LinearLR: invalid end_learning_rate -inf (must be >= 0 and finite)"},
+      {[&] { ls::PolynomialLR(*f.opt, nan, 0.0, 10); },
+       "PolynomialLR: invalid initial_learning_rate nan (must be >= 0 and finite)"},
+      {[&] { ls::PolynomialLR(*f.opt, 0.1, inf, 10); },
+       "PolynomialLR: invalid end_learning_rate inf (must be >= 0 and finite)"},
+      {[&] { ls::PolynomialLR(*f.opt, 0.1, 0.0, 10, inf); },
+       "PolynomialLR: invalid power inf (must be >= 0 and finite)"},
+      {[&] { ls::ExponentialLR(*f.opt, inf, 1, 0.5); },
+       "ExponentialLR: invalid initial_learning_rate inf (must be finite)"},
+      {[&] { ls::ExponentialLR(*f.opt, 0.1, 1, inf); },
+       "ExponentialLR: invalid decay_rate inf (must be > 0 and finite)"},
+      {[&] { ls::ExponentialLR(*f.opt, 0.1, 1, 0.0); },
+       "ExponentialLR: invalid decay_rate 0 (must be > 0 and finite)"},
+      {[&] { ls::InverseExponentialTimeDecayLR(*f.opt, inf, 1.0, 10, 0.5); },
+       "InverseExponentialTimeDecayLR: invalid initial_learning_rate inf (must be finite)"},
+      {[&] { ls::InverseExponentialTimeDecayLR(*f.opt, 0.1, nan, 10, 0.5); },
+       "InverseExponentialTimeDecayLR: invalid step_exponent nan (must be finite)"},
+      {[&] { ls::InverseExponentialTimeDecayLR(*f.opt, 0.1, 1.0, 10, inf); },
+       "InverseExponentialTimeDecayLR: invalid decay_rate inf (must be finite)"},
+      {[&] { ls::InverseSquareRootDecayLR(*f.opt, nan); },
+       "InverseSquareRootDecayLR: invalid initial_learning_rate nan (must be finite)"},
+      {[&] { ls::InverseSquareRootDecayLR(*f.opt, 1.0, inf); },
+       "InverseSquareRootDecayLR: invalid scale inf (must be finite)"},
+      {[&] { ls::CosineDecayLR(*f.opt, inf, 0.0, 10); },
+       "CosineDecayLR: invalid initial_learning_rate inf (must be finite)"},
+      {[&] { ls::CosineDecayLR(*f.opt, 0.1, nan, 10); },
+       "CosineDecayLR: invalid end_learning_rate nan (must be finite)"},
+      {[&] { ls::CosineAnnealingLR(*f.opt, inf, 10); },
+       "CosineAnnealingLR: invalid initial_learning_rate inf (must be finite)"},
+      {[&] { ls::CosineAnnealingLR(*f.opt, 0.1, 10, inf); },
+       "CosineAnnealingLR: invalid eta_min inf (must be finite)"},
+      {[&] { ls::CosineAnnealingWarmRestarts(*f.opt, nan, 10); },
+       "CosineAnnealingWarmRestarts: invalid initial_learning_rate nan (must be finite)"},
+      {[&] { ls::CosineAnnealingWarmRestarts(*f.opt, 0.1, 10, 2, -inf); },
+       "CosineAnnealingWarmRestarts: invalid eta_min -inf (must be finite)"},
+      {[&] { ls::StepLR(*f.opt, inf, 3); },
+       "StepLR: invalid initial_learning_rate inf (must be finite)"},
+      {[&] { ls::StepLR(*f.opt, 0.1, 3, inf); }, "StepLR: invalid gamma inf (must be finite)"},
+      {[&] { ls::MultiStepLR(*f.opt, nan, {3}); },
+       "MultiStepLR: invalid initial_learning_rate nan (must be finite)"},
+      {[&] { ls::MultiStepLR(*f.opt, 0.1, {3}, nan); },
+       "MultiStepLR: invalid gamma nan (must be finite)"},
+      {[&] { ls::MultiplicativeLR(*f.opt, inf, 0.9); },
+       "MultiplicativeLR: invalid initial_learning_rate inf (must be finite)"},
+      {[&] { ls::MultiplicativeLR(*f.opt, 0.1, inf); },
+       "MultiplicativeLR: invalid coefficient inf (must be > 0 and finite)"},
+      {[&] { ls::LambdaLR(*f.opt, inf, pow2); },
+       "LambdaLR: invalid initial_learning_rate inf (must be finite)"},
+      {[&] { ls::CyclicLR(*f.opt, nan, 0.1); }, "CyclicLR: invalid base_lr nan (must be finite)"},
+      {[&] { ls::CyclicLR(*f.opt, 0.01, inf); }, "CyclicLR: invalid max_lr inf (must be finite)"},
+      {[&] { ls::CyclicLR(*f.opt, 0.01, 0.1, 10, std::nullopt, "exp_range", inf); },
+       "CyclicLR: invalid gamma inf (must be finite)"},
+      {[&] { ls::OneCycleLR(*f.opt, inf, 0.1, 100); },
+       "OneCycleLR: invalid initial_learning_rate inf (must be finite)"},
+      {[&] { ls::OneCycleLR(*f.opt, 0.01, inf, 100); },
+       "OneCycleLR: invalid max_lr inf (must be finite)"},
+      {[&] { ls::OneCycleLR(*f.opt, 0.01, 0.1, 100, 0.25, 0.0); },
+       "OneCycleLR: invalid final_div_factor 0 (must be > 0 and finite)"},
+      {[&] { ls::OneCycleLR(*f.opt, 0.01, 0.1, 100, 0.25, nan); },
+       "OneCycleLR: invalid final_div_factor nan (must be > 0 and finite)"},
+      {[&] {
+         ls::PiecewiseConstantLR(*f.opt, {0.1, inf}, {5});
+       },
+       "PiecewiseConstantLR: invalid learning_rates[1] inf (must be finite)"},
+  };
+  for (const auto& [make, want] : cases) {
+    EXPECT_EQ(message_of(make), want);
+    EXPECT_NEAR(f.opt->param_groups()[0].lr.item<double>(), 0.1, 1e-7) << want;
+  }
+}
+
+// Finite arguments can still give a value that is not finite as f32 (the schedules compute in
+// f32): where the value is computed eagerly (construction, load_state_dict) that is an error
+// naming the scheduler, the driven key and the step, and nothing is written.
+TEST(Schedulers, AComputedValueThatIsNotFiniteIsAnErrorNamingTheStep) {
+  Fixture f;
+  EXPECT_EQ(message_of([&] { ls::ConstantLR(*f.opt, 1e39); }),
+            "ConstantLR: the computed lr at step 0 is inf, not a finite number");
+  EXPECT_NEAR(f.opt->param_groups()[0].lr.item<double>(), 0.1, 1e-7);
+  // 10^s overflows f32 at s = 39: resuming there is refused and the scheduler keeps its step.
+  ls::ExponentialLR grow(*f.opt, 1.0, 1, 10.0);
+  EXPECT_EQ(message_of([&] {
+              grow.load_state_dict(State::map({{"last_epoch", 39}}));
+            }),
+            "ExponentialLR: the computed lr at step 39 is inf, not a finite number");
+  EXPECT_EQ(grow.state_dict().at("last_epoch").as_int(), 0);
+  EXPECT_NEAR(grow.get_last_lr()[0], 1.0, 1e-7);
+  grow.load_state_dict(State::map({{"last_epoch", 38}}));
+  EXPECT_NEAR(grow.get_last_lr()[0] / 1e38, 1.0, 1e-5);
+  // The driven key is named.
+  Tensor q = zeros({1});
+  q.set_requires_grad(true);
+  optim::AdamW adamw({q}, 1e-3, 0.9, 0.999, 1e-8, 0.01);
+  EXPECT_EQ(message_of([&] {
+              ls::ConstantLR({adamw, "weight_decay"}, 1e39);
+            }),
+            "ConstantLR: the computed weight_decay at step 0 is inf, not a finite number");
+}
+
 TEST(ConfigureLRScheduler, NumberMapAndListRules) {
   Fixture f;
   auto c = optim::configure_lr_scheduler(*f.opt, 0.02);
@@ -428,6 +556,42 @@ TEST(ConfigureLRScheduler, Errors) {
       {"'base_lr' was renamed; use 'initial_learning_rate'"});
   expect_error([&] { cfg("{scheduler: Constant, learning_rate: -0.1}"); },
                {"invalid learning_rate -0.1"});
+  // YAML's .inf / .nan are numbers, refused by the scheduler's own checks; an integer argument
+  // names the value in YAML's spelling (JSON would show null).
+  EXPECT_EQ(message_of([&] { cfg("{scheduler: Constant, learning_rate: .inf}"); }),
+            "ConstantLR: invalid learning_rate inf (must be >= 0 and finite)");
+  EXPECT_EQ(message_of([&] { cfg(".nan"); }),
+            "ConstantLR: invalid learning_rate nan (must be >= 0 and finite)");
+  EXPECT_EQ(message_of([&] {
+              cfg("{scheduler: Linear, initial_learning_rate: 0.1, end_learning_rate: -.Inf, "
+                  "total_iters: 10}");
+            }),
+            "LinearLR: invalid end_learning_rate -inf (must be >= 0 and finite)");
+  EXPECT_EQ(message_of([&] {
+              cfg("{scheduler: Step, initial_learning_rate: 0.1, step_size: 3, gamma: "
+                  ".INF}");
+            }),
+            "StepLR: invalid gamma inf (must be finite)");
+  EXPECT_EQ(message_of([&] {
+              cfg("[{scheduler: Constant, learning_rate: 0.1, total_iters: 5}, {scheduler: "
+                  "PiecewiseConstant, learning_rates: [0.1, .NaN], milestones: [3]}]");
+            }),
+            "PiecewiseConstantLR: invalid learning_rates[1] nan (must be finite)");
+  EXPECT_EQ(message_of([&] {
+              cfg("{scheduler: Linear, initial_learning_rate: 0.1, end_learning_rate: 0, "
+                  "total_iters: .inf}");
+            }),
+            "configure_lr_scheduler: learning_rate (LinearLR).total_iters: expected an integer, "
+            "got .inf");
+  EXPECT_EQ(message_of([&] {
+              cfg("{scheduler: MultiStep, initial_learning_rate: 0.1, milestones: [2, -.inf]}");
+            }),
+            "configure_lr_scheduler: learning_rate (MultiStepLR).milestones: expected integers, "
+            "got -.inf");
+  // A quoted '.inf' is a string.
+  EXPECT_EQ(message_of([&] { cfg("{scheduler: Constant, learning_rate: '.inf'}"); }),
+            "configure_lr_scheduler: learning_rate (ConstantLR).learning_rate: expected a number, "
+            "got \".inf\"");
   expect_error(
       [&] {
         cfg("[{scheduler: Step, initial_learning_rate: 0.1, step_size: 3}, {scheduler: Constant, "
