@@ -43,7 +43,8 @@ constexpr int kMr = 12, kNr = 32;
 // kNc bounds a packed N block (and so a thread's packing area); a team packs blocks of
 // kNcThread columns per thread, so each thread's part stays in its core's L2.
 constexpr int64_t kKc = 384, kNc = 1536, kNcThread = 384, kNcInPlace = 320;
-constexpr int64_t kPfB = 8;  // rows of B prefetched ahead
+constexpr int64_t kPfB = 8;            // rows of B prefetched ahead
+constexpr int64_t kLatePrefetch = 16;  // K steps before the loop's end (TileEpilogue::late)
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -207,6 +208,10 @@ struct TileEpilogue {
   float* update = nullptr;  // then update[r * ld_update + j] += result * update_scale
   int64_t ld_update = 0;
   float update_scale = 0.f;
+  // Rows of an operand the epilogue that follows the store reads (gelu's input: gelu_grad_block),
+  // late[r * ld_late], two lines each: prefetched kLatePrefetch steps before the K loop ends.
+  const float* late = nullptr;
+  int64_t ld_late = 0;
 };
 
 // Stores an R x 16V tile of results held in registers, C[r][16v ..] under mask[v], through the
@@ -360,6 +365,14 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
   // 815-858 -> 770-842 ms (five alternated pairs). Later measured on AMD Zen 5: a masked load
   // that misses the caches is not followed by the hardware prefetchers (a stream read with
   // masked loads ran at a quarter of the plain loads' speed; see run_line in fused.cpp).
+  // The epilogue's operand is prefetched near the end of the loop rather than before it, where
+  // it was first (measured then on an Intel Xeon, GPT-2 tiny's 1024 x 1024 x 256 gradient
+  // products with the gelu epilogue: 1.66-1.70x the time of a plain product -> 1.50-1.53x): the
+  // B micro-panel that streams through L1 during the loop (48 KiB for kc = 384) evicts it
+  // before the epilogue runs. Measured on Zen 4 (256 x 3072 x 768 with the GELU gradient in its
+  // epilogue, GPT-2 124M's MLP input gradient, operands cold; alternated runs): 76-80 -> 80-88
+  // GFLOP/s on one core, 141-152 -> 148-163 on two.
+  const int64_t k_late = e.late ? std::max<int64_t>(0, kc - kLatePrefetch) : -1;
   auto k_loop = [&]<bool kFull>() __attribute__((always_inline)) {
     for (int64_t k = 0; k < kc; ++k) {
       if constexpr (kcontig) rows.hide_strides();
@@ -389,6 +402,13 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t astride, const 
         for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
       }
       if constexpr (kcontig) rows.advance(1);
+      if (k == k_late) [[unlikely]] {
+#pragma GCC unroll 12
+        for (int r = 0; r < R; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(e.late + r * e.ld_late), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(e.late + r * e.ld_late + 16), _MM_HINT_T0);
+        }
+      }
     }
   };
   if (cols == 16 * V)
@@ -437,21 +457,6 @@ TileEpilogue tile_epilogue(const GemmEpilogue& ep, bool first, bool last, int64_
     t.update_scale = ep.update_scale;
   }
   return t;
-}
-
-// gelu's input for the tile at (i0, j0), prefetched before its micro-kernel runs, so that
-// gelu_grad_block finds it in L1: its rows are a wide activation's, often a multiple of 4 KiB
-// apart and no longer in cache. Measured on the Intel Xeon (GPT-2 tiny, 2 threads,
-// CSTORCH_PROFILE=nodes, alternated runs): the 1024 x 1024 x 256 gradient products with the
-// gelu epilogue 1.66-1.70x the time of a plain 1024 x 1024 x 256 product in the same step
-// (3.12-3.71 ms) -> 1.50-1.53x (2.98-3.03 ms; one run 1.69x).
-void prefetch_gelu_tile(const GemmEpilogue& ep, int64_t i0, int64_t j0, int rows, int cols) {
-  const float* x = ep.gelu_x + i0 * ep.ld_gelu_x + j0;
-  for (int r = 0; r < rows; ++r) {
-    _mm_prefetch(reinterpret_cast<const char*>(x + r * ep.ld_gelu_x), _MM_HINT_T0);
-    if (cols > 16)
-      _mm_prefetch(reinterpret_cast<const char*>(x + r * ep.ld_gelu_x + 16), _MM_HINT_T0);
-  }
 }
 
 // Copies rows [0, rows) (at most kAtGroup * kMr) of a transposed A block, op(A)[i][k] =
@@ -702,10 +707,13 @@ bool sgemm_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
               continue;
             }
             float* ct = C + i * ldc + jc + jp * kNr;
-            if (last && ep.gelu_x) prefetch_gelu_tile(ep, i, jc + jp * kNr, rows, cols);
+            TileEpilogue te = tile_epilogue(ep, first, last, i, jc + jp * kNr);
+            if (last && ep.gelu_x) {  // for gelu_grad_block, below
+              te.late = ep.gelu_x + i * ep.ld_gelu_x + jc + jp * kNr;
+              te.ld_late = ep.ld_gelu_x;
+            }
             kKernels[!ta][cols > 16][rows](kc, ablk, ast, bt, pack_b ? kNr : brs, ct, ldc, cols,
-                                           alpha, beta_k,
-                                           tile_epilogue(ep, first, last, i, jc + jp * kNr));
+                                           alpha, beta_k, te);
             if (last && ep.gelu_x) gelu_grad_block(ep, ct, ldc, i, jc + jp * kNr, rows, cols);
           }
         }
