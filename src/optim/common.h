@@ -1,6 +1,7 @@
 // Helpers shared by the optimizer implementations (internal).
 #pragma once
 #include <cmath>
+#include <string_view>
 
 #include "core/internal.h"
 #include "cstorch/optim/optimizer.h"
@@ -44,7 +45,7 @@ inline void check_beta(const char* opt, const char* name, double b) {
 inline bool nonneg_finite(double v) {
   return v >= 0 && std::isfinite(v);
 }
-inline void check_nonneg(const char* opt, const char* name, double v) {
+inline void check_nonneg(std::string_view opt, std::string_view name, double v) {
   CS_CHECK(nonneg_finite(v), "{}: invalid {} {} (must be >= 0 and finite)", opt, name, v);
 }
 

@@ -69,10 +69,7 @@ std::optional<int64_t> checked_length(std::optional<int64_t> n, const char* sche
 void check_finite(const char* scheduler, const std::string& argument, double v) {
   CS_CHECK(std::isfinite(v), "{}: invalid {} {} (must be finite)", scheduler, argument, v);
 }
-void check_nonneg(const char* scheduler, const std::string& argument, double v) {
-  CS_CHECK(optim::impl::nonneg_finite(v), "{}: invalid {} {} (must be >= 0 and finite)", scheduler,
-           argument, v);
-}
+using optim::impl::check_nonneg;
 void check_positive(const char* scheduler, const std::string& argument, double v) {
   CS_CHECK(v > 0 && std::isfinite(v), "{}: invalid {} {} (must be > 0 and finite)", scheduler,
            argument, v);

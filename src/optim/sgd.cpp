@@ -14,8 +14,10 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double dampenin
                                     {"weight_decay", weight_decay},
                                     {"nesterov", nesterov ? 1.0 : 0.0},
                                     {"maximize", maximize ? 1.0 : 0.0}}) {
-  CS_CHECK(momentum >= 0, "SGD: invalid momentum {}", momentum);
-  CS_CHECK(weight_decay >= 0, "SGD: invalid weight_decay {}", weight_decay);
+  impl::check_nonneg("SGD", "momentum", momentum);
+  impl::check_nonneg("SGD", "weight_decay", weight_decay);
+  // torch puts no bound on dampening; an infinite one still turns the buffer into NaN.
+  CS_CHECK(std::isfinite(dampening), "SGD: invalid dampening {} (must be finite)", dampening);
   CS_CHECK(!nesterov || (momentum > 0 && dampening == 0),
            "SGD: Nesterov momentum requires a momentum and zero dampening");
 }

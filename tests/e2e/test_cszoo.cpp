@@ -246,7 +246,7 @@ TEST(CszooE2E, OverridesAndRunFlags) {
   out = error_of(
       "'trainer.init.optimizer={SGD: {lr: 0.1, momentum: 0.5}}' "
       "trainer.init.optimizer.SGD.momentum=-5");
-  EXPECT_NE(out.find("invalid momentum -5 (set by the override "
+  EXPECT_NE(out.find("invalid momentum -5 (must be >= 0 and finite) (set by the override "
                      "'trainer.init.optimizer.SGD.momentum=-5')"),
             std::string::npos)
       << out;

@@ -118,6 +118,17 @@ inline void expect_error(const std::function<void()>& f, const std::vector<std::
   }
 }
 
+// The message of the cstorch::Error `f` throws, or "no error" when it throws none (for tests that
+// compare whole messages).
+inline std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 // Expects `stmt` to throw a cstorch::Error whose message contains every string that follows it.
 #define EXPECT_ERROR(stmt, ...)                                     \
   do {                                                              \

@@ -146,6 +146,13 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// The error of a Trainer built from the default init config with `key` replaced by `yaml`.
+std::string error_with(const std::string& key, const std::string& yaml) {
+  Config c = init_config();
+  c[key] = cs::parse_config(yaml);
+  return error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); });
+}
+
 modelzoo::DataLoaderPtr tiny(int64_t batches) {
   Config c = {{"data_processor", "TinyData"}, {"batches", batches}, {"batch_size", 4}};
   return modelzoo::data_processors().create("TinyData", ConfigView(c, "x"), "x");
@@ -230,11 +237,7 @@ TEST(TrainerConfig, ErrorsNameTheKeyPath) {
 // YAML's .inf and .nan are numbers, refused by the optimizer's and the schedulers' own range
 // checks under the block's key path (as strings they were refused as "expected a number").
 TEST(TrainerConfig, InfiniteAndNaNValuesAreRefusedByTheRangeChecks) {
-  auto err = [](const std::string& key, const std::string& yaml) {
-    Config c = init_config();
-    c[key] = cs::parse_config(yaml);
-    return error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); });
-  };
+  const auto err = error_with;
   EXPECT_EQ(err("optimizer", "{SGD: {lr: .inf, momentum: 0.9}}"),
             "trainer.init.optimizer.SGD: optimizer: invalid learning rate inf (lr must be >= 0 "
             "and finite)");
@@ -633,11 +636,7 @@ TEST(Trainer, SchedulersDriveTheLearningRateEveryStep) {
 }
 
 TEST(Trainer, SchedulerFormsAndErrors) {
-  auto err = [](const std::string& key, const std::string& yaml) {
-    Config c = init_config();
-    c[key] = cs::parse_config(yaml);
-    return error_of([&] { modelzoo::Trainer t(ConfigView(c, "trainer.init")); });
-  };
+  const auto err = error_with;
   // configure_lr_scheduler's own form and a plain number are accepted too.
   EXPECT_EQ(err("schedulers",
                 "{scheduler: StepLR, initial_learning_rate: 0.1, step_size: 2, "

@@ -410,6 +410,12 @@ TEST(ConfigureOptimizer, Errors) {
       {"invalid learning rate inf", "finite"});
   expect_error([&] { optim::AdamW(params(1), 0.01, 0.9, 0.999, 1e-8, inf); },
                {"AdamW", "invalid weight_decay inf", "finite"});
+  expect_error([&] { optim::SGD(params(1), 0.1, inf); },
+               {"SGD: invalid momentum inf (must be >= 0 and finite)"});
+  expect_error([&] { optim::SGD(params(1), 0.1, 0.9, 0.0, inf); },
+               {"SGD: invalid weight_decay inf (must be >= 0 and finite)"});
+  expect_error([&] { optim::SGD(params(1), 0.1, 0.9, -inf); },
+               {"SGD: invalid dampening -inf (must be finite)"});
   expect_error(
       [&] {
         sgd.add_param_group({rt({2}, 9).set_requires_grad(true)}, {{"lr", inf}});

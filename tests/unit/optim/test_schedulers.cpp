@@ -365,16 +365,6 @@ TEST(Schedulers, LengthErrorsNameTheSchedulerAndItsArgument) {
   EXPECT_EQ(m.find("total_iters"), std::string::npos) << m;
 }
 
-// The message of the error `fn` throws ("no error" when it throws none).
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 // Rates, factors and bounds that are infinite or NaN are refused, as the optimizers refuse an
 // infinite learning rate, by an error naming the scheduler, the argument and the value; the
 // optimizer keeps its rate.
@@ -459,7 +449,7 @@ TEST(Schedulers, NonFiniteArgumentsAreErrorsNamingTheArgument) {
        "PiecewiseConstantLR: invalid learning_rates[1] inf (must be finite)"},
   };
   for (const auto& [make, want] : cases) {
-    EXPECT_EQ(message_of(make), want);
+    EXPECT_EQ(error_message(make), want);
     EXPECT_NEAR(f.opt->param_groups()[0].lr.item<double>(), 0.1, 1e-7) << want;
   }
 }
@@ -469,12 +459,12 @@ TEST(Schedulers, NonFiniteArgumentsAreErrorsNamingTheArgument) {
 // naming the scheduler, the driven key and the step, and nothing is written.
 TEST(Schedulers, AComputedValueThatIsNotFiniteIsAnErrorNamingTheStep) {
   Fixture f;
-  EXPECT_EQ(message_of([&] { ls::ConstantLR(*f.opt, 1e39); }),
+  EXPECT_EQ(error_message([&] { ls::ConstantLR(*f.opt, 1e39); }),
             "ConstantLR: the computed lr at step 0 is inf, not a finite number");
   EXPECT_NEAR(f.opt->param_groups()[0].lr.item<double>(), 0.1, 1e-7);
   // 10^s overflows f32 at s = 39: resuming there is refused and the scheduler keeps its step.
   ls::ExponentialLR grow(*f.opt, 1.0, 1, 10.0);
-  EXPECT_EQ(message_of([&] {
+  EXPECT_EQ(error_message([&] {
               grow.load_state_dict(State::map({{"last_epoch", 39}}));
             }),
             "ExponentialLR: the computed lr at step 39 is inf, not a finite number");
@@ -486,7 +476,7 @@ TEST(Schedulers, AComputedValueThatIsNotFiniteIsAnErrorNamingTheStep) {
   Tensor q = zeros({1});
   q.set_requires_grad(true);
   optim::AdamW adamw({q}, 1e-3, 0.9, 0.999, 1e-8, 0.01);
-  EXPECT_EQ(message_of([&] {
+  EXPECT_EQ(error_message([&] {
               ls::ConstantLR({adamw, "weight_decay"}, 1e39);
             }),
             "ConstantLR: the computed weight_decay at step 0 is inf, not a finite number");
@@ -558,38 +548,38 @@ TEST(ConfigureLRScheduler, Errors) {
                {"invalid learning_rate -0.1"});
   // YAML's .inf / .nan are numbers, refused by the scheduler's own checks; an integer argument
   // names the value in YAML's spelling (JSON would show null).
-  EXPECT_EQ(message_of([&] { cfg("{scheduler: Constant, learning_rate: .inf}"); }),
+  EXPECT_EQ(error_message([&] { cfg("{scheduler: Constant, learning_rate: .inf}"); }),
             "ConstantLR: invalid learning_rate inf (must be >= 0 and finite)");
-  EXPECT_EQ(message_of([&] { cfg(".nan"); }),
+  EXPECT_EQ(error_message([&] { cfg(".nan"); }),
             "ConstantLR: invalid learning_rate nan (must be >= 0 and finite)");
-  EXPECT_EQ(message_of([&] {
+  EXPECT_EQ(error_message([&] {
               cfg("{scheduler: Linear, initial_learning_rate: 0.1, end_learning_rate: -.Inf, "
                   "total_iters: 10}");
             }),
             "LinearLR: invalid end_learning_rate -inf (must be >= 0 and finite)");
-  EXPECT_EQ(message_of([&] {
+  EXPECT_EQ(error_message([&] {
               cfg("{scheduler: Step, initial_learning_rate: 0.1, step_size: 3, gamma: "
                   ".INF}");
             }),
             "StepLR: invalid gamma inf (must be finite)");
-  EXPECT_EQ(message_of([&] {
+  EXPECT_EQ(error_message([&] {
               cfg("[{scheduler: Constant, learning_rate: 0.1, total_iters: 5}, {scheduler: "
                   "PiecewiseConstant, learning_rates: [0.1, .NaN], milestones: [3]}]");
             }),
             "PiecewiseConstantLR: invalid learning_rates[1] nan (must be finite)");
-  EXPECT_EQ(message_of([&] {
+  EXPECT_EQ(error_message([&] {
               cfg("{scheduler: Linear, initial_learning_rate: 0.1, end_learning_rate: 0, "
                   "total_iters: .inf}");
             }),
             "configure_lr_scheduler: learning_rate (LinearLR).total_iters: expected an integer, "
             "got .inf");
-  EXPECT_EQ(message_of([&] {
+  EXPECT_EQ(error_message([&] {
               cfg("{scheduler: MultiStep, initial_learning_rate: 0.1, milestones: [2, -.inf]}");
             }),
             "configure_lr_scheduler: learning_rate (MultiStepLR).milestones: expected integers, "
             "got -.inf");
   // A quoted '.inf' is a string.
-  EXPECT_EQ(message_of([&] { cfg("{scheduler: Constant, learning_rate: '.inf'}"); }),
+  EXPECT_EQ(error_message([&] { cfg("{scheduler: Constant, learning_rate: '.inf'}"); }),
             "configure_lr_scheduler: learning_rate (ConstantLR).learning_rate: expected a number, "
             "got \".inf\"");
   expect_error(
