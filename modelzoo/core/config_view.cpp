@@ -8,14 +8,9 @@
 namespace modelzoo {
 
 std::string short_repr(const Config& c) {
-  // JSON has no text for infinity and NaN (dump() writes null): YAML's spelling of them.
-  if (c.is_number_float() && !std::isfinite(c.get<double>())) {
-    const double d = c.get<double>();
-    return std::isnan(d) ? ".nan" : d > 0 ? ".inf" : "-.inf";
-  }
   // (Invalid UTF-8 in a string, possible in a Config made in code, is shown as U+FFFD rather
-  // than making the message itself fail.)
-  std::string s = c.dump(-1, ' ', false, Config::error_handler_t::replace);
+  // than making the message itself fail; infinity and NaN in YAML's spelling.)
+  std::string s = cstorch::config_text(c);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }

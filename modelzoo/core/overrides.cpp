@@ -4,7 +4,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <cmath>
 #include <optional>
 
 #include "cstorch/core/error.h"
@@ -137,13 +136,10 @@ void emit(YAML::Emitter& e, const Config& c) {
     e << YAML::Null;
   } else if (c.is_boolean()) {
     e << (c.get<bool>() ? "true" : "false");
-  } else if (c.is_number_float() && !std::isfinite(c.get<double>())) {
-    // JSON has no text for these (dump() writes null); YAML's reads back as the same value.
-    const double d = c.get<double>();
-    e << (std::isnan(d) ? ".nan" : d > 0 ? ".inf" : "-.inf");
   } else {
-    // JSON's number text reads back as the same number (a double keeps its '.0').
-    e << c.dump();
+    // A number's text reads back as the same number (a double keeps its '.0'; infinity and NaN
+    // in YAML's spelling).
+    e << cstorch::config_text(c);
   }
 }
 

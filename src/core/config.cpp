@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -62,6 +63,18 @@ std::optional<double> yaml_special_float(const std::string& s) {
     return std::numeric_limits<double>::quiet_NaN();
   return std::nullopt;
 }
+
+}  // namespace
+
+std::string config_text(const Config& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
+    const double d = v.get<double>();
+    return std::isnan(d) ? ".nan" : d > 0 ? ".inf" : "-.inf";
+  }
+  return v.dump(-1, ' ', false, Config::error_handler_t::replace);
+}
+
+namespace {
 
 // A plain scalar as a number when all of it is one (strtoll / strtod, as std::stoll / std::stod
 // read them, without the cost of an exception per non-number).

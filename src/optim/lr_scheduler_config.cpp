@@ -18,16 +18,6 @@ using namespace lr_scheduler;
 
 namespace {
 
-// A value for an error message. JSON has no text for infinity and NaN (dump() writes null), so
-// those are shown in YAML's spelling.
-std::string shown(const Config& v) {
-  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
-    const double d = v.get<double>();
-    return std::isnan(d) ? ".nan" : d > 0 ? ".inf" : "-.inf";
-  }
-  return v.dump();
-}
-
 // A whole number an int64_t holds exactly: an integer, or a float such as 10.0 (an infinite or
 // out-of-range float would make the conversion undefined).
 bool is_whole(const Config& v) {
@@ -51,13 +41,13 @@ struct Args {
   }
   double number(const std::string& k) const {
     const auto& v = get(k);
-    CS_CHECK(v.is_number(), "{}{}.{}: expected a number, got {}", prefix, where, k, shown(v));
+    CS_CHECK(v.is_number(), "{}{}.{}: expected a number, got {}", prefix, where, k, config_text(v));
     return v.get<double>();
   }
   double number(const std::string& k, double def) const { return c.contains(k) ? number(k) : def; }
   int64_t integer(const std::string& k) const {
     const auto& v = get(k);
-    CS_CHECK(is_whole(v), "{}{}.{}: expected an integer, got {}", prefix, where, k, shown(v));
+    CS_CHECK(is_whole(v), "{}{}.{}: expected an integer, got {}", prefix, where, k, config_text(v));
     return whole(v);
   }
   int64_t integer(const std::string& k, int64_t def) const {
@@ -70,26 +60,29 @@ struct Args {
   bool flag(const std::string& k, bool def) const {
     if (!c.contains(k)) return def;
     const auto& v = c.at(k);
-    CS_CHECK(v.is_boolean(), "{}{}.{}: expected true or false, got {}", prefix, where, k, shown(v));
+    CS_CHECK(v.is_boolean(), "{}{}.{}: expected true or false, got {}", prefix, where, k,
+             config_text(v));
     return v.get<bool>();
   }
   std::string text(const std::string& k, const std::string& def) const {
     if (!c.contains(k)) return def;
     const auto& v = c.at(k);
-    CS_CHECK(v.is_string(), "{}{}.{}: expected a string, got {}", prefix, where, k, shown(v));
+    CS_CHECK(v.is_string(), "{}{}.{}: expected a string, got {}", prefix, where, k, config_text(v));
     return v.get<std::string>();
   }
   template <class T>
   std::vector<T> list(const std::string& k) const {
     const auto& v = get(k);
-    CS_CHECK(v.is_array(), "{}{}.{}: expected a list, got {}", prefix, where, k, shown(v));
+    CS_CHECK(v.is_array(), "{}{}.{}: expected a list, got {}", prefix, where, k, config_text(v));
     std::vector<T> r;
     for (const auto& e : v) {
       if constexpr (std::is_integral_v<T>) {
-        CS_CHECK(is_whole(e), "{}{}.{}: expected integers, got {}", prefix, where, k, shown(e));
+        CS_CHECK(is_whole(e), "{}{}.{}: expected integers, got {}", prefix, where, k,
+                 config_text(e));
         r.push_back(whole(e));
       } else {
-        CS_CHECK(e.is_number(), "{}{}.{}: expected numbers, got {}", prefix, where, k, shown(e));
+        CS_CHECK(e.is_number(), "{}{}.{}: expected numbers, got {}", prefix, where, k,
+                 config_text(e));
         r.push_back(e.get<T>());
       }
     }
@@ -318,7 +311,7 @@ std::shared_ptr<LRScheduler> configure_lr_scheduler(Optimizer& optimizer, const 
     std::string v = m.is_string() ? ascii_lower(m.get<std::string>()) : "";
     CS_CHECK(v == "chainedlr" || v == "sequentiallr",
              "{}{}[{}].main_scheduler: expected ChainedLR or SequentialLR, got {}", prefix, root, i,
-             shown(m));
+             config_text(m));
     chained = chained || v == "chainedlr";
   }
   std::vector<SchedulerPtr> subs;

@@ -697,23 +697,17 @@ bool sgemm_run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
           for (int64_t jp = j0; jp < j1; ++jp) {
             const int cols = static_cast<int>(std::min<int64_t>(kNr, nc - jp * kNr));
             const float* bt = pack_b ? bp + (jp - j0) * kNr * kc_max : bblk + jp * kNr;
-            if (tr) {  // bias one per row of this product
-              TileEpilogue te;
-              if (first && ep.bias) te.bias = ep.bias + i;
-              te.relu = last && ep.relu;
-              kKernelsT[cols > 16][rows](kc, ablk, ast, bt, pack_b ? kNr : brs,
-                                         C + (jc + jp * kNr) * ldc + i, ldc, cols, alpha, beta_k,
-                                         te);
-              continue;
-            }
-            float* ct = C + i * ldc + jc + jp * kNr;
-            TileEpilogue te = tile_epilogue(ep, first, last, i, jc + jp * kNr);
+            // Transposed (tr: bias and relu only), the tile lands at C[j][i] and its bias runs
+            // along this product's rows.
+            float* ct = tr ? C + (jc + jp * kNr) * ldc + i : C + i * ldc + jc + jp * kNr;
+            TileEpilogue te = tr ? tile_epilogue(ep, first, last, 0, i)
+                                 : tile_epilogue(ep, first, last, i, jc + jp * kNr);
             if (last && ep.gelu_x) {  // for gelu_grad_block, below
               te.late = ep.gelu_x + i * ep.ld_gelu_x + jc + jp * kNr;
               te.ld_late = ep.ld_gelu_x;
             }
-            kKernels[!ta][cols > 16][rows](kc, ablk, ast, bt, pack_b ? kNr : brs, ct, ldc, cols,
-                                           alpha, beta_k, te);
+            (tr ? kKernelsT[cols > 16] : kKernels[!ta][cols > 16])[rows](
+                kc, ablk, ast, bt, pack_b ? kNr : brs, ct, ldc, cols, alpha, beta_k, te);
             if (last && ep.gelu_x) gelu_grad_block(ep, ct, ldc, i, jc + jp * kNr, rows, cols);
           }
         }
