@@ -50,7 +50,9 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 // with dynamic scaling and global gradient clipping on).
 struct GradScalerOptions {
   // "dynamic"; a positive number: the static loss scale; 0.0: no scaling (scale() returns the
-  // loss, step() is optimizer.step()). A negative or non-finite number is an error.
+  // loss, step() is optimizer.step()). A negative or non-finite number is an error, as is one
+  // above f32's largest value (3.4028235e+38): the scale is an f32 value in the step. The same
+  // holds for init_scale and max_loss_scale.
   std::variant<double, std::string> loss_scale = 0.0;
   double init_scale = 32768.0;  // 2^15, dynamic only
   int64_t steps_per_increase = 2000;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "core/internal.h"
 #include "cstorch/amp.h"
@@ -28,6 +29,10 @@ Tensor snapshot(const Tensor& t) {
 GradScaler::GradScaler(std::variant<double, std::string> loss_scale)
     : GradScaler(GradScalerOptions{.loss_scale = std::move(loss_scale)}) {}
 
+// The scale is an f32 value in the step: a double above f32's largest value would be infinity
+// there, and every scaled loss with it.
+constexpr double kF32Max = std::numeric_limits<float>::max();
+
 GradScaler::GradScaler(GradScalerOptions o) : opt_(std::move(o)) {
   double init = 0;
   if (auto* s = std::get_if<std::string>(&opt_.loss_scale)) {
@@ -37,19 +42,22 @@ GradScaler::GradScaler(GradScalerOptions o) : opt_(std::move(o)) {
     init = opt_.init_scale;
   } else {
     double v = std::get<double>(opt_.loss_scale);
-    CS_CHECK(v >= 0 && std::isfinite(v),
-             "GradScaler: a static loss_scale must be a positive number (or 0.0 for no loss "
-             "scaling), got {}",
+    CS_CHECK(v >= 0 && v <= kF32Max,
+             "GradScaler: a static loss_scale must be a positive number, finite as f32 (or 0.0 "
+             "for no loss scaling), got {}",
              v);
     dynamic_ = false;
     enabled_ = v != 0.0;
     init = enabled_ ? v : 1.0;
   }
-  CS_CHECK(opt_.init_scale > 0, "GradScaler: init_scale must be > 0, got {}", opt_.init_scale);
+  CS_CHECK(opt_.init_scale > 0 && opt_.init_scale <= kF32Max,
+           "GradScaler: init_scale must be > 0 and finite as f32, got {}", opt_.init_scale);
   CS_CHECK(opt_.steps_per_increase >= 1, "GradScaler: steps_per_increase must be >= 1, got {}",
            opt_.steps_per_increase);
-  CS_CHECK(opt_.min_loss_scale > 0 && opt_.min_loss_scale <= opt_.max_loss_scale,
-           "GradScaler: need 0 < min_loss_scale <= max_loss_scale, got {} and {}",
+  CS_CHECK(opt_.min_loss_scale > 0 && opt_.min_loss_scale <= opt_.max_loss_scale &&
+               opt_.max_loss_scale <= kF32Max,
+           "GradScaler: need 0 < min_loss_scale <= max_loss_scale, both finite as f32, got {} "
+           "and {}",
            opt_.min_loss_scale, opt_.max_loss_scale);
   // A fraction of the steps since the last change: at 1 or above the scale could never drop.
   CS_CHECK(opt_.overflow_tolerance >= 0 && opt_.overflow_tolerance < 1,

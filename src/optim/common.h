@@ -1,6 +1,7 @@
 // Helpers shared by the optimizer implementations (internal).
 #pragma once
 #include <cmath>
+#include <limits>
 #include <string_view>
 
 #include "core/internal.h"
@@ -41,12 +42,19 @@ inline void check_beta(const char* opt, const char* name, double b) {
   CS_CHECK(b >= 0 && b < 1, "{}: invalid {} {} (must be in [0, 1))", opt, name, b);
 }
 // A rate or other non-negative hyper-parameter: NaN fails the comparison, and infinity fails
-// too (it passes `>= 0` and turns the first step's parameters into NaN without a word).
+// too (it passes `>= 0` and turns the first step's parameters into NaN without a word). The
+// step computes in f32, so finite means finite there: a double above f32's largest value
+// (about 3.4e38) would become infinity in the step just the same.
 inline bool nonneg_finite(double v) {
-  return v >= 0 && std::isfinite(v);
+  return v >= 0 && v <= std::numeric_limits<float>::max();
+}
+// The rule a value nonneg_finite refused broke, for its message.
+inline std::string_view nonneg_rule(double v) {
+  return std::isfinite(v) && v > 0 ? "must be >= 0 and finite as f32, at most 3.4028235e+38"
+                                   : "must be >= 0 and finite";
 }
 inline void check_nonneg(std::string_view opt, std::string_view name, double v) {
-  CS_CHECK(nonneg_finite(v), "{}: invalid {} {} (must be >= 0 and finite)", opt, name, v);
+  CS_CHECK(nonneg_finite(v), "{}: invalid {} {} ({})", opt, name, v, nonneg_rule(v));
 }
 
 }  // namespace cstorch::optim::impl

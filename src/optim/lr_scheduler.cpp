@@ -123,7 +123,8 @@ double LRScheduler::initial_value() const {
 }
 
 // Checked where the value is computed eagerly anyway (start(), load_state_dict()): finite
-// arguments can still give a value that is not finite as f32, such as a rate above 3.4e38 or a
+// arguments can still give a value that is not finite as f32, such as a product of two large
+// factors (a rate argument above f32's range is refused as an argument, check_nonneg) or a
 // growing schedule restored at a step past its overflow. step() is not checked: inside a traced
 // step the value is computed on the device at every replay, and reading it back would stall
 // every step.

@@ -69,14 +69,15 @@ class Optimizer {
   // Errors (naming the group and the key): no parameters; a parameter that is undefined, does
   // not require grad, is not a leaf or is already in a group; a key this optimizer does not
   // have (the valid ones listed); a negative, NaN or infinite lr, weight_decay, eps, momentum
-  // or dampening, a beta1 / beta2 outside [0, 1); and a call after the optimizer's state exists
+  // or dampening (infinite as f32 too: above 3.4028235e+38), a beta1 / beta2 outside [0, 1);
+  // and a call after the optimizer's state exists
   // (its first step(), state_dict() or load_state_dict()): add every group before. A scheduler
   // writes its value to every group, this one included.
   void add_param_group(std::vector<Tensor> params, std::map<std::string, double> options = {});
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // Sets a group's learning rate (writes the lr tensor). A negative, NaN or infinite rate is an
-  // error.
+  // error, and so is one above f32's largest value (3.4028235e+38), infinite in the step.
   void set_lr(size_t group, double lr);
 
   // The 0-d f32 tensor that holds hyper-parameter `key` of `group` ("lr" is the lr tensor).

@@ -178,8 +178,23 @@ TEST(GradScaler, Errors) {
   expect_error([&] { s.update(); }, {"update: called without step()"});
   expect_error([] { amp::GradScaler("dinamic"); }, {"\"dynamic\" or a positive number", "dinamic"});
   expect_error([] { amp::GradScaler(-2.0); },
-               {"static loss_scale must be a positive number (or 0.0 for no loss scaling)", "-2"});
+               {"static loss_scale must be a positive number, finite as f32 (or 0.0 for no loss "
+                "scaling)",
+                "-2"});
   expect_error([] { amp::GradScaler(NAN); }, {"static loss_scale must be a positive number"});
+  // Finite as a double, infinite as the f32 scale the step multiplies the loss by.
+  expect_error([] { amp::GradScaler(1e39); }, {"finite as f32", "1e+39"});
+  expect_error(
+      [] {
+        amp::GradScaler(amp::GradScalerOptions{.loss_scale = "dynamic", .init_scale = 1e39});
+      },
+      {"init_scale must be > 0 and finite as f32", "1e+39"});
+  expect_error(
+      [] {
+        amp::GradScaler(amp::GradScalerOptions{
+            .loss_scale = "dynamic", .max_loss_scale = std::numeric_limits<double>::infinity()});
+      },
+      {"0 < min_loss_scale <= max_loss_scale, both finite as f32", "inf"});
   expect_error(
       [] {
         amp::GradScaler(amp::GradScalerOptions{.loss_scale = "dynamic", .max_gradient_norm = 0});

@@ -425,6 +425,27 @@ TEST(ConfigureOptimizer, Errors) {
   sd.at("param_groups")[0].set("lr", inf);
   expect_error([&] { sgd.load_state_dict(sd); },
                {"param_groups.0.lr", "invalid learning rate inf"});
+  // Finite as a double but not as f32, the step's type: 1e39 became an infinite f32 rate and
+  // the same NaN parameters. Refused everywhere infinity is, with the f32 limit named; the
+  // largest f32 itself is taken.
+  const char* f32_rule = "must be >= 0 and finite as f32, at most 3.4028235e+38";
+  expect_error([&] { optim::SGD(params(1), 1e39); }, {"invalid learning rate 1e+39", f32_rule});
+  expect_error([&] { sgd.set_lr(0, 1e39); }, {"invalid learning rate 1e+39", f32_rule});
+  expect_error([&] { optim::SGD(params(1), 0.1, 1e39); }, {"SGD: invalid momentum 1e+39", f32_rule});
+  expect_error([&] { optim::AdamW(params(1), 0.01, 0.9, 0.999, 1e39); },
+               {"AdamW: invalid eps 1e+39", f32_rule});
+  optim::SGD fresh(params(1), 0.1);  // sgd's state exists: it takes no more groups
+  expect_error(
+      [&] {
+        fresh.add_param_group({rt({2}, 9).set_requires_grad(true)}, {{"weight_decay", 1e39}});
+      },
+      {"group 1", "invalid weight_decay 1e+39", f32_rule});
+  sd.at("param_groups")[0].set("lr", 1e39);
+  expect_error([&] { sgd.load_state_dict(sd); },
+               {"param_groups.0.lr", "invalid learning rate 1e+39", f32_rule});
+  EXPECT_EQ(sgd.param_groups()[0].options.at("lr"), 0.1);  // the refusals changed nothing
+  EXPECT_NO_THROW(sgd.set_lr(0, std::numeric_limits<float>::max()));
+  EXPECT_EQ(sgd.param_groups()[0].lr.item<float>(), std::numeric_limits<float>::max());
 }
 
 // add_param_group: a group's options apply to its parameters only (the update of the group

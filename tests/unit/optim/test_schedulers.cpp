@@ -459,9 +459,14 @@ TEST(Schedulers, NonFiniteArgumentsAreErrorsNamingTheArgument) {
 // naming the scheduler, the driven key and the step, and nothing is written.
 TEST(Schedulers, AComputedValueThatIsNotFiniteIsAnErrorNamingTheStep) {
   Fixture f;
-  EXPECT_EQ(error_message([&] { ls::ConstantLR(*f.opt, 1e39); }),
-            "ConstantLR: the computed lr at step 0 is inf, not a finite number");
+  // 1e38 * 1e38 / sqrt(1): each argument finite as f32, their value not.
+  EXPECT_EQ(error_message([&] { ls::InverseSquareRootDecayLR(*f.opt, 1e38, 1e38); }),
+            "InverseSquareRootDecayLR: the computed lr at step 0 is inf, not a finite number");
   EXPECT_NEAR(f.opt->param_groups()[0].lr.item<double>(), 0.1, 1e-7);
+  // A rate argument beyond f32 is refused as an argument, before anything is computed.
+  EXPECT_EQ(error_message([&] { ls::ConstantLR(*f.opt, 1e39); }),
+            "ConstantLR: invalid learning_rate 1e+39 (must be >= 0 and finite as f32, at most "
+            "3.4028235e+38)");
   // 10^s overflows f32 at s = 39: resuming there is refused and the scheduler keeps its step.
   ls::ExponentialLR grow(*f.opt, 1.0, 1, 10.0);
   EXPECT_EQ(error_message([&] {
@@ -477,9 +482,10 @@ TEST(Schedulers, AComputedValueThatIsNotFiniteIsAnErrorNamingTheStep) {
   q.set_requires_grad(true);
   optim::AdamW adamw({q}, 1e-3, 0.9, 0.999, 1e-8, 0.01);
   EXPECT_EQ(error_message([&] {
-              ls::ConstantLR({adamw, "weight_decay"}, 1e39);
+              ls::InverseSquareRootDecayLR({adamw, "weight_decay"}, 1e38, 1e38);
             }),
-            "ConstantLR: the computed weight_decay at step 0 is inf, not a finite number");
+            "InverseSquareRootDecayLR: the computed weight_decay at step 0 is inf, not a finite "
+            "number");
 }
 
 TEST(ConfigureLRScheduler, NumberMapAndListRules) {
