@@ -431,7 +431,8 @@ TEST(ConfigureOptimizer, Errors) {
   const char* f32_rule = "must be >= 0 and finite as f32, at most 3.4028235e+38";
   expect_error([&] { optim::SGD(params(1), 1e39); }, {"invalid learning rate 1e+39", f32_rule});
   expect_error([&] { sgd.set_lr(0, 1e39); }, {"invalid learning rate 1e+39", f32_rule});
-  expect_error([&] { optim::SGD(params(1), 0.1, 1e39); }, {"SGD: invalid momentum 1e+39", f32_rule});
+  expect_error([&] { optim::SGD(params(1), 0.1, 1e39); },
+               {"SGD: invalid momentum 1e+39", f32_rule});
   expect_error([&] { optim::AdamW(params(1), 0.01, 0.9, 0.999, 1e39); },
                {"AdamW: invalid eps 1e+39", f32_rule});
   optim::SGD fresh(params(1), 0.1);  // sgd's state exists: it takes no more groups
