@@ -185,9 +185,7 @@ TEST(GradScaler, Errors) {
   // Finite as a double, infinite as the f32 scale the step multiplies the loss by.
   expect_error([] { amp::GradScaler(1e39); }, {"finite as f32", "1e+39"});
   expect_error(
-      [] {
-        amp::GradScaler(amp::GradScalerOptions{.loss_scale = "dynamic", .init_scale = 1e39});
-      },
+      [] { amp::GradScaler(amp::GradScalerOptions{.loss_scale = "dynamic", .init_scale = 1e39}); },
       {"init_scale must be > 0 and finite as f32", "1e+39"});
   expect_error(
       [] {
