@@ -61,9 +61,8 @@ void Optimizer::check_group(size_t gi) {
   CS_CHECK(g.options.count("lr"), "optimizer: parameter group {} has no learning rate 'lr'", gi);
   // (NaN fails too. The argument is named: it is what an override of the optimizer's block
   // set, and cszoo names the override that set a key an error names.)
-  CS_CHECK(impl::nonneg_finite(g.options["lr"]),
-           "optimizer: invalid learning rate {} (lr {})", g.options["lr"],
-           impl::nonneg_rule(g.options["lr"]));
+  CS_CHECK(impl::nonneg_finite(g.options["lr"]), "optimizer: invalid learning rate {} (lr {})",
+           g.options["lr"], impl::nonneg_rule(g.options["lr"]));
   runtime::SuspendTrace eager;
   g.lr = scalar_tensor(g.options["lr"], DType::f32);
   g.lr.set_name(fmt::format("param_groups.{}.lr", gi));
@@ -84,9 +83,8 @@ void Optimizer::add_param_group(std::vector<Tensor> params, std::map<std::string
     // The constructors' own range checks, for the keys most optimizers share.
     const bool nonneg =
         k == "lr" || k == "weight_decay" || k == "eps" || k == "momentum" || k == "dampening";
-    CS_CHECK(!nonneg || impl::nonneg_finite(v),
-             "{}: add_param_group: group {}: invalid {} {} ({})", name(), gi, k, v,
-             impl::nonneg_rule(v));
+    CS_CHECK(!nonneg || impl::nonneg_finite(v), "{}: add_param_group: group {}: invalid {} {} ({})",
+             name(), gi, k, v, impl::nonneg_rule(v));
     CS_CHECK(!(k == "beta1" || k == "beta2") || (v >= 0 && v < 1),
              "{}: add_param_group: group {}: invalid {} {} (must be in [0, 1))", name(), gi, k, v);
   }
@@ -102,9 +100,8 @@ void Optimizer::add_param_group(std::vector<Tensor> params, std::map<std::string
 void Optimizer::set_lr(size_t group, double lr) {
   CS_CHECK(group < groups_.size(), "set_lr: group {} out of range ({} groups)", group,
            groups_.size());
-  CS_CHECK(impl::nonneg_finite(lr),
-           "{}: invalid learning rate {} for group {} ({})", name(), lr, group,
-           impl::nonneg_rule(lr));
+  CS_CHECK(impl::nonneg_finite(lr), "{}: invalid learning rate {} for group {} ({})", name(), lr,
+           group, impl::nonneg_rule(lr));
   groups_[group].options["lr"] = lr;
   NoGradGuard ng;
   groups_[group].lr.fill_(lr);
@@ -456,9 +453,8 @@ void Optimizer::load_state_dict(const State& sd) {
     }
   for (const auto& [gi, k, d] : options)
     if (k == "lr")
-      CS_CHECK(impl::nonneg_finite(d),
-               "{}: param_groups.{}.lr: invalid learning rate {} ({})", who, gi, d,
-               impl::nonneg_rule(d));
+      CS_CHECK(impl::nonneg_finite(d), "{}: param_groups.{}.lr: invalid learning rate {} ({})", who,
+               gi, d, impl::nonneg_rule(d));
   // The groups as they will be: state is read in the layout their options give.
   std::vector<ParamGroup> target = groups_;
   bool reshaped = false;  // an option other than the lr changes: the kept state may change
