@@ -217,6 +217,7 @@ class Trainer {
   ModelPtr model_;
   std::unique_ptr<cstorch::optim::Optimizer> optimizer_;
   std::vector<std::shared_ptr<cstorch::optim::lr_scheduler::LRScheduler>> schedulers_;
+  std::vector<std::string> scheduler_paths_;  // each one's YAML key path, for its errors
   std::shared_ptr<PrecisionCallback> precision_;
   std::string model_dir_;
   std::string cs_ip_;  // trainer.init.cs_ip: recorded in run_metadata.json only

@@ -335,6 +335,7 @@ Trainer::Trainer(const ConfigView& init, std::shared_ptr<cstorch::Backend> backe
     auto add = [&](const Config& form, const std::string& path) {
       schedulers_.push_back(with_path(
           path, [&] { return cstorch::optim::configure_lr_scheduler(*optimizer_, form, path); }));
+      scheduler_paths_.push_back(path);
     };
     // `{Name: {args}}` entries become configure_lr_scheduler's `{scheduler: Name, args...}`
     // form (at the arguments' key path); that form itself (a map with `scheduler`, or a list
@@ -1102,6 +1103,11 @@ void Trainer::fit(DataLoaderPtr train, DataLoaderPtr val, std::optional<std::str
       return data::compute_num_steps(args, loader_len > 0 ? loader_len / accum : -1);
     });
     run_steps_ = total;
+    // A schedule that leaves f32's range within this run (an ExponentialLR whose decay_rate is
+    // above 1) is refused now, naming the step, instead of turning the parameters into NaN when
+    // it gets there.
+    for (size_t i = 0; i < schedulers_.size(); ++i)
+      with_path(scheduler_paths_[i], [&] { schedulers_[i]->check_steps(total); });
     if (!later_checkpoints.empty() && global_step_ + total >= later_checkpoints.front().first) {
       // Training into the other run's steps would write over its checkpoints of the steps this
       // run saves at, and mix the two runs in one model_dir: refused before any step.

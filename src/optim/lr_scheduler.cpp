@@ -134,6 +134,40 @@ void LRScheduler::check_value(const Tensor& value, int64_t step) const {
            target_.key, step, v);
 }
 
+void LRScheduler::check_steps(int64_t steps) const {
+  CS_CHECK(!detail::in_trace(), "{}: check_steps() inside a traced step", name());
+  if (steps <= 0 || !owner_.empty()) return;
+  runtime::SuspendTrace eager;
+  NoGradGuard ng;
+  const int64_t first = step_.item<int64_t>() + 1, last = first + steps - 1;
+  const auto refuse = [&](int64_t s, double v) {
+    cstorch::fail(
+        "{}: the computed {} at step {} is {}, not a finite number (the schedule's values were "
+        "checked through step {}, where this run ends)",
+        name(), target_.key, s, v, last);
+  };
+  // Steps in f32, as the traced step computes them: exact up to 2^24.
+  constexpr int64_t kExact = int64_t{1} << 24, kBlock = int64_t{1} << 20;
+  if (elementwise()) {
+    for (int64_t b = first; b <= std::min(last, kExact); b += kBlock) {
+      const int64_t e = std::min({b + kBlock - 1, last, kExact});
+      const Tensor v = closed_form_lr(
+          arange(static_cast<double>(b), static_cast<double>(e + 1), 1.0, DType::f32));
+      CS_CHECK(v.numel() == e - b + 1 && v.dtype() == DType::f32,
+               "{}: internal: closed_form_lr of {} steps gave {} values of {}", name(), e - b + 1,
+               v.numel(), dtype_name(v.dtype()));
+      const std::vector<float> x = v.to_vector<float>();
+      for (size_t i = 0; i < x.size(); ++i)
+        if (!std::isfinite(x[i])) refuse(b + static_cast<int64_t>(i), x[i]);
+    }
+    if (last <= kExact) return;
+  }
+  const double v =
+      closed_form_lr(cast(scalar_tensor(static_cast<double>(last), DType::i64), DType::f32))
+          .item<float>();
+  if (!std::isfinite(v)) refuse(last, v);
+}
+
 void LRScheduler::write(const Tensor& value) {
   Optimizer& o = *target_.optimizer;
   for (size_t g = 0; g < o.param_groups().size(); ++g) o.hyper_tensor(g, target_.key).copy_(value);
@@ -614,6 +648,9 @@ SequentialLR::SequentialLR(Target t, std::vector<SchedulerPtr> schedulers,
   }
   start();
 }
+bool SequentialLR::elementwise() const {
+  return std::all_of(scheds_.begin(), scheds_.end(), [](auto& c) { return c->elementwise(); });
+}
 Tensor SequentialLR::closed_form_lr(const Tensor& s) const {
   Tensor v = scheds_[0]->closed_form_lr(s);
   for (size_t i = 0; i < milestones_.size(); ++i) {
@@ -638,6 +675,9 @@ ChainedLR::ChainedLR(Target t, std::vector<SchedulerPtr> schedulers)
              "divided by its initial value)",
              i, scheds_[i]->name());
   start();
+}
+bool ChainedLR::elementwise() const {
+  return std::all_of(scheds_.begin(), scheds_.end(), [](auto& c) { return c->elementwise(); });
 }
 Tensor ChainedLR::closed_form_lr(const Tensor& s) const {
   Tensor v = scheds_[0]->closed_form_lr(s);

@@ -58,6 +58,11 @@ class LRScheduler {
   virtual std::string name() const = 0;
   // The value at s = 0, used by ChainedLR to normalise (f(0) computed once, eagerly).
   virtual double initial_value() const;
+  // Whether closed_form_lr computes element by element, so that an s holding many steps (a
+  // 1-d f32 tensor) gives each step's value (check_steps uses it). The built-in schedules do
+  // except LambdaLR (its function is given one step); a user-written one says no unless it
+  // overrides this.
+  virtual bool elementwise() const { return false; }
 
   // Advances the step by one (by optimizer.step_applied()) and writes the new value.
   void step();
@@ -75,6 +80,16 @@ class LRScheduler {
   std::optional<int64_t> total_iters() const { return total_iters_; }
   Optimizer& optimizer() const { return *target_.optimizer; }
   const std::string& param_group_key() const { return target_.key; }
+
+  // Checks the values of the next `steps` steps after the current one, before they are taken:
+  // each must be finite as f32, or the error names the first step that is not, as
+  // load_state_dict()'s does. A run that knows its length calls it before its first step (the
+  // Trainer does), so that a growing schedule (an ExponentialLR with decay_rate above 1) is
+  // refused at the start instead of turning the parameters into NaN at the step it overflows.
+  // Computed eagerly on the host, nothing written: every step where elementwise() (in blocks,
+  // up to step 2^24, past which steps are not exact in f32, and the last step), otherwise the
+  // last step only. Not inside a traced step. A nested scheduler's owner checks it.
+  void check_steps(int64_t steps) const;
 
   // {"last_epoch": int, "_last_lr": [float per group]}. A host read: call outside a trace.
   State state_dict();
@@ -108,6 +123,7 @@ class ConstantLR final : public LRScheduler {
   ConstantLR(Target t, double learning_rate, std::optional<int64_t> total_iters = std::nullopt);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "ConstantLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return lr_; }
 
  private:
@@ -122,6 +138,7 @@ class PolynomialLR final : public LRScheduler {
                int64_t total_iters, double power = 1.0, bool cycle = false);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "PolynomialLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return init_; }
 
  private:
@@ -135,6 +152,7 @@ class LinearLR final : public LRScheduler {
   LinearLR(Target t, double initial_learning_rate, double end_learning_rate, int64_t total_iters);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "LinearLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return init_; }
 
  private:
@@ -148,6 +166,7 @@ class ExponentialLR final : public LRScheduler {
                 bool staircase = false);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "ExponentialLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return init_; }
 
  private:
@@ -162,6 +181,7 @@ class InverseExponentialTimeDecayLR final : public LRScheduler {
                                 int64_t total_iters, double decay_rate, bool staircase = false);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "InverseExponentialTimeDecayLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return init_; }
 
  private:
@@ -176,6 +196,7 @@ class InverseSquareRootDecayLR final : public LRScheduler {
                            int64_t warmup_steps = 1);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "InverseSquareRootDecayLR"; }
+  bool elementwise() const override { return true; }
 
  private:
   double init_, scale_;
@@ -189,6 +210,7 @@ class CosineDecayLR final : public LRScheduler {
                 int64_t total_iters);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "CosineDecayLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return init_; }
 
  private:
@@ -201,6 +223,7 @@ class CosineAnnealingLR final : public LRScheduler {
   CosineAnnealingLR(Target t, double initial_learning_rate, int64_t T_max, double eta_min = 0);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "CosineAnnealingLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return init_; }
 
  private:
@@ -216,6 +239,7 @@ class CosineAnnealingWarmRestarts final : public LRScheduler {
                               int64_t T_mult = 1, double eta_min = 0);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "CosineAnnealingWarmRestarts"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return init_; }
 
  private:
@@ -229,6 +253,7 @@ class StepLR final : public LRScheduler {
   StepLR(Target t, double initial_learning_rate, int64_t step_size, double gamma = 0.1);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "StepLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return init_; }
 
  private:
@@ -243,6 +268,7 @@ class MultiStepLR final : public LRScheduler {
               double gamma = 0.1);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "MultiStepLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return init_; }
 
  private:
@@ -256,6 +282,7 @@ class MultiplicativeLR final : public LRScheduler {
   MultiplicativeLR(Target t, double initial_learning_rate, double coefficient);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "MultiplicativeLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return init_; }
 
  private:
@@ -283,6 +310,7 @@ class CyclicLR final : public LRScheduler {
            const std::string& mode = "triangular", double gamma = 1.0);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "CyclicLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return base_; }
 
  private:
@@ -309,6 +337,7 @@ class OneCycleLR final : public LRScheduler {
              const std::string& anneal_strategy = "cos");
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "OneCycleLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return init_; }
 
  private:
@@ -331,6 +360,7 @@ class PiecewiseConstantLR final : public LRScheduler {
                       std::vector<int64_t> milestones);
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "PiecewiseConstantLR"; }
+  bool elementwise() const override { return true; }
   double initial_value() const override { return lrs_.front(); }
 
  private:
@@ -345,6 +375,7 @@ class SequentialLR final : public LRScheduler {
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "SequentialLR"; }
   double initial_value() const override { return scheds_.front()->initial_value(); }
+  bool elementwise() const override;  // every scheduler in it is
 
  private:
   std::vector<SchedulerPtr> scheds_;
@@ -359,6 +390,7 @@ class ChainedLR final : public LRScheduler {
   Tensor closed_form_lr(const Tensor& s) const override;
   std::string name() const override { return "ChainedLR"; }
   double initial_value() const override { return scheds_.front()->initial_value(); }
+  bool elementwise() const override;  // every scheduler in it is
 
  private:
   std::vector<SchedulerPtr> scheds_;

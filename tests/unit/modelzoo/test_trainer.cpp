@@ -256,6 +256,30 @@ TEST(TrainerConfig, InfiniteAndNaNValuesAreRefusedByTheRangeChecks) {
             "trainer.init.loop.max_steps: expected an integer, got .inf");
 }
 
+// A schedule whose value leaves f32's range within the run (1e30 * 10^s passes 3.4e38 at step
+// 9) is refused when fit starts, naming the step and the key path, before any step runs; a run
+// that ends before that step trains.
+TEST(Trainer, AScheduleThatOverflowsWithinTheRunIsRefusedAtTheStart) {
+  const std::string sched =
+      "schedulers: [{ExponentialLR: {initial_learning_rate: 1.0e30, total_iters: 1, decay_rate: "
+      "10}}]\n";
+  Config c = init_config(sched);
+  c["loop"] = {{"max_steps", 12}};
+  modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+  const std::vector<float> w = t.model().parameters()[0].to_vector<float>();
+  EXPECT_EQ(error_of([&] { t.fit(tiny(8)); }),
+            "trainer.init.schedulers[0].ExponentialLR: ExponentialLR: the computed lr at step 9 "
+            "is inf, not a finite number (the schedule's values were checked through step 12, "
+            "where this run ends)");
+  EXPECT_EQ(t.global_step(), 0);
+  EXPECT_EQ(t.model().parameters()[0].to_vector<float>(), w);
+  Config ok = init_config(sched);
+  ok["loop"] = {{"max_steps", 8}};
+  modelzoo::Trainer fine(ConfigView(ok, "trainer.init"));
+  fine.fit(tiny(8));
+  EXPECT_EQ(fine.global_step(), 8);
+}
+
 TEST(TrainerConfig, RunConfigErrorsNamePhases) {
   Config root = {{"trainer", Config::array({{{"trainer", {{"init", init_config()}}}}})}};
   EXPECT_EQ(error_of([&] { modelzoo::run_config(root, modelzoo::Mode::Fit); }),

@@ -4,6 +4,7 @@
 // name the scheduler and argument; configure_lr_scheduler rules and errors; state_dict; a
 // weight-decay schedule.
 #include <gtest/gtest.h>
+#include <cstring>
 
 #include <cmath>
 #include <limits>
@@ -486,6 +487,107 @@ TEST(Schedulers, AComputedValueThatIsNotFiniteIsAnErrorNamingTheStep) {
             }),
             "InverseSquareRootDecayLR: the computed weight_decay at step 0 is inf, not a finite "
             "number");
+}
+
+// Every built-in schedule that says it is elementwise (what check_steps relies on) gives, for a
+// vector of steps, bitwise each step's own value, over cycles, phases, milestones and past the
+// schedule's end.
+TEST(Schedulers, ElementwiseClosedFormsGiveEachStepsValue) {
+  using Make = std::function<std::shared_ptr<ls::LRScheduler>(optim::Optimizer&)>;
+  const std::vector<Make> makes = {
+      [](auto& o) { return std::make_shared<ls::ConstantLR>(o, 0.03, 40); },
+      [](auto& o) { return std::make_shared<ls::PolynomialLR>(o, 0.1, 0.01, 150, 2.0, true); },
+      [](auto& o) { return std::make_shared<ls::LinearLR>(o, 0.0, 0.2, 90); },
+      [](auto& o) { return std::make_shared<ls::ExponentialLR>(o, 0.1, 7, 0.5, true); },
+      [](auto& o) {
+        return std::make_shared<ls::InverseExponentialTimeDecayLR>(o, 0.1, 1.5, 100, 0.3);
+      },
+      [](auto& o) { return std::make_shared<ls::InverseSquareRootDecayLR>(o, 2.0, 0.5, 40); },
+      [](auto& o) { return std::make_shared<ls::CosineDecayLR>(o, 0.1, 0.001, 150); },
+      [](auto& o) { return std::make_shared<ls::CosineAnnealingLR>(o, 0.1, 60, 0.01); },
+      [](auto& o) { return std::make_shared<ls::CosineAnnealingWarmRestarts>(o, 0.1, 10, 2); },
+      [](auto& o) { return std::make_shared<ls::StepLR>(o, 0.1, 30, 0.5); },
+      [](auto& o) {
+        return std::make_shared<ls::MultiStepLR>(o, 0.1, std::vector<int64_t>{20, 75}, 0.3);
+      },
+      [](auto& o) { return std::make_shared<ls::MultiplicativeLR>(o, 0.1, 0.97); },
+      [](auto& o) {
+        return std::make_shared<ls::CyclicLR>(o, 0.01, 0.1, 20, 30, "exp_range", 0.99);
+      },
+      [](auto& o) { return std::make_shared<ls::OneCycleLR>(o, 0.01, 0.1, 150, 0.3, 1e4, true); },
+      [](auto& o) {
+        return std::make_shared<ls::PiecewiseConstantLR>(o, std::vector<double>{0.1, 0.05, 0.01},
+                                                         std::vector<int64_t>{100, 150});
+      },
+      [](auto& o) {
+        auto a = std::make_shared<ls::LinearLR>(o, 0.0, 0.1, 10);
+        auto b = std::make_shared<ls::CosineDecayLR>(o, 0.1, 0.0, 90);
+        return std::make_shared<ls::SequentialLR>(o, std::vector<ls::SchedulerPtr>{a, b},
+                                                  std::vector<int64_t>{10});
+      },
+      [](auto& o) {
+        auto a = std::make_shared<ls::StepLR>(o, 0.1, 30, 0.5);
+        auto b = std::make_shared<ls::CosineAnnealingLR>(o, 1.0, 60, 0.1);
+        return std::make_shared<ls::ChainedLR>(o, std::vector<ls::SchedulerPtr>{a, b});
+      },
+  };
+  constexpr int64_t n = 200;
+  for (const auto& make : makes) {
+    Fixture f;
+    auto s = make(*f.opt);
+    EXPECT_TRUE(s->elementwise()) << s->name();
+    const std::vector<float> all =
+        s->closed_form_lr(arange(0.0, static_cast<double>(n), 1.0, DType::f32)).to_vector<float>();
+    ASSERT_EQ(all.size(), static_cast<size_t>(n)) << s->name();
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float one =
+          s->closed_form_lr(scalar_tensor(static_cast<double>(i), DType::f32)).item<float>();
+      if (std::memcmp(&one, &all[i], sizeof(float)) != 0 && bad++ < 3)
+        ADD_FAILURE() << s->name() << " step " << i << ": " << all[i] << " vs " << one;
+    }
+  }
+}
+
+// check_steps: the values of the next steps, before they are taken. 10^s leaves f32 at step 39:
+// from step 0, 38 more steps pass and 39 do not (the error names step 39 and the run's end);
+// from a restored step 30 the same step is found; nothing is written by a check. Inside a
+// SequentialLR the owner checks its parts (the growth starting at its milestone 5, step 44);
+// a LambdaLR (one step at a time) and a user-written schedule are checked at the last step.
+TEST(Schedulers, CheckStepsNamesTheFirstStepWhoseValueIsNotFinite) {
+  Fixture f;
+  ls::ExponentialLR grow(*f.opt, 1.0, 1, 10.0);
+  EXPECT_NO_THROW(grow.check_steps(38));
+  EXPECT_EQ(error_message([&] { grow.check_steps(100); }),
+            "ExponentialLR: the computed lr at step 39 is inf, not a finite number (the "
+            "schedule's values were checked through step 100, where this run ends)");
+  EXPECT_NEAR(grow.get_last_lr()[0], 1.0, 1e-7);
+  grow.load_state_dict(State::map({{"last_epoch", 30}}));
+  EXPECT_NO_THROW(grow.check_steps(8));
+  EXPECT_EQ(error_message([&] { grow.check_steps(9); }),
+            "ExponentialLR: the computed lr at step 39 is inf, not a finite number (the "
+            "schedule's values were checked through step 39, where this run ends)");
+  EXPECT_NEAR(grow.get_last_lr()[0] / 1e30, 1.0, 1e-5);
+
+  Fixture g;
+  auto warm = std::make_shared<ls::LinearLR>(*g.opt, 0.0, 1.0, 5);
+  auto up = std::make_shared<ls::ExponentialLR>(*g.opt, 1.0, 1, 10.0);
+  ls::SequentialLR seq(*g.opt, {warm, up}, {5});
+  EXPECT_TRUE(seq.elementwise());
+  EXPECT_NO_THROW(seq.check_steps(43));
+  EXPECT_EQ(error_message([&] { seq.check_steps(50); }),
+            "SequentialLR: the computed lr at step 44 is inf, not a finite number (the "
+            "schedule's values were checked through step 50, where this run ends)");
+  EXPECT_NO_THROW(up->check_steps(1000));  // nested: its owner checks
+
+  Fixture h;
+  ls::LambdaLR lam(*h.opt, 1.0, [](const Tensor& s) { return exp(s * 3.0); });
+  EXPECT_FALSE(lam.elementwise());
+  // exp(3 s) overflows f32 from s = 30 on; only the last step is computed.
+  EXPECT_NO_THROW(lam.check_steps(29));
+  EXPECT_EQ(error_message([&] { lam.check_steps(40); }),
+            "LambdaLR: the computed lr at step 40 is inf, not a finite number (the schedule's "
+            "values were checked through step 40, where this run ends)");
 }
 
 TEST(ConfigureLRScheduler, NumberMapAndListRules) {
