@@ -165,7 +165,7 @@ namespace {
 constexpr size_t kMaxField = size_t{1} << 20;
 constexpr size_t kMaxFields = 1000000;
 
-std::string read_all(const std::string& path, const char* what) {
+std::ifstream open_file(const std::string& path, const char* what) {
   std::error_code ec;
   CS_CHECK(!fs::is_directory(path, ec), "{}: cannot open '{}': it is a directory", what, path);
   // Not waited on: a FIFO or device (opening one blocks until a writer comes).
@@ -173,6 +173,11 @@ std::string read_all(const std::string& path, const char* what) {
            "{}: cannot open '{}': not a regular file", what, path);
   std::ifstream in(path, std::ios::binary);
   CS_CHECK(in.good(), "{}: cannot open '{}': {}", what, path, std::strerror(errno));
+  return in;
+}
+
+std::string read_all(const std::string& path, const char* what) {
+  std::ifstream in = open_file(path, what);
   std::stringstream s;
   s << in.rdbuf();
   CS_CHECK(!in.bad(), "{}: reading '{}' failed", what, path);
@@ -793,14 +798,20 @@ std::vector<int32_t> tokenize_jsonl(const std::vector<std::string>& files, const
            "JSON Lines data: eos id {} is outside the vocabulary 0..{}", eos_id, vocab_size - 1);
   std::vector<int32_t> out;
   for (const auto& path : files) {
-    const std::string text = read_all(path, "JSON Lines data");
+    // Line by line: a corpus larger than the memory left beside its tokens is read without
+    // holding its text (read whole, it was held twice while being read).
+    std::ifstream in = open_file(path, "JSON Lines data");
     int64_t line = 0, docs = 0;
-    size_t pos = 0;
-    while (pos < text.size()) {
-      size_t e = text.find('\n', pos);
-      if (e == std::string::npos) e = text.size();
-      std::string l = text.substr(pos, e - pos);
-      pos = e + 1;
+    std::string l;
+    while (true) {
+      try {
+        if (!std::getline(in, l)) break;
+      } catch (const std::bad_alloc&) {
+        fail("{}:{}: cannot hold the line in memory: a document larger than the memory left", path,
+             line + 1);
+      } catch (const std::length_error&) {
+        fail("{}:{}: the line is longer than a string can hold", path, line + 1);
+      }
       ++line;
       if (!l.empty() && l.back() == '\r') l.pop_back();
       if (trim(l).empty()) continue;
@@ -825,6 +836,7 @@ std::vector<int32_t> tokenize_jsonl(const std::vector<std::string>& files, const
       out.push_back(static_cast<int32_t>(eos_id));
       ++docs;
     }
+    CS_CHECK(!in.bad(), "JSON Lines data: reading '{}' failed after line {}", path, line);
     CS_CHECK(docs > 0, "{}: no documents (every line is blank)", path);
   }
   return out;

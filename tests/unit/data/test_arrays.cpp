@@ -433,6 +433,15 @@ TEST(JsonlText, TokensOfEachDocumentThenEos) {
   EXPECT_ERROR(tokenize_jsonl({put("b.jsonl", "\n\n")}, tok, "text", 0, 0), "no documents");
   EXPECT_ERROR(tokenize_jsonl({f}, tok, "text", 0, 100),
                "d.jsonl:1:", "outside the model's vocabulary of 100");
+  // Read line by line: a last line without its newline is a document as well, and a directory
+  // or a missing file is an error naming it.
+  EXPECT_EQ(tokenize_jsonl({put("n.jsonl", "{\"text\": \"the cat\"}\r\n{\"text\": \"ran\"}")}, tok,
+                           "text", 0, 0),
+            want);
+  EXPECT_ERROR(tokenize_jsonl({root().string()}, tok, "text", 0, 0), "JSON Lines data",
+               "it is a directory");
+  EXPECT_ERROR(tokenize_jsonl({(root() / "absent.jsonl").string()}, tok, "text", 0, 0),
+               "cannot open", "absent.jsonl");
 }
 
 // The JSONL processor makes exactly the batches the flat-token GPT processor makes from the same
