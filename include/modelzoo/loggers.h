@@ -121,8 +121,12 @@ struct MetricRecord {
   double value = 0;  // NaN for a JSON null
 };
 // Reads a CSV (".csv") or JSON-lines (any other extension) metrics file written by the
-// loggers above. Errors name the file and line.
-std::vector<MetricRecord> read_metrics_file(const std::filesystem::path& file);
+// loggers above. Errors name the file and line. With `damaged` given, a line that does not read
+// as a row (a row cut short when a run was killed or the disk filled, a hand edit) is skipped
+// instead and described there ("line N: why"), so that the rest of the history still plots;
+// a file that cannot be opened, or a CSV file without its header, is an error either way.
+std::vector<MetricRecord> read_metrics_file(const std::filesystem::path& file,
+                                            std::vector<std::string>* damaged = nullptr);
 
 // ---------------------------------------------------------------------------------------------
 // Console progress. On a terminal: one line redrawn in place ("\r"),

@@ -51,7 +51,13 @@ Image render_loss_lr_plot(const std::vector<MetricRecord>& records,
 // complete. Errors name the file.
 void write_png(const Image& image, const std::filesystem::path& file);
 
-// read_metrics_file + render_loss_lr_plot + write_png.
+// One warning on stderr naming the metrics file, how many damaged lines read_metrics_file left
+// out and the first of them; nothing when there are none.
+void warn_damaged_lines(const std::filesystem::path& metrics_file,
+                        const std::vector<std::string>& damaged);
+
+// read_metrics_file + render_loss_lr_plot + write_png. Damaged lines of the metrics file are
+// left out of the plot, with a warning (warn_damaged_lines).
 void plot_metrics_file(const std::filesystem::path& metrics_file, const std::filesystem::path& png,
                        const PlotOptions& options = {});
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <optional>
 #include <sstream>
+#include <variant>
 
 #include <cstorch/core/error.h>
 #include <nlohmann/json.hpp>
@@ -33,10 +34,19 @@ std::ofstream open_append(const std::filesystem::path& file, const char* who, bo
   std::error_code ec;
   auto size = std::filesystem::file_size(file, ec);
   *was_empty = ec || size == 0;
+  // A last row cut short (a run killed in the middle of a write, a full disk) has no newline:
+  // the next row would continue that line and be lost with it. The cut row is ended first.
+  bool cut = false;
+  if (!*was_empty) {
+    std::ifstream in(file, std::ios::binary);
+    in.seekg(-1, std::ios::end);
+    cut = in.good() && in.get() != '\n';
+  }
   errno = 0;
   std::ofstream out(file, std::ios::app);
   CS_CHECK(out.good(), "{}: cannot open '{}' for writing: {}", who, file.string(),
            errno != 0 ? std::strerror(errno) : "unknown reason");
+  if (cut) out << '\n';
   return out;
 }
 
@@ -231,7 +241,54 @@ void JSONLinesLogger::close() {
   closed_ = true;
 }
 
-std::vector<MetricRecord> read_metrics_file(const std::filesystem::path& file) {
+namespace {
+
+// The rows of one line of a metrics file (none for a blank line), or why it is not a row.
+std::variant<std::vector<MetricRecord>, std::string> parse_metrics_line(const std::string& line,
+                                                                        bool csv) {
+  std::vector<MetricRecord> rows;
+  if (line.empty() || line == "\r") return rows;
+  if (csv) {
+    auto f = csv_split(line);
+    if (f.size() != 4) return fmt::format("expected 4 fields, got {}", f.size());
+    try {
+      rows.push_back({std::stoll(f[0]), std::stod(f[1]), f[2], std::stod(f[3])});
+    } catch (const std::exception&) {
+      return fmt::format("bad number in \"{}\"", line);
+    }
+    return rows;
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const std::exception& e) {
+    return fmt::format("invalid JSON: {}", e.what());
+  }
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer())
+    return std::string("expected an object with an integer \"step\"");
+  int64_t step = j["step"].get<int64_t>();
+  double wall =
+      j.contains("wall_time") && j["wall_time"].is_number() ? j["wall_time"].get<double>() : 0.0;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "step" || it.key() == "wall_time") continue;
+    // A non-finite value is one of the strings above (null in files of earlier versions).
+    double v = NAN;
+    if (it->is_number()) {
+      v = it->get<double>();
+    } else if (it->is_string() && (*it == "Infinity" || *it == "-Infinity")) {
+      v = *it == "Infinity" ? INFINITY : -INFINITY;
+    } else if (!(it->is_null() || (it->is_string() && *it == "NaN"))) {
+      return fmt::format("\"{}\" is not a number", it.key());
+    }
+    rows.push_back({step, wall, it.key(), v});
+  }
+  return rows;
+}
+
+}  // namespace
+
+std::vector<MetricRecord> read_metrics_file(const std::filesystem::path& file,
+                                            std::vector<std::string>* damaged) {
   std::ifstream in(file);
   CS_CHECK(in.good(), "read_metrics_file: cannot open '{}'", file.string());
   std::vector<MetricRecord> out;
@@ -240,54 +297,21 @@ std::vector<MetricRecord> read_metrics_file(const std::filesystem::path& file) {
   bool csv = file.extension() == ".csv";
   while (std::getline(in, line)) {
     ++lineno;
-    if (line.empty() || line == "\r") continue;
-    if (csv) {
-      if (lineno == 1) {
-        CS_CHECK(line.rfind("step,wall_time,name,value", 0) == 0,
-                 "read_metrics_file: '{}' line 1: expected the header "
-                 "\"step,wall_time,name,value\", got \"{}\"",
-                 file.string(), line);
-        continue;
-      }
-      auto f = csv_split(line);
-      CS_CHECK(f.size() == 4, "read_metrics_file: '{}' line {}: expected 4 fields, got {}",
-               file.string(), lineno, f.size());
-      try {
-        out.push_back({std::stoll(f[0]), std::stod(f[1]), f[2], std::stod(f[3])});
-      } catch (const std::exception&) {
-        cstorch::fail("read_metrics_file: '{}' line {}: bad number in \"{}\"", file.string(),
-                      lineno, line);
-      }
+    if (csv && lineno == 1) {
+      CS_CHECK(line.rfind("step,wall_time,name,value", 0) == 0,
+               "read_metrics_file: '{}' line 1: expected the header "
+               "\"step,wall_time,name,value\", got \"{}\"",
+               file.string(), line);
       continue;
     }
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      cstorch::fail("read_metrics_file: '{}' line {}: invalid JSON: {}", file.string(), lineno,
-                    e.what());
+    auto rows = parse_metrics_line(line, csv);
+    if (auto* why = std::get_if<std::string>(&rows)) {
+      CS_CHECK(damaged != nullptr, "read_metrics_file: '{}' line {}: {}", file.string(), lineno,
+               *why);
+      damaged->push_back(fmt::format("line {}: {}", lineno, *why));
+      continue;
     }
-    CS_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(),
-             "read_metrics_file: '{}' line {}: expected an object with an integer \"step\"",
-             file.string(), lineno);
-    int64_t step = j["step"].get<int64_t>();
-    double wall =
-        j.contains("wall_time") && j["wall_time"].is_number() ? j["wall_time"].get<double>() : 0.0;
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (it.key() == "step" || it.key() == "wall_time") continue;
-      // A non-finite value is one of the strings above (null in files of earlier versions).
-      double v = NAN;
-      if (it->is_number()) {
-        v = it->get<double>();
-      } else if (it->is_string() && (*it == "Infinity" || *it == "-Infinity")) {
-        v = *it == "Infinity" ? INFINITY : -INFINITY;
-      } else {
-        CS_CHECK(it->is_null() || (it->is_string() && *it == "NaN"),
-                 "read_metrics_file: '{}' line {}: \"{}\" is not a number", file.string(), lineno,
-                 it.key());
-      }
-      out.push_back({step, wall, it.key(), v});
-    }
+    for (auto& r : std::get<std::vector<MetricRecord>>(rows)) out.push_back(std::move(r));
   }
   return out;
 }

@@ -315,9 +315,20 @@ void write_png(const Image& image, const std::filesystem::path& file) {
   std::filesystem::rename(tmp, file);
 }
 
+void warn_damaged_lines(const std::filesystem::path& metrics_file,
+                        const std::vector<std::string>& damaged) {
+  if (damaged.empty()) return;
+  fmt::print(stderr, "warning: {}: {} damaged line{} left out of the plot ({}{})\n",
+             metrics_file.string(), damaged.size(), damaged.size() == 1 ? "" : "s", damaged.front(),
+             damaged.size() > 1 ? ", ..." : "");
+}
+
 void plot_metrics_file(const std::filesystem::path& metrics_file, const std::filesystem::path& png,
                        const PlotOptions& options) {
-  write_png(render_loss_lr_plot(read_metrics_file(metrics_file), options), png);
+  std::vector<std::string> damaged;
+  auto records = read_metrics_file(metrics_file, &damaged);
+  warn_damaged_lines(metrics_file, damaged);
+  write_png(render_loss_lr_plot(records, options), png);
 }
 
 }  // namespace modelzoo

@@ -47,7 +47,11 @@ void LoggingCallback::on_fit_end(Trainer&) {
   if (!std::filesystem::exists(metrics_file_, ec)) return;
   // Nothing to draw before the first logged step (a compile_only run, a resumed finished run
   // that logged nothing new still has its history in the file).
-  auto records = read_metrics_file(metrics_file_);
+  // A damaged line (a row the killed run before a resume left cut short) does not end the run
+  // here: it is left out of the plot, and said.
+  std::vector<std::string> damaged;
+  auto records = read_metrics_file(metrics_file_, &damaged);
+  warn_damaged_lines(metrics_file_, damaged);
   if (std::none_of(records.begin(), records.end(),
                    [](const MetricRecord& r) { return r.name == "loss"; }))
     return;

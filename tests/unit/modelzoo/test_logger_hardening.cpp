@@ -15,6 +15,7 @@
 
 #include "cstorch/cstorch.h"
 #include "modelzoo/loggers.h"
+#include "modelzoo/plot.h"
 #include "modelzoo/trainer.h"
 
 #include "unit/test_util.h"
@@ -125,6 +126,74 @@ TEST(LoggerHardening, ResumeAtDropsTheRowsPastTheStep) {
   modelzoo::JSONLinesLogger j(jsonl);
   j.resume_at(20);
   EXPECT_EQ(fs::last_write_time(jsonl), before);
+  fs::remove_all(dir);
+}
+
+// A run killed in the middle of writing a row leaves it cut short, without its newline. The
+// next logger on the file ends that line first, so that its own rows are whole (they continued
+// the cut line and were lost with it); a reader told to skip damaged lines reads the rest and
+// says which line it left out, and the plot is drawn from them.
+TEST(LoggerHardening, ARowCutShortIsEndedBeforeTheNextAndLeftOutOfThePlot) {
+  auto dir = temp_dir("cut_row");
+  const fs::path jsonl = dir / "metrics.jsonl", csv = dir / "metrics.csv";
+  std::ofstream(jsonl) << "{\"step\": 1, \"loss\": 2.0}\n{\"step\": 2, \"lo";
+  std::ofstream(csv) << "step,wall_time,name,value\n1,0,loss,2\n2,0,lo";
+  {
+    modelzoo::JSONLinesLogger j(jsonl);
+    modelzoo::CSVLogger c(csv);
+    j.log_metrics(3, {{"loss", 0.5}});
+    c.log_metrics(3, {{"loss", 0.5}});
+  }
+  EXPECT_ERROR(modelzoo::read_metrics_file(jsonl), "metrics.jsonl' line 2", "invalid JSON");
+  EXPECT_ERROR(modelzoo::read_metrics_file(csv), "metrics.csv' line 3", "expected 4 fields, got 3");
+  for (const auto& [f, line] : {std::pair{jsonl, "line 2: invalid JSON"},
+                                std::pair{csv, "line 3: expected 4 fields, got 3"}}) {
+    std::vector<std::string> damaged;
+    auto rows = modelzoo::read_metrics_file(f, &damaged);
+    ASSERT_EQ(rows.size(), 2u) << f;
+    EXPECT_EQ(rows[0].step, 1);
+    EXPECT_EQ(rows[1].step, 3);
+    EXPECT_EQ(rows[1].value, 0.5);
+    ASSERT_EQ(damaged.size(), 1u) << f;
+    EXPECT_EQ(damaged[0].rfind(line, 0), 0u) << damaged[0];
+  }
+  // A whole file stays as it was: no empty line is added before the next rows.
+  const auto before = fs::file_size(jsonl);
+  { modelzoo::JSONLinesLogger j(jsonl); }
+  EXPECT_EQ(fs::file_size(jsonl), before);
+  ::testing::internal::CaptureStderr();
+  modelzoo::plot_metrics_file(jsonl, dir / "loss.png");
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(fs::file_size(dir / "loss.png") > 0);
+  EXPECT_NE(err.find("metrics.jsonl: 1 damaged line left out of the plot (line 2: invalid JSON"),
+            std::string::npos)
+      << err;
+  // A fit into a model_dir whose metrics file ends in such a row logs whole rows after it and
+  // draws its plot at the end (it failed there on the damaged line).
+  fs::remove(dir / "loss.png");
+  Config c = cs::parse_config("device: CPU\nmodel_dir: " + dir.string() +
+                              "\nseed: 3\n"
+                              "model: {name: fc_mnist, depth: 1, hidden_size: 8}\n"
+                              "optimizer: {SGD: {lr: 0.05}}\n"
+                              "loop: {max_steps: 2}\n"
+                              "checkpoint: {steps: 0, save_at_end: false}\n"
+                              "logging: {log_steps: 1, progress: false}\n"
+                              "loggers: [JSONLines]\n");
+  std::ofstream(jsonl, std::ios::app) << "{\"step\": 9, \"lo";
+  {
+    modelzoo::Trainer t(ConfigView(c, "trainer.init"));
+    t.fit(data(4));
+  }
+  std::vector<std::string> damaged;
+  auto rows = modelzoo::read_metrics_file(jsonl, &damaged);
+  EXPECT_EQ(damaged.size(), 2u);
+  // The fit starts at step 0, so it dropped the earlier rows of later steps; the cut lines,
+  // which have no step, stay.
+  std::vector<int64_t> loss_rows;
+  for (const auto& r : rows)
+    if (r.name == "loss") loss_rows.push_back(r.step);
+  EXPECT_EQ(loss_rows, (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(fs::exists(dir / "loss_lr.png"));
   fs::remove_all(dir);
 }
 
