@@ -243,7 +243,8 @@ std::string stored_zip(const std::vector<std::pair<std::string, std::string>>& m
   return out;
 }
 
-// Seeds of fuzz_arrays: the first byte picks the reader (0 .npy, 1 .npz, 2 HDF5, 3 text).
+// Seeds of fuzz_arrays: the first byte picks the reader (0 .npy, 1 .npz, 2 HDF5, 3 text,
+// 4 JSON Lines).
 void arrays(const fs::path& scratch) {
   const std::string x = npy("<f4", "(3, 2)", bytes_of(std::vector<float>{1, 2, 3, 4, 5, 6}));
   const std::string y = npy("<i8", "(3,)", bytes_of(std::vector<int64_t>{0, 1, 2}));
@@ -280,6 +281,9 @@ void arrays(const fs::path& scratch) {
   put("arrays", "xyz.h5", std::string(1, '\2') + read_all(h5));
   put("arrays", "table.csv", std::string(1, '\3') + "label,a,b\n0,1.5,2\n1,-3,4e2\n");
   put("arrays", "bom.csv", std::string(1, '\3') + "\xEF\xBB\xBFlabel\ta\n1\t2\n");
+  put("arrays", "docs.jsonl",
+      std::string(1, '\4') +
+          "{\"text\": \"the cat sat\", \"body\": \"ran\"}\r\n\n{\"text\": \"dog\"}");
 }
 
 }  // namespace

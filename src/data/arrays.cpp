@@ -820,6 +820,9 @@ std::vector<int32_t> tokenize_jsonl(const std::vector<std::string>& files, const
         j = nlohmann::json::parse(l);
       } catch (const nlohmann::json::parse_error& err) {
         fail("{}:{}:{}: invalid JSON ({})", path, line, err.byte, err.what());
+      } catch (const nlohmann::json::exception& err) {
+        // Not only syntax: a number beyond a double ("7e777") is the parser's out_of_range.
+        fail("{}:{}: invalid JSON ({})", path, line, err.what());
       }
       CS_CHECK(j.is_object(), "{}:{}: expected a JSON object, got {}", path, line, j.type_name());
       auto it = j.find(field);

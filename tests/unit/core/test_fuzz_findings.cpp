@@ -7,6 +7,7 @@
 
 #include "cstorch/checkpoint.h"
 #include "cstorch/config.h"
+#include "cstorch/data/arrays.h"
 #include "cstorch/data/tokenizer.h"
 #include "modelzoo/config_view.h"
 #include "unit/test_util.h"
@@ -34,6 +35,22 @@ TEST(FuzzFindings, BpeVocabularyNumberOutOfRange) {
   expect_error(
       [&] { cs::data::BpeTokenizer::from_files(put("huge.json", "{\"a\": 2e828}"), merges); },
       {"huge.json", "not valid JSON", "2e828"});
+}
+
+// A JSON Lines document with a number beyond double range (found by the arrays target once it
+// read JSON Lines): the reader caught only nlohmann's parse_error, and the parser's
+// out_of_range escaped without the file or the line.
+TEST(FuzzFindings, JsonLinesNumberOutOfRange) {
+  const std::string v = (dir() / "jsonl_vocab.json").string();
+  const std::string m = (dir() / "jsonl_merges.txt").string();
+  cs::data::train_bpe({" the cat"}, {.vocab_size = 280, .min_frequency = 1}, v, m);
+  const auto tok = cs::data::BpeTokenizer::from_files(v, m);
+  expect_error(
+      [&] {
+        cs::data::tokenize_jsonl({put("big.jsonl", "{\"text\": \"the\"}\n7774e77577\n")}, tok,
+                                 "text", 0, 0);
+      },
+      {"big.jsonl:2:", "invalid JSON", "number overflow"});
 }
 
 // vocab.json whose one token has a huge id (found in a CI fuzzing run): the id table was sized
