@@ -75,6 +75,19 @@ void check_positive(const char* scheduler, const std::string& argument, double v
            argument, v);
 }
 
+// The error for a computed value that is not finite as f32, naming the scheduler, the driven
+// key and the step (`context` adds how far a check looked).
+[[noreturn]] void refuse_value(const std::string& scheduler, const std::string& key, int64_t step,
+                               double v, std::string_view context) {
+  cstorch::fail("{}: the computed {} at step {} is {}, not a finite number{}", scheduler, key, step,
+                v, context);
+}
+
+// Whether every part of a SequentialLR / ChainedLR computes element by element.
+bool all_elementwise(const std::vector<SchedulerPtr>& parts) {
+  return std::all_of(parts.begin(), parts.end(), [](auto& c) { return c->elementwise(); });
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -130,8 +143,7 @@ double LRScheduler::initial_value() const {
 // every step.
 void LRScheduler::check_value(const Tensor& value, int64_t step) const {
   const double v = value.item<float>();
-  CS_CHECK(std::isfinite(v), "{}: the computed {} at step {} is {}, not a finite number", name(),
-           target_.key, step, v);
+  if (!std::isfinite(v)) refuse_value(name(), target_.key, step, v, "");
 }
 
 void LRScheduler::check_steps(int64_t steps) const {
@@ -140,11 +152,10 @@ void LRScheduler::check_steps(int64_t steps) const {
   runtime::SuspendTrace eager;
   NoGradGuard ng;
   const int64_t first = step_.item<int64_t>() + 1, last = first + steps - 1;
+  const std::string through = fmt::format(
+      " (the schedule's values were checked through step {}, where this run ends)", last);
   const auto refuse = [&](int64_t s, double v) {
-    cstorch::fail(
-        "{}: the computed {} at step {} is {}, not a finite number (the schedule's values were "
-        "checked through step {}, where this run ends)",
-        name(), target_.key, s, v, last);
+    refuse_value(name(), target_.key, s, v, through);
   };
   // Steps in f32, as the traced step computes them: exact up to 2^24.
   constexpr int64_t kExact = int64_t{1} << 24, kBlock = int64_t{1} << 20;
@@ -649,7 +660,7 @@ SequentialLR::SequentialLR(Target t, std::vector<SchedulerPtr> schedulers,
   start();
 }
 bool SequentialLR::elementwise() const {
-  return std::all_of(scheds_.begin(), scheds_.end(), [](auto& c) { return c->elementwise(); });
+  return all_elementwise(scheds_);
 }
 Tensor SequentialLR::closed_form_lr(const Tensor& s) const {
   Tensor v = scheds_[0]->closed_form_lr(s);
@@ -677,7 +688,7 @@ ChainedLR::ChainedLR(Target t, std::vector<SchedulerPtr> schedulers)
   start();
 }
 bool ChainedLR::elementwise() const {
-  return std::all_of(scheds_.begin(), scheds_.end(), [](auto& c) { return c->elementwise(); });
+  return all_elementwise(scheds_);
 }
 Tensor ChainedLR::closed_form_lr(const Tensor& s) const {
   Tensor v = scheds_[0]->closed_form_lr(s);
